@@ -1,0 +1,75 @@
+# The voice stack: `make up` runs it, `make test` tests it. `make help` lists the rest.
+#
+# Every target builds what it needs: one virtualenv per service under .venv/<name>
+# (services have their own dependencies: the token service must not pull in torch),
+# stamped so that a second run only reinstalls what changed.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+# A pinned torch takes the CPU wheel on this kind of machine; an unpinned one pulls CUDA.
+TORCH ?= torch==2.13.0
+VENV := .venv
+PIP := pip install -q --disable-pip-version-check
+PROTOS := $(shell find proto -name '*.proto' -o -name setup.py -o -name pyproject.toml | sort)
+SERVICES := $(sort $(notdir $(patsubst %/pyproject.toml,%,$(wildcard services/*/pyproject.toml))))
+TORCH_SERVICES := tts llm
+# Services whose venv gets the proto stubs (token speaks HTTP only).
+PROTO_SERVICES := tts llm agent autortc
+
+.PHONY: help up down demo demo-chat test lint proto venvs bench bench-quick clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+up: ## run the whole stack (Docker Compose if an engine is reachable, else the local mesh)
+	@bash deploy/up.sh
+
+down: ## stop what `make up` started
+	@bash deploy/down.sh
+
+test: venvs lint ## everything that runs without a GPU, Docker or weights
+	@bash .ci/pytest_all.sh $(SERVICES)
+
+lint: $(VENV)/tools/.ok ## ruff over the whole tree + proto lint/compat
+	$(VENV)/tools/bin/ruff check .
+	@bash tests/proto/buf.sh lint
+
+proto: $(VENV)/tools/.ok ## (re)generate and lint the gRPC stubs
+	$(VENV)/tools/bin/pip install -q --force-reinstall --no-deps ./proto
+	@bash tests/proto/buf.sh lint
+
+venvs: $(VENV)/tools/.ok $(VENV)/oracle/.ok $(foreach s,$(SERVICES),$(VENV)/$(s)/.ok)
+
+bench: ## GPU benchmarks (random weights at the real sizes); needs CUDA
+	$(VENV)/tts/bin/python -m bench.run --out bench/results/latest.json
+
+bench-quick: ## a short CPU run of the benchmark code path
+	$(VENV)/tts/bin/python -m bench.run --preset tiny --device cpu --frames 8 --concurrency 1,2
+
+clean: ## remove virtualenvs and build outputs
+	rm -rf $(VENV) .tools proto/build proto/*.egg-info
+
+# --- virtualenvs -------------------------------------------------------------
+
+$(VENV)/tools/.ok: tests/requirements.txt $(PROTOS)
+	$(PYTHON) -m venv $(VENV)/tools
+	$(VENV)/tools/bin/$(PIP) ruff==0.17.5 -r tests/requirements.txt ./proto
+	touch $@
+
+# The official qwen-tts code, the test oracle of the TTS engine (its pins clash with ours).
+$(VENV)/oracle/.ok:
+	$(PYTHON) -m venv $(VENV)/oracle
+	$(VENV)/oracle/bin/$(PIP) $(TORCH) transformers==5.17.0 accelerate einops numpy onnxruntime safetensors
+	$(VENV)/oracle/bin/$(PIP) --no-deps qwen-tts-hf==0.1.1.post1
+	touch $@
+
+define service_venv
+$(VENV)/$(1)/.ok: services/$(1)/pyproject.toml $(wildcard services/$(1)/setup.sh) $(if $(filter $(1),$(PROTO_SERVICES)),$(PROTOS))
+	@if [ -x services/$(1)/setup.sh ] || [ -f services/$(1)/setup.sh ]; then bash services/$(1)/setup.sh; fi
+	$(PYTHON) -m venv $(VENV)/$(1)
+	$(if $(filter $(1),$(TORCH_SERVICES)),$(VENV)/$(1)/bin/$(PIP) $(TORCH))
+	$(VENV)/$(1)/bin/$(PIP) $(if $(filter $(1),$(PROTO_SERVICES)),./proto) -e 'services/$(1)[test]'
+	touch $$@
+endef
+$(foreach s,$(SERVICES),$(eval $(call service_venv,$(s))))

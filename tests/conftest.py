@@ -1,0 +1,1 @@
+"""Shared pytest setup for the cross-service tests."""
