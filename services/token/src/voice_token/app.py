@@ -1,0 +1,220 @@
+"""The HTTP app: routes, CORS, rate limiting, request ids, metrics.
+
+    GET  /            the voice page (static/index.html + the bundled LiveKit client)
+    POST /api/token   {room, identity, name?} -> {server_url, participant_token, expires_at}
+    OPTIONS /api/token  CORS preflight for allowlisted origins
+    GET  /healthz     {"status": "ok", ...}
+    GET  /metrics     Prometheus text
+
+Order of checks on /api/token: origin (403), rate limit (429), content type (415),
+body (413/400), then minting. Every error is JSON `{"error": message, "field"?: name}`.
+The app never sees the API secret except inside its `TokenMinter`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import logging
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from voice_token import __version__
+from voice_token.metrics import Metrics
+from voice_token.ratelimit import RateLimiter
+from voice_token.settings import Settings
+from voice_token.tokens import TokenMinter
+from voice_token.validation import MAX_BODY_BYTES, RequestError, parse_token_request
+
+log = logging.getLogger("voice_token.http")
+STATIC_DIR = Path(__file__).parent / "static"
+BUNDLE = STATIC_DIR / "dist" / "app.js"
+
+SETTINGS_KEY = web.AppKey("settings", Settings)
+MINTER_KEY = web.AppKey("minter", TokenMinter)
+LIMITER_KEY = web.AppKey("limiter", RateLimiter)
+METRICS_KEY = web.AppKey("metrics", Metrics)
+
+
+def build_app(settings: Settings, *, limiter: RateLimiter | None = None) -> web.Application:
+    api_key, api_secret = settings.credentials()
+    app = web.Application(middlewares=[_request_context], client_max_size=MAX_BODY_BYTES * 4)
+    app[SETTINGS_KEY] = settings
+    app[MINTER_KEY] = TokenMinter(
+        api_key, api_secret, dt.timedelta(seconds=settings.token_ttl_seconds),
+        settings.token_agent_name,
+    )
+    app[LIMITER_KEY] = limiter or RateLimiter(
+        settings.token_rate_limit_per_minute, settings.token_rate_limit_burst
+    )
+    app[METRICS_KEY] = Metrics()
+    app.router.add_get("/", _index)
+    app.router.add_post("/api/token", _token)
+    app.router.add_route("OPTIONS", "/api/token", _preflight)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_static("/static/", STATIC_DIR, follow_symlinks=False)
+    if not BUNDLE.is_file():
+        log.warning("page bundle missing; run services/token/setup.sh", extra={"path": str(BUNDLE)})
+    return app
+
+
+# --- middleware ----------------------------------------------------------------------
+
+@web.middleware
+async def _request_context(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    rid = request.headers.get("X-Request-Id", "")
+    if not (0 < len(rid) <= 64 and rid.replace("-", "").isalnum()):
+        rid = uuid.uuid4().hex[:16]
+    request["request_id"] = rid
+    t0 = time.perf_counter()
+    try:
+        response = await handler(request)
+    except web.HTTPException as e:
+        response = e
+    except Exception:
+        log.exception("unhandled error", extra={"request_id": rid, "path": request.path})
+        response = _error(500, f"internal error (request id {rid})")
+    response.headers["X-Request-Id"] = rid
+    if request.path != "/metrics" and request.path != "/healthz":
+        log.info(
+            "request",
+            extra={
+                "request_id": rid, "method": request.method, "path": request.path,
+                "status": response.status, "ms": round((time.perf_counter() - t0) * 1e3, 2),
+                "client": _client_key(request), **request.get("log_extra", {}),
+            },
+        )
+    if isinstance(response, web.HTTPException):
+        raise response
+    return response
+
+
+def _error(status: int, message: str, field: str | None = None) -> web.Response:
+    body: dict[str, str] = {"error": message}
+    if field:
+        body["field"] = field
+    return web.json_response(body, status=status, headers={"Cache-Control": "no-store"})
+
+
+def _client_key(request: web.Request) -> str:
+    if request.app[SETTINGS_KEY].token_trust_proxy:
+        forwarded = request.headers.get("X-Forwarded-For", "")
+        first = forwarded.split(",")[0].strip()
+        if first:
+            return first
+    return request.remote or "unknown"
+
+
+# --- CORS ------------------------------------------------------------------------------
+
+def _origin_allowed(request: web.Request, origin: str) -> bool:
+    allow = request.app[SETTINGS_KEY].token_cors_origins
+    origin = origin.rstrip("/").lower()
+    if "*" in allow or origin in allow:
+        return True
+    # Same origin (the page itself). Host, not scheme: a TLS proxy in front makes our
+    # scheme http while the browser's is https.
+    return urlsplit(origin).netloc == (request.host or "").lower()
+
+
+def _cors_headers(origin: str) -> dict[str, str]:
+    return {
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Allow-Methods": "POST, OPTIONS",
+        "Access-Control-Allow-Headers": "Content-Type, X-Request-Id",
+        "Access-Control-Max-Age": "600",
+        "Vary": "Origin",
+    }
+
+
+async def _preflight(request: web.Request) -> web.Response:
+    origin = request.headers.get("Origin")
+    if not origin or not _origin_allowed(request, origin):
+        return _error(403, f"origin {origin!r} is not allowed (see TOKEN_CORS_ORIGINS)")
+    return web.Response(status=204, headers=_cors_headers(origin))
+
+
+# --- routes ----------------------------------------------------------------------------
+
+async def _token(request: web.Request) -> web.Response:
+    metrics = request.app[METRICS_KEY]
+    t0 = time.perf_counter()
+    response = await _token_response(request)
+    metrics.requests.labels(status=str(response.status)).inc()
+    metrics.duration.observe(time.perf_counter() - t0)
+    metrics.tracked_clients.set(len(request.app[LIMITER_KEY]))
+    origin = request.headers.get("Origin")
+    if origin and response.status != 403:
+        response.headers.update(_cors_headers(origin))
+    return response
+
+
+async def _token_response(request: web.Request) -> web.Response:
+    origin = request.headers.get("Origin")
+    if origin and not _origin_allowed(request, origin):
+        return _error(403, f"origin {origin!r} is not allowed (see TOKEN_CORS_ORIGINS)")
+    wait = request.app[LIMITER_KEY].acquire(_client_key(request))
+    if wait > 0:
+        retry = max(1, int(wait + 0.999))
+        resp = _error(429, f"too many token requests; retry in {retry} s")
+        resp.headers["Retry-After"] = str(retry)
+        return resp
+    if request.content_type != "application/json":
+        return _error(415, "Content-Type must be application/json")
+    if (request.content_length or 0) > MAX_BODY_BYTES:
+        return _error(413, f"body too large (limit {MAX_BODY_BYTES} bytes)")
+    try:
+        req = parse_token_request(await request.read())
+    except RequestError as e:
+        return _error(e.status, str(e), e.field)
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"body too large (limit {MAX_BODY_BYTES} bytes)")
+    request["log_extra"] = {"room": req.room, "identity": req.identity}
+    settings = request.app[SETTINGS_KEY]
+    issued = request.app[MINTER_KEY].mint(req.room, req.identity, req.name)
+    return web.json_response(
+        {
+            "server_url": settings.livekit_url,
+            "participant_token": issued.jwt,
+            "expires_at": issued.expires_at.isoformat().replace("+00:00", "Z"),
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def _index(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS_KEY]
+    if not BUNDLE.is_file():
+        return web.Response(
+            status=503, content_type="text/html",
+            text="<h1>Page not built</h1><p>The LiveKit client bundle is missing: run "
+                 "<code>services/token/setup.sh</code> (npm + esbuild) and restart.</p>",
+        )
+    page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+    page = page.replace(
+        "{{CONNECT_TIMEOUT_MS}}", str(int(settings.token_connect_timeout_seconds * 1000))
+    ).replace("{{VERSION}}", html.escape(__version__))
+    return web.Response(
+        text=page, content_type="text/html",
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
+                 "Referrer-Policy": "no-referrer"},
+    )
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    # Liveness + config sanity: credentials were loaded at start-up (or we would not be
+    # running). LiveKit itself is not probed: its URL is the browsers', not ours.
+    return web.json_response(
+        {"status": "ok", "version": __version__, "page_bundle": BUNDLE.is_file()}
+    )
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS_KEY].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
