@@ -1,0 +1,105 @@
+"""`python -m voice_tts.client`: speak text through a TTS server and write a WAV.
+
+  python -m voice_tts.client --text "Hello there." --out reply.wav
+  some_llm | python -m voice_tts.client --stdin --out reply.wav   # streams as it arrives
+
+Prints client-side TTFA and RTF (and the server's TTFA). Headless: no audio playback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import wave
+from collections.abc import AsyncIterator
+
+import grpc
+from voice.tts.v1 import tts_pb2
+
+from voice_tts.client.api import list_voices, synthesize
+
+
+def _split(text: str, n: int) -> list[str]:
+    return [text[i : i + n] for i in range(0, len(text), n)] or [""]
+
+
+async def _stdin_pieces(n: int) -> AsyncIterator[str]:
+    """Reads stdin as it arrives (not line by line) and yields pieces of <= n chars."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    pending = b""
+    while chunk := await reader.read(256):
+        pending += chunk
+        try:
+            text, pending = pending.decode(), b""
+        except UnicodeDecodeError:  # a character split across reads: wait for the rest
+            continue
+        for piece in _split(text, n):
+            yield piece
+
+
+async def _run(args: argparse.Namespace) -> int:
+    async with grpc.aio.insecure_channel(args.addr) as ch:
+        if args.list_voices:
+            v = await list_voices(ch)
+            for voice in v.voices:
+                print(f"{voice.name}\t{','.join(voice.languages)}\t{voice.dialect}")
+            print(f"languages: {', '.join(v.languages)}  model: {v.model}")
+            return 0
+        cfg = tts_pb2.SessionConfig(voice=args.voice, language=args.language,
+                                    sample_rate=args.rate, frame_ms=args.frame_ms,
+                                    instruct=args.instruct)
+        if args.seed is not None:
+            cfg.seed = args.seed
+        if args.greedy:
+            cfg.sampling.greedy = True
+        if args.max_frames:
+            cfg.sampling.max_frames = args.max_frames
+        if args.stdin:
+            pieces: object = _stdin_pieces(args.chunk_chars)
+        else:
+            pieces = _split(args.text, args.chunk_chars)
+        res = await synthesize(ch, pieces, cfg, interval_s=args.interval_ms / 1e3)  # type: ignore[arg-type]
+    with wave.open(args.out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(res.sample_rate)
+        w.writeframes(res.pcm)
+    ttfa = f"{res.ttfa_s * 1e3:.1f} ms" if res.ttfa_s is not None else "n/a"
+    print(f"wrote {args.out}: {res.audio_s:.2f} s at {res.sample_rate} Hz, {res.frames} frames")
+    print(f"TTFA {ttfa} (server {res.server_ttfa_ms or 0:.1f} ms)  RTF {res.rtf:.3f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m voice_tts.client", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--text", help="text to speak")
+    src.add_argument("--stdin", action="store_true", help="stream text from stdin")
+    src.add_argument("--list-voices", action="store_true", help="print voices and exit")
+    p.add_argument("--out", default="reply.wav", help="WAV file to write (default reply.wav)")
+    p.add_argument("--addr", default="localhost:50051", help="server host:port")
+    p.add_argument("--voice", default="vivian")
+    p.add_argument("--language", default="auto")
+    p.add_argument("--instruct", default="")
+    p.add_argument("--rate", type=int, default=24000, help="16000, 24000 or 48000")
+    p.add_argument("--frame-ms", type=int, default=20, help="10, 20 or 40")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--greedy", action="store_true", help="deterministic argmax decoding")
+    p.add_argument("--max-frames", type=int, default=0, help="codec frames cap (0: server)")
+    p.add_argument("--chunk-chars", type=int, default=4, help="characters per text piece")
+    p.add_argument("--interval-ms", type=float, default=0.0, help="pause between pieces")
+    args = p.parse_args(argv)
+    if not (args.text or args.stdin or args.list_voices):
+        p.error("give --text, --stdin or --list-voices")
+    try:
+        sys.exit(asyncio.run(_run(args)))
+    except grpc.aio.AioRpcError as e:
+        sys.exit(f"tts error: {e.code().name}: {e.details()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Streams text pieces into `Synthesize` and collects frames, with client-side timings.
+
+TTFA here is client side: the first text piece written -> the first AudioFrame read
+(server TTFA + network). RTF: the first piece -> the last frame, over the audio length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+
+import grpc
+from voice.tts.v1 import tts_pb2, tts_pb2_grpc
+
+
+@dataclass
+class SynthesisResult:
+    pcm: bytes = b""
+    sample_rate: int = 24000
+    frames: int = 0
+    ttfa_s: float | None = None
+    wall_s: float = 0.0
+    events: list[tts_pb2.Event] = field(default_factory=list)
+    frame_times: list[float] = field(default_factory=list)  # arrival, seconds from start
+
+    @property
+    def audio_s(self) -> float:
+        return len(self.pcm) / 2 / self.sample_rate
+
+    @property
+    def rtf(self) -> float:
+        return self.wall_s / self.audio_s if self.audio_s else float("inf")
+
+    @property
+    def server_ttfa_ms(self) -> float | None:
+        first = [e for e in self.events if e.type == tts_pb2.Event.FIRST_AUDIO]
+        return first[0].timings.ttfa_ms if first else None
+
+
+async def synthesize(
+    channel: grpc.aio.Channel,
+    pieces: Iterable[str] | AsyncIterator[str],
+    config: tts_pb2.SessionConfig,
+    interval_s: float = 0.0,
+) -> SynthesisResult:
+    """Sends `pieces` (with `interval_s` between them, like an LLM), then half-closes."""
+    stub = tts_pb2_grpc.TextToSpeechStub(channel)
+    res = SynthesisResult(sample_rate=config.sample_rate or 24000)
+    t0: list[float] = []
+
+    async def requests() -> AsyncIterator[tts_pb2.SynthesizeRequest]:
+        yield tts_pb2.SynthesizeRequest(config=config)
+        if isinstance(pieces, AsyncIterator):
+            async for p in pieces:
+                t0 or t0.append(time.perf_counter())
+                yield tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=p))
+        else:
+            for p in pieces:
+                t0 or t0.append(time.perf_counter())
+                yield tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=p))
+                if interval_s:
+                    await asyncio.sleep(interval_s)
+
+    chunks: list[bytes] = []
+    async for resp in stub.Synthesize(requests()):
+        now = time.perf_counter()
+        if resp.WhichOneof("response") == "audio":
+            if res.ttfa_s is None and t0:
+                res.ttfa_s = now - t0[0]
+            chunks.append(resp.audio.pcm)
+            res.frames += 1
+            res.frame_times.append(now - t0[0] if t0 else 0.0)
+        else:
+            res.events.append(resp.event)
+    res.pcm = b"".join(chunks)
+    res.wall_s = (time.perf_counter() - t0[0]) if t0 else 0.0
+    return res
+
+
+async def list_voices(channel: grpc.aio.Channel) -> tts_pb2.ListVoicesResponse:
+    return await tts_pb2_grpc.TextToSpeechStub(channel).ListVoices(tts_pb2.ListVoicesRequest())

@@ -1,0 +1,1 @@
+"""The gRPC side of the TTS service (`python -m voice_tts.server`)."""

@@ -1,0 +1,40 @@
+"""Prometheus metrics of the TTS service (names fixed by design.md section 6).
+
+One `TTSMetrics` per server, on its own registry, so that tests can run several servers
+in one process. The HTTP side (`/metrics`, `/healthz`) lives in `http.py`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# TTFA targets sit around 25-100 ms on a GPU and ~1 s on a CPU: cover both.
+_LATENCY_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2,
+                    0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
+_RTF_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 5.0)
+_STEP_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.05,
+                 0.1, 0.25, 0.5, 1.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class TTSMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ttfa = Histogram("tts_ttfa_seconds", "First text of an utterance in -> first "
+                              "frame out, server side", buckets=_LATENCY_BUCKETS, registry=r)
+        self.rtf = Histogram("tts_rtf", "Synthesis wall time / audio duration per utterance",
+                             buckets=_RTF_BUCKETS, registry=r)
+        self.active_sessions = Gauge("tts_active_sessions", "Open Synthesize streams",
+                                     registry=r)
+        self.frames_sent = Counter("tts_frames_sent_total", "Audio frames written to clients",
+                                   registry=r)
+        self.step_seconds = Histogram("tts_engine_step_seconds", "Wall time of one engine "
+                                      "step (all active sessions)", buckets=_STEP_BUCKETS,
+                                      registry=r)
+        self.batch_size = Histogram("tts_engine_batch_size", "Sessions advanced by one "
+                                    "engine step", buckets=_BATCH_BUCKETS, registry=r)
+        self.errors = Counter("tts_errors_total", "Calls ended with an error, by gRPC status",
+                              ["code"], registry=r)
+        self.utterances = Counter("tts_utterances_total", "Utterances by how they ended",
+                                  ["reason"], registry=r)

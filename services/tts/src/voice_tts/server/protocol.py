@@ -1,0 +1,145 @@
+"""Every protocol rule of `voice.tts.v1.TextToSpeech` that is not streaming: parsing,
+SessionConfig validation and defaults, and the one mapping from errors to gRPC status.
+
+Errors are raised as `CallError(code, message)`; engine errors are mapped by kind
+(`status_of`). Messages say what to fix, never echo more than a short prefix of input.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf.message import DecodeError
+from voice.tts.v1 import tts_pb2
+
+from voice_tts.engine import EngineFull, SamplingParams, UnknownVoice
+from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
+
+MAX_INSTRUCT_CHARS = 1000
+
+
+class CallError(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def invalid(message: str) -> CallError:
+    return CallError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status a failed call ends with, by the kind of error."""
+    if isinstance(exc, CallError):
+        return exc.code, exc.message
+    if isinstance(exc, UnknownVoice):
+        return grpc.StatusCode.NOT_FOUND, str(exc)
+    if isinstance(exc, EngineFull):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc) or "server at its session limit"
+    if isinstance(exc, ValueError | UnicodeDecodeError):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see server logs"
+
+
+def parse_request(raw: bytes) -> tts_pb2.SynthesizeRequest:
+    try:
+        return tts_pb2.SynthesizeRequest.FromString(raw)
+    except DecodeError as e:
+        raise invalid(
+            f"unparsable SynthesizeRequest ({e}); a string field must be valid UTF-8 - "
+            "send raw bytes as TextDelta.utf8"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    proto: tts_pb2.SessionConfig  # with every default filled in (sent in SESSION_STARTED)
+    voice: str
+    language: str
+    instruct: str
+    sample_rate: int
+    frame_ms: int
+    seed: int | None
+    sampling: SamplingParams
+    max_frames: int
+    session_id: str
+    trace_id: str
+
+
+def _sampling(p: tts_pb2.SamplingParams) -> SamplingParams:
+    kw: dict[str, object] = {}
+    if p.HasField("greedy"):
+        kw["do_sample"] = not p.greedy
+    if p.HasField("temperature"):
+        if not 0.0 < p.temperature <= 2.0:
+            raise invalid(f"sampling.temperature must be in (0, 2], got {p.temperature}")
+        kw["temperature"] = p.temperature
+    if p.HasField("top_k"):
+        if p.top_k > 4096:
+            raise invalid(f"sampling.top_k must be 0 (off) .. 4096, got {p.top_k}")
+        kw["top_k"] = p.top_k
+    if p.HasField("top_p"):
+        if not 0.0 < p.top_p <= 1.0:
+            raise invalid(f"sampling.top_p must be in (0, 1], got {p.top_p}")
+        kw["top_p"] = p.top_p
+    if p.HasField("repetition_penalty"):
+        if not 1.0 <= p.repetition_penalty <= 2.0:
+            raise invalid(
+                f"sampling.repetition_penalty must be in [1, 2], got {p.repetition_penalty}"
+            )
+        kw["repetition_penalty"] = p.repetition_penalty
+    return SamplingParams(**kw)  # type: ignore[arg-type]
+
+
+def resolve_config(
+    cfg: tts_pb2.SessionConfig, voices: dict[str, str], languages: dict[str, str]
+) -> ResolvedConfig:
+    """Validates a SessionConfig and fills its defaults.
+
+    `voices` / `languages` map lower-case names to the engine's spelling.
+    """
+    if not cfg.voice:
+        raise invalid("SessionConfig.voice is required; ListVoices names the voices")
+    voice = voices.get(cfg.voice.lower())
+    if voice is None:
+        raise CallError(grpc.StatusCode.NOT_FOUND,
+                        f"unknown voice {cfg.voice[:64]!r}; known: {sorted(voices.values())}")
+    lang_in = cfg.language or "auto"
+    language = languages.get(lang_in.lower())
+    if language is None:
+        raise CallError(grpc.StatusCode.NOT_FOUND, f"unknown language {lang_in[:64]!r}; "
+                        f"known: {sorted(languages.values())}")
+    if len(cfg.instruct) > MAX_INSTRUCT_CHARS:
+        raise invalid(f"SessionConfig.instruct is {len(cfg.instruct)} characters; "
+                      f"the limit is {MAX_INSTRUCT_CHARS}")
+    rate = cfg.sample_rate or 24000
+    if rate not in SUPPORTED_RATES:
+        raise invalid(f"sample_rate {rate} is not supported; use one of {SUPPORTED_RATES}")
+    frame_ms = cfg.frame_ms or 20
+    if frame_ms not in SUPPORTED_FRAME_MS:
+        raise invalid(f"frame_ms {frame_ms} is not supported; use one of {SUPPORTED_FRAME_MS}")
+    if cfg.encoding not in (tts_pb2.AUDIO_ENCODING_UNSPECIFIED, tts_pb2.AUDIO_ENCODING_PCM_S16LE):
+        raise invalid(f"encoding {cfg.encoding} is not supported; use AUDIO_ENCODING_PCM_S16LE")
+    sampling = _sampling(cfg.sampling)
+    resolved = tts_pb2.SessionConfig()
+    resolved.CopyFrom(cfg)
+    resolved.voice, resolved.language = voice, language
+    resolved.sample_rate, resolved.frame_ms = rate, frame_ms
+    resolved.encoding = tts_pb2.AUDIO_ENCODING_PCM_S16LE
+    resolved.session_id = cfg.session_id or uuid.uuid4().hex[:16]
+    return ResolvedConfig(
+        proto=resolved,
+        voice=voice,
+        language=language,
+        instruct=cfg.instruct,
+        sample_rate=rate,
+        frame_ms=frame_ms,
+        seed=cfg.seed if cfg.HasField("seed") else None,
+        sampling=sampling,
+        max_frames=cfg.sampling.max_frames,
+        session_id=resolved.session_id,
+        trace_id=cfg.trace_id,
+    )

@@ -1,0 +1,132 @@
+"""`voice.tts.v1.TextToSpeech`: thin glue between gRPC and the engine's session API.
+
+Admission (session limit, draining), the first-message rule and the mapping of every
+failure to one status code happen here; the streaming rules are in `stream.py`.
+Requests of `Synthesize` are registered with an identity deserializer and parsed by us,
+so garbage bytes get INVALID_ARGUMENT with a message instead of grpc's generic error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from voice.tts.v1 import tts_pb2
+
+from voice_tts.engine import Engine, SessionParams
+from voice_tts.server.metrics import TTSMetrics
+from voice_tts.server.protocol import (
+    CallError,
+    invalid,
+    parse_request,
+    resolve_config,
+    status_of,
+)
+from voice_tts.server.stream import SynthesizeStream
+from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES, TTSSettings
+
+log = logging.getLogger("voice_tts.servicer")
+SERVICE_NAME = "voice.tts.v1.TextToSpeech"
+
+
+class TextToSpeechServicer:
+    def __init__(self, engine: Engine, settings: TTSSettings, metrics: TTSMetrics) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.metrics = metrics
+        self.draining = False
+        self.active: set[asyncio.Task[Any]] = set()
+        self._voices = {v.name.lower(): v.name for v in engine.voices()}
+        self._languages = {lang.lower(): lang for lang in engine.languages()}
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, {
+            "Synthesize": grpc.stream_stream_rpc_method_handler(
+                self.synthesize,
+                request_deserializer=None,  # raw bytes: parsed in protocol.parse_request
+                response_serializer=tts_pb2.SynthesizeResponse.SerializeToString,
+            ),
+            "ListVoices": grpc.unary_unary_rpc_method_handler(
+                self.list_voices,
+                request_deserializer=tts_pb2.ListVoicesRequest.FromString,
+                response_serializer=tts_pb2.ListVoicesResponse.SerializeToString,
+            ),
+        })
+
+    async def list_voices(self, request: tts_pb2.ListVoicesRequest,
+                          context: grpc.aio.ServicerContext) -> tts_pb2.ListVoicesResponse:
+        return tts_pb2.ListVoicesResponse(
+            voices=[tts_pb2.Voice(name=v.name, languages=list(v.languages),
+                                  dialect=v.dialect or "") for v in self.engine.voices()],
+            languages=list(self.engine.languages()),
+            model=self.engine.model_name,
+            native_sample_rate=self.engine.sample_rate,
+            sample_rates=list(SUPPORTED_RATES),
+            frame_ms=list(SUPPORTED_FRAME_MS),
+            max_text_chars=self.settings.max_text_chars,
+        )
+
+    async def synthesize(self, requests: AsyncIterator[bytes],
+                         context: grpc.aio.ServicerContext
+                         ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+        task = asyncio.current_task()
+        assert task is not None
+        session = None
+        reader: asyncio.Task[None] | None = None
+        self.active.add(task)
+        self.metrics.active_sessions.inc()
+        try:
+            if self.draining:
+                raise CallError(grpc.StatusCode.UNAVAILABLE, "server is draining; retry "
+                                "on another replica")
+            it = requests.__aiter__()
+            cfg = await self._first_config(it)
+            stream = SynthesizeStream(cfg, None, self.metrics, self.settings.max_backlog_s)
+            session = self.engine.open_session(
+                SessionParams(voice=cfg.voice, language=cfg.language, instruct=cfg.instruct,
+                              seed=cfg.seed, sampling=cfg.sampling,
+                              max_text_chars=self.settings.max_text_chars,
+                              max_frames=cfg.max_frames or None),
+                sink=stream.sink,
+            )
+            stream.session = session
+            log.info("session started session=%s trace=%s voice=%s rate=%d frame_ms=%d",
+                     cfg.session_id, cfg.trace_id, cfg.voice, cfg.sample_rate, cfg.frame_ms)
+            yield tts_pb2.SynthesizeResponse(event=tts_pb2.Event(
+                type=tts_pb2.Event.SESSION_STARTED, config=cfg.proto))
+            reader = asyncio.create_task(stream.read(it))
+            async for resp in stream.write():
+                yield resp
+        except asyncio.CancelledError:
+            log.info("call cancelled by the client")
+            raise
+        except Exception as e:  # every failure ends the call with one clear status
+            code, message = status_of(e)
+            if code == grpc.StatusCode.INTERNAL:
+                log.exception("Synthesize failed")
+            self.metrics.errors.labels(code.name).inc()
+            await context.abort(code, message)
+        finally:
+            if reader is not None:
+                reader.cancel()
+            if session is not None:
+                session.close()  # frees the engine slot within one step
+            self.metrics.active_sessions.dec()
+            self.active.discard(task)
+
+    async def _first_config(self, it: AsyncIterator[bytes]) -> Any:
+        try:
+            raw = await asyncio.wait_for(anext(it), self.settings.config_timeout_s)
+        except StopAsyncIteration:
+            raise invalid("stream closed before a SessionConfig") from None
+        except TimeoutError:
+            raise invalid(f"no SessionConfig within {self.settings.config_timeout_s:g} s") \
+                from None
+        req = parse_request(raw)
+        kind = req.WhichOneof("request")
+        if kind != "config":
+            raise invalid(f"the first message must be a SessionConfig, got {kind or 'empty'}")
+        return resolve_config(req.config, self._voices, self._languages)

@@ -1,0 +1,62 @@
+"""Configuration of the TTS service: every knob is an env var with the `TTS_` prefix.
+
+Read once at start-up (`TTSSettings()`); a bad value fails fast with the variable's name
+and what would be accepted. The engine's own knobs (packets, sampling defaults) are
+passed through from here so that one table in README.md documents all of them.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SUPPORTED_RATES = (16000, 24000, 48000)
+SUPPORTED_FRAME_MS = (10, 20, 40)
+
+
+class TTSSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TTS_", extra="ignore")
+
+    # Checkpoint directory in the official Hugging Face layout, or `preset:<name>` for
+    # random weights at a named shape (tiny, tiny-1.7b, 0.6b, 1.7b): noise, for tests/demos.
+    model: str = "preset:tiny"
+    # Torch device: cpu, cuda, cuda:1 ...
+    device: str = "cpu"
+    # Weights dtype: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.
+    dtype: str = "auto"
+    # Seed for the random weights of a preset (same seed, same model).
+    preset_seed: int = 0
+    grpc_host: str = "0.0.0.0"
+    grpc_port: int = Field(50051, ge=0, le=65535)
+    # /metrics (Prometheus) and /healthz; 0 disables the HTTP side.
+    http_port: int = Field(8001, ge=0, le=65535)
+    # Sessions admitted at once; the next call gets RESOURCE_EXHAUSTED at once.
+    max_sessions: int = Field(32, ge=1, le=4096)
+    # Characters of text one utterance may hold (between FLUSH/STOP/RESET).
+    max_text_chars: int = Field(4000, ge=1, le=1_000_000)
+    # Codec frames in the first packet (each 80 ms) and in every later packet.
+    first_packet_frames: int = Field(1, ge=1, le=16)
+    packet_frames: int = Field(4, ge=1, le=64)
+    # Seconds a client may take to send its SessionConfig.
+    config_timeout_s: float = Field(10.0, gt=0)
+    # Audio a slow reader may leave unread before the engine pauses its session.
+    max_backlog_s: float = Field(10.0, gt=0)
+    # On SIGTERM: seconds granted to in-flight utterances before the server exits.
+    drain_timeout_s: float = Field(20.0, ge=0)
+    log_level: str = "INFO"
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        allowed = ("auto", "float32", "bfloat16", "float16")
+        if v not in allowed:
+            raise ValueError(f"TTS_DTYPE must be one of {allowed}, got {v!r}")
+        return v
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        v = v.upper()
+        if v not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError(f"TTS_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {v!r}")
+        return v

@@ -1,0 +1,114 @@
+"""What operators and users meet: health, reflection, /metrics, SIGTERM drain, the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import urllib.request
+import wave
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from voice.tts.v1 import tts_pb2, tts_pb2_grpc
+
+from .conftest import config
+from .test_streaming import audio, drain, read_until, text
+
+
+async def test_health_and_reflection(server) -> None:
+    async with grpc.aio.insecure_channel(server.addr) as ch:
+        h = await health_pb2_grpc.HealthStub(ch).Check(
+            health_pb2.HealthCheckRequest(service="voice.tts.v1.TextToSpeech"))
+        assert h.status == health_pb2.HealthCheckResponse.SERVING
+        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+        names = []
+        async for r in stub.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")])):
+            names = [s.name for s in r.list_services_response.service]
+    assert "voice.tts.v1.TextToSpeech" in names and "grpc.health.v1.Health" in names
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/healthz") as r:
+        assert r.status == 200
+
+
+async def test_metrics_after_a_session(server) -> None:
+    before = server.metric("tts_frames_sent_total")
+    async with grpc.aio.insecure_channel(server.addr) as ch:
+        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+        await call.write(tts_pb2.SynthesizeRequest(config=config()))
+        await call.write(text("Count my frames."))
+        await call.done_writing()
+        n = len(audio(await drain(call)))
+    m = server.metrics()
+    for name in ("tts_ttfa_seconds_bucket", "tts_rtf_bucket", "tts_active_sessions",
+                 "tts_engine_step_seconds_bucket", "tts_engine_batch_size_bucket",
+                 "tts_errors_total"):
+        assert name in m, name
+    assert server.metric("tts_frames_sent_total") - before == n
+    assert server.metric("tts_ttfa_seconds_count") >= 1
+
+
+async def test_sigterm_drains_in_flight_then_exits(make_server) -> None:
+    srv = make_server(TTS_DRAIN_TIMEOUT_S="30")
+    cfg = config()
+    cfg.sampling.max_frames = 25
+    async with grpc.aio.insecure_channel(srv.addr) as ch:
+        stub = tts_pb2_grpc.TextToSpeechStub(ch)
+        call = stub.Synthesize()
+        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        await call.write(text("Finish this sentence before you go."))
+        await call.write(tts_pb2.SynthesizeRequest(
+            control=tts_pb2.Control(type=tts_pb2.Control.FLUSH)))
+        await read_until(call, lambda r: r.WhichOneof("response") == "audio")
+        srv.proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        late = stub.Synthesize()
+        await late.write(tts_pb2.SynthesizeRequest(config=config()))
+        try:
+            await late.read()
+            late_code = await late.code()
+        except grpc.aio.AioRpcError as e:
+            late_code = e.code()
+        assert late_code == grpc.StatusCode.UNAVAILABLE
+        rest = await read_until(call, lambda r: r.WhichOneof("response") == "event"
+                                and r.event.type == tts_pb2.Event.FLUSHED)
+        assert audio(rest)
+        await call.done_writing()
+    assert srv.proc.wait(30) == 0
+
+
+def test_cli_writes_a_wav_and_prints_ttfa(server, tmp_path: Path) -> None:
+    out = tmp_path / "reply.wav"
+    r = subprocess.run([sys.executable, "-m", "voice_tts.client", "--addr", server.addr,
+                        "--text", "Hello from the command line.", "--out", str(out),
+                        "--rate", "16000", "--greedy", "--seed", "1", "--max-frames", "10"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "TTFA" in r.stdout and "RTF" in r.stdout
+    with wave.open(str(out)) as w:
+        assert w.getframerate() == 16000 and w.getsampwidth() == 2
+        assert abs(w.getnframes() / 16000 - 0.8) < 0.05  # 10 codec frames = 0.8 s
+
+
+def test_cli_streams_stdin(server, tmp_path: Path) -> None:
+    out = tmp_path / "stdin.wav"
+    r = subprocess.run([sys.executable, "-m", "voice_tts.client", "--addr", server.addr,
+                        "--stdin", "--out", str(out), "--greedy", "--max-frames", "5"],
+                       input="Streamed from standard input.", capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with wave.open(str(out)) as w:
+        assert w.getnframes() == 5 * 1920
+
+
+def test_help_and_bad_env() -> None:
+    for mod in ("voice_tts.server", "voice_tts.client"):
+        r = subprocess.run([sys.executable, "-m", mod, "--help"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0 and "usage" in r.stdout.lower()
+    r = subprocess.run([sys.executable, "-m", "voice_tts.server"], capture_output=True,
+                       text=True, timeout=60, env={"TTS_MAX_SESSIONS": "zero", "PATH": "/usr/bin"})
+    assert r.returncode != 0 and "max_sessions" in r.stderr.lower()
