@@ -1,0 +1,187 @@
+"""Per-turn timings with a trace id, Prometheus histograms, one log line per turn.
+
+A turn starts at the user's end of turn (EoT: the VAD's end of speech, back-dated by
+the silence hangover it waited for) and gets a trace id that travels to the thinker
+(request_id) and the TTS (SessionConfig.trace_id), so the three services' logs join.
+The plugins and the audio output report their moments here; the tracker turns them
+into the metric names of CONTRIBUTING.md and, at the turn's first published frame,
+into the latency report the web page shows (data topic "latency").
+
+Clock: time.perf_counter() for durations (monotonic); wall time only in logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from prometheus_client import Counter, Histogram
+
+log = logging.getLogger("voice_agent.turns")
+
+# Latency buckets from 5 ms to 5 s: the gates live between 20 ms and 650 ms.
+_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.3, 0.45, 0.65, 1.0, 2.0, 5.0)
+
+EOT_TO_FIRST_AUDIO = Histogram(
+    "agent_eot_to_first_audio_seconds", "User end of turn -> first agent audio frame out",
+    buckets=_BUCKETS,
+)
+CANCEL_TO_SILENCE = Histogram(
+    "agent_cancel_to_silence_seconds", "Barge-in decision -> agent output silent",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.2),
+)
+TTS_FIRST_TO_PUBLISH = Histogram(
+    "agent_tts_first_to_publish_seconds", "First TTS frame received -> frame published",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.12, 0.3),
+)
+LLM_TTFT = Histogram(
+    "agent_llm_ttft_seconds", "Thinker Chat sent -> first text delta (client side)",
+    buckets=_BUCKETS,
+)
+TTS_TTFA = Histogram(
+    "agent_tts_ttfa_seconds", "First text sent to the TTS -> first audio frame (client side)",
+    buckets=_BUCKETS,
+)
+TURNS = Counter("agent_turns_total", "User turns answered (or attempted)")
+INTERRUPTIONS = Counter("agent_interruptions_total", "Barge-ins that cut the agent off")
+ERRORS = Counter("agent_errors_total", "Errors by component", ["component"])
+
+
+def new_trace_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+@dataclass
+class Turn:
+    trace_id: str
+    kind: str  # "user" (answers an utterance) or "say" (greeting, fallback)
+    eot: float | None = None  # perf_counter of the user's end of speech
+    vad_end: float | None = None  # when the VAD reported it
+    stt_sent: float | None = None
+    stt_done: float | None = None
+    llm_sent: float | None = None
+    llm_first: float | None = None
+    tts_first_text: float | None = None
+    tts_first_audio: float | None = None
+    first_publish: float | None = None
+    reported: bool = False
+    marks: dict[str, float] = field(default_factory=dict)
+
+    def ms(self, a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else round((b - a) * 1000.0, 2)
+
+    def report(self) -> dict[str, object]:
+        """The per-turn record (logged; its first four keys are the web page's schema)."""
+        return {
+            "trace_id": self.trace_id,
+            "eot_to_first_audio_ms": self.ms(self.eot, self.first_publish),
+            "llm_ttft_ms": self.ms(self.llm_sent, self.llm_first),
+            "tts_ttfa_ms": self.ms(self.tts_first_text, self.tts_first_audio),
+            "kind": self.kind,
+            "vad_to_stt_ms": self.ms(self.vad_end, self.stt_sent),
+            "stt_ms": self.ms(self.stt_sent, self.stt_done),
+            "tts_first_to_publish_ms": self.ms(self.tts_first_audio, self.first_publish),
+        }
+
+
+LATENCY_KEYS = ("trace_id", "eot_to_first_audio_ms", "llm_ttft_ms", "tts_ttfa_ms")
+
+
+class TurnTracker:
+    """The moments of the current turn; one tracker per conversation (session)."""
+
+    def __init__(self, *, on_report: Callable[[dict[str, object]], None] | None = None) -> None:
+        self.current: Turn | None = None
+        self.history: list[dict[str, object]] = []
+        self.cancel_to_silence: list[float] = []
+        self._on_report = on_report
+
+    # --- turn boundaries ---------------------------------------------------------------
+    def user_turn_ended(self, *, vad_end: float, silence_s: float) -> Turn:
+        """VAD end of speech: a new user turn (its reply comes next)."""
+        turn = Turn(trace_id=new_trace_id(), kind="user", eot=vad_end - silence_s,
+                    vad_end=vad_end)
+        self.current = turn
+        TURNS.inc()
+        log.info("turn start trace_id=%s kind=user", turn.trace_id)
+        return turn
+
+    def ensure_turn(self, kind: str = "say") -> Turn:
+        """The turn the next reply belongs to; a reply without an utterance (greeting,
+        fallback) opens its own."""
+        if self.current is None or self.current.reported:
+            self.current = Turn(trace_id=new_trace_id(), kind=kind)
+        return self.current
+
+    # --- moments reported by the plugins -------------------------------------------------
+    def stt_started(self) -> None:
+        if self.current is not None and self.current.stt_sent is None:
+            self.current.stt_sent = time.perf_counter()
+
+    def stt_done(self) -> None:
+        if self.current is not None and self.current.stt_done is None:
+            self.current.stt_done = time.perf_counter()
+
+    def llm_started(self) -> str:
+        turn = self.ensure_turn("user")
+        if turn.llm_sent is None:
+            turn.llm_sent = time.perf_counter()
+        return turn.trace_id
+
+    def llm_first_token(self) -> None:
+        turn = self.current
+        if turn is not None and turn.llm_first is None and turn.llm_sent is not None:
+            turn.llm_first = time.perf_counter()
+            LLM_TTFT.observe(turn.llm_first - turn.llm_sent)
+
+    def tts_text_sent(self) -> str:
+        turn = self.ensure_turn()
+        if turn.tts_first_text is None:
+            turn.tts_first_text = time.perf_counter()
+        return turn.trace_id
+
+    def tts_audio_received(self) -> None:
+        turn = self.current
+        if turn is not None and turn.tts_first_audio is None and turn.tts_first_text is not None:
+            turn.tts_first_audio = time.perf_counter()
+            TTS_TTFA.observe(turn.tts_first_audio - turn.tts_first_text)
+
+    def audio_published(self, at: float | None = None) -> None:
+        """The first frame of the reply left the agent (room track / output device)."""
+        turn = self.current
+        if turn is None or turn.first_publish is not None:
+            return
+        turn.first_publish = at if at is not None else time.perf_counter()
+        if turn.tts_first_audio is not None:
+            TTS_FIRST_TO_PUBLISH.observe(max(0.0, turn.first_publish - turn.tts_first_audio))
+        if turn.eot is not None:
+            EOT_TO_FIRST_AUDIO.observe(turn.first_publish - turn.eot)
+        self._finish(turn)
+
+    def interrupted(self, cancel_to_silence_s: float) -> None:
+        INTERRUPTIONS.inc()
+        CANCEL_TO_SILENCE.observe(cancel_to_silence_s)
+        self.cancel_to_silence.append(cancel_to_silence_s)
+        trace = self.current.trace_id if self.current else "-"
+        log.info("barge-in trace_id=%s cancel_to_silence_ms=%.2f", trace,
+                 cancel_to_silence_s * 1000)
+
+    def error(self, component: str, err: object) -> None:
+        ERRORS.labels(component=component).inc()
+        trace = self.current.trace_id if self.current else "-"
+        log.warning("error component=%s trace_id=%s: %s", component, trace, err)
+
+    def _finish(self, turn: Turn) -> None:
+        turn.reported = True
+        rec = turn.report()
+        self.history.append(rec)
+        log.info("turn %s", json.dumps(rec, ensure_ascii=False))
+        if self._on_report is not None:
+            try:
+                self._on_report({k: rec[k] for k in LATENCY_KEYS})
+            except Exception:  # a broken listener must not break the turn
+                log.exception("latency report listener failed")

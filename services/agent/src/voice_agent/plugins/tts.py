@@ -1,0 +1,301 @@
+"""livekit-agents TTS plugin for our TTS server (voice.tts.v1.TextToSpeech, gRPC bidi).
+
+Shape of the framework's streaming plugins (livekit-plugins-cartesia): `TTS(tts.TTS)`
+with `TTSCapabilities(streaming=True)`, a private `_TTSOptions`, and a
+`SynthesizeStream` whose `_run` runs an input/send task and a receive task, joined
+with gather and cancelled together. One SynthesizeStream = one agent reply = one
+gRPC call:
+
+- The SessionConfig goes out at once (the server session starts during the thinker's
+  TTFT); the LLM text then goes through the bridge (`voice_agent.bridge`) and each
+  segment is written as a TextDelta the moment it is cut. The framework's flush
+  becomes Control FLUSH; end of input half-closes the call (server: FLUSH + end).
+- Each AudioFrame's PCM is pushed to the framework's AudioEmitter as it arrives
+  (raw PCM, re-framed by the framework's AudioByteStream at `frame_ms`).
+- `stop()` is the barge-in path: Control STOP goes out, and nothing received after
+  it is pushed. Cancelling the stream cancels the call (the server frees its slot).
+
+Works in anyone's AgentSession; the optional `tracker` only adds our per-turn timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+import grpc
+from livekit.agents import (
+    DEFAULT_API_CONNECT_OPTIONS,
+    APIConnectionError,
+    APIConnectOptions,
+    tts,
+    utils,
+)
+from voice.tts.v1 import tts_pb2, tts_pb2_grpc
+
+from ..bridge import BridgeConfig, TextSegmenter
+from ..metrics import TurnTracker
+from ._grpc import ChannelCache, to_api_error
+
+log = logging.getLogger("voice_agent.tts")
+
+_FLUSH = tts_pb2.SynthesizeRequest(control=tts_pb2.Control(type=tts_pb2.Control.FLUSH))
+_STOP = tts_pb2.SynthesizeRequest(control=tts_pb2.Control(type=tts_pb2.Control.STOP))
+
+
+@dataclass
+class _TTSOptions:
+    addr: str
+    voice: str
+    language: str
+    sample_rate: int
+    frame_ms: int
+    seed: int | None
+    bridge: BridgeConfig = field(default_factory=BridgeConfig)
+    flush_on_sentence: bool = False
+
+
+class TTS(tts.TTS):
+    def __init__(
+        self,
+        *,
+        addr: str = "localhost:50051",
+        voice: str = "serena",
+        language: str = "auto",
+        sample_rate: int = 24000,
+        frame_ms: int = 20,
+        seed: int | None = None,
+        bridge: BridgeConfig | None = None,
+        flush_on_sentence: bool = False,
+        tracker: TurnTracker | None = None,
+    ) -> None:
+        super().__init__(
+            capabilities=tts.TTSCapabilities(streaming=True),
+            sample_rate=sample_rate,
+            num_channels=1,
+        )
+        self._opts = _TTSOptions(
+            addr=addr, voice=voice, language=language, sample_rate=sample_rate,
+            frame_ms=frame_ms, seed=seed, bridge=bridge or BridgeConfig(),
+            flush_on_sentence=flush_on_sentence,
+        )
+        self._channels = ChannelCache(addr)
+        self._tracker = tracker
+        self._streams: weakref.WeakSet[SynthesizeStream] = weakref.WeakSet()
+
+    @property
+    def model(self) -> str:
+        return "voice.tts.v1"
+
+    @property
+    def provider(self) -> str:
+        return self._opts.addr
+
+    def update_options(self, *, voice: str | None = None, language: str | None = None) -> None:
+        self._opts = replace(
+            self._opts, voice=voice or self._opts.voice, language=language or self._opts.language
+        )
+
+    def stream(
+        self, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> SynthesizeStream:
+        s = SynthesizeStream(tts=self, conn_options=conn_options)
+        self._streams.add(s)
+        return s
+
+    def synthesize(
+        self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> ChunkedStream:
+        return ChunkedStream(tts=self, input_text=text, conn_options=conn_options)
+
+    def stop_all(self) -> int:
+        """Barge-in: STOP every running stream of this TTS; returns how many."""
+        n = 0
+        for s in list(self._streams):
+            if s.stop():
+                n += 1
+        return n
+
+    async def aclose(self) -> None:
+        await self._channels.aclose()
+
+    def _config(self, trace_id: str) -> tts_pb2.SynthesizeRequest:
+        o = self._opts
+        cfg = tts_pb2.SessionConfig(
+            voice=o.voice, language=o.language, sample_rate=o.sample_rate, frame_ms=o.frame_ms,
+            encoding=tts_pb2.AUDIO_ENCODING_PCM_S16LE, trace_id=trace_id,
+        )
+        if o.seed is not None:
+            cfg.seed = o.seed
+        return tts_pb2.SynthesizeRequest(config=cfg)
+
+
+class SynthesizeStream(tts.SynthesizeStream):
+    def __init__(self, *, tts: TTS, conn_options: APIConnectOptions) -> None:
+        super().__init__(tts=tts, conn_options=conn_options)
+        self._tts: TTS = tts
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._write_lock = asyncio.Lock()
+        self._stopped = False
+        self._stop_task: asyncio.Future[None] | None = None
+        self.segments: list[str] = []  # what the bridge sent, for tests and logs
+
+    def stop(self) -> bool:
+        """Barge-in: send Control STOP and push nothing more. True if a call was live."""
+        if self._stopped:
+            return False
+        self._stopped = True
+        call = self._call
+        if call is None or call.done():
+            return False
+
+        async def _send_stop() -> None:
+            try:
+                async with self._write_lock:
+                    await call.write(_STOP)
+            except Exception:  # the call may be gone already: nothing left to stop
+                pass
+
+        self._stop_task = asyncio.ensure_future(_send_stop())
+        return True
+
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        opts = self._tts._opts
+        tracker = self._tts._tracker
+        request_id = utils.shortuuid()
+        output_emitter.initialize(
+            request_id=request_id, sample_rate=opts.sample_rate, num_channels=1,
+            mime_type="audio/pcm", frame_size_ms=opts.frame_ms, stream=True,
+        )
+        trace_id = tracker.ensure_turn().trace_id if tracker else request_id
+        stub = tts_pb2_grpc.TextToSpeechStub(self._tts._channels.get())
+        call = stub.Synthesize(wait_for_ready=False)
+        self._call = call
+        # framework segment boundaries: the server utterance id that ends each one
+        boundaries: deque[int] = deque()
+
+        async def _write(req: tts_pb2.SynthesizeRequest) -> None:
+            async with self._write_lock:
+                await call.write(req)
+
+        async def _input_task() -> None:
+            await _write(self._tts._config(trace_id))
+            segmenter = TextSegmenter(opts.bridge)
+            utt = 0  # server utterance id of the text being sent
+            utt_has_text = False
+            seg_has_text = False
+
+            async def send(text: str, ends_sentence: bool) -> None:
+                nonlocal utt, utt_has_text, seg_has_text
+                if self._stopped or not text:
+                    return
+                if tracker is not None:
+                    tracker.tts_text_sent()
+                self._mark_started()
+                self.segments.append(text)
+                await _write(tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=text)))
+                utt_has_text = seg_has_text = True
+                if opts.flush_on_sentence and ends_sentence:
+                    await _write(_FLUSH)
+                    utt, utt_has_text = utt + 1, False
+
+            async for data in self._input_ch:
+                if isinstance(data, self._FlushSentinel):
+                    for seg in segmenter.finish():
+                        await send(seg.text, True)
+                    if self._stopped:
+                        continue
+                    if utt_has_text:
+                        await _write(_FLUSH)
+                        utt, utt_has_text = utt + 1, False
+                    if seg_has_text:
+                        boundaries.append(utt - 1)
+                        seg_has_text = False
+                    continue
+                for seg in segmenter.push(data):
+                    await send(seg.text, seg.ends_sentence)
+            async with self._write_lock:
+                await call.done_writing()
+            log.debug("tts input done trace_id=%s segments=%s stats=%s", trace_id,
+                      len(self.segments), segmenter.stats)
+
+        async def _recv_task() -> None:
+            seg_open = False
+            n_seg = 0
+            async for resp in call:
+                kind = resp.WhichOneof("response")
+                if kind == "audio":
+                    if self._stopped:
+                        continue  # barge-in: nothing after the decision reaches the output
+                    if not seg_open:
+                        output_emitter.start_segment(segment_id=f"{request_id}-{n_seg}")
+                        seg_open, n_seg = True, n_seg + 1
+                    if tracker is not None:
+                        tracker.tts_audio_received()
+                    output_emitter.push(resp.audio.pcm)
+                    continue
+                ev = resp.event
+                if ev.type == tts_pb2.Event.FIRST_AUDIO:
+                    log.debug("tts first audio trace_id=%s utt=%d server_ttfa_ms=%.1f",
+                              trace_id, ev.utterance_id, ev.timings.ttfa_ms)
+                elif ev.type == tts_pb2.Event.FLUSHED:
+                    if boundaries and ev.utterance_id >= boundaries[0]:
+                        boundaries.popleft()
+                        if seg_open:
+                            output_emitter.end_segment()
+                            seg_open = False
+                elif ev.type == tts_pb2.Event.STOPPED:
+                    log.info("tts stopped trace_id=%s utt=%d", trace_id, ev.utterance_id)
+            if seg_open and not self._stopped:
+                output_emitter.end_segment()
+
+        tasks = [
+            asyncio.create_task(_input_task(), name="tts.input"),
+            asyncio.create_task(_recv_task(), name="tts.recv"),
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        except grpc.aio.AioRpcError as e:
+            if tracker is not None:
+                tracker.error("tts", e.details())
+            raise to_api_error(e, "tts Synthesize") from None
+        except grpc.aio.UsageError:
+            raise APIConnectionError("tts Synthesize: call closed") from None
+        finally:
+            await utils.aio.gracefully_cancel(*tasks)
+            call.cancel()
+            self._call = None
+
+
+class ChunkedStream(tts.ChunkedStream):
+    """Whole-text synthesis (`TTS.synthesize`): one call, text, half-close, all audio."""
+
+    def __init__(self, *, tts: TTS, input_text: str, conn_options: APIConnectOptions) -> None:
+        super().__init__(tts=tts, input_text=input_text, conn_options=conn_options)
+        self._tts: TTS = tts
+
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        opts = self._tts._opts
+        request_id = utils.shortuuid()
+        output_emitter.initialize(
+            request_id=request_id, sample_rate=opts.sample_rate, num_channels=1,
+            mime_type="audio/pcm", frame_size_ms=opts.frame_ms,
+        )
+        stub = tts_pb2_grpc.TextToSpeechStub(self._tts._channels.get())
+
+        async def requests():  # type: ignore[no-untyped-def]
+            yield self._tts._config(request_id)
+            yield tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=self._input_text))
+
+        call = stub.Synthesize(requests())
+        try:
+            async for resp in call:
+                if resp.WhichOneof("response") == "audio":
+                    output_emitter.push(resp.audio.pcm)
+        except grpc.aio.AioRpcError as e:
+            raise to_api_error(e, "tts Synthesize") from None
+        finally:
+            call.cancel()

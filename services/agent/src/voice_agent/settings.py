@@ -1,0 +1,155 @@
+"""Every knob of the agent, read from the environment in one place.
+
+AGENT_* configures our parts (addresses, bridge, VAD, turn handling); LIVEKIT_* are the
+names the LiveKit SDKs use, kept unprefixed so one .env serves the token service, the
+agent and the CLI tools alike. A bad value fails at start-up with the variable's name
+and what to fix, never mid-call.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class AgentSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore", frozen=True)
+
+    # --- backends -------------------------------------------------------------
+    # host:port of the TTS gRPC server (voice.tts.v1.TextToSpeech).
+    tts_addr: str = "localhost:50051"
+    # host:port of the thinker gRPC server (voice.llm.v1.Thinker).
+    thinker_addr: str = "localhost:50052"
+    # Port of the agent's own HTTP server: /metrics (Prometheus) and /healthz.
+    http_port: int = Field(8003, ge=0, le=65535)
+
+    # --- TTS session --------------------------------------------------------------
+    # Speaker name from the TTS server's ListVoices.
+    tts_voice: str = "serena"
+    # Language for the TTS ("auto" lets the model decide).
+    tts_language: str = "auto"
+    # PCM rate we ask the TTS for; 24000 is the model's native rate (no resampling).
+    tts_sample_rate: Literal[16000, 24000, 48000] = 24000
+    # Frame size the TTS sends; each frame is pushed to the output as soon as it lands.
+    tts_frame_ms: Literal[10, 20, 40] = 20
+    # Fixed sampling seed (same seed + same text = same audio); unset = server random.
+    tts_seed: int | None = None
+
+    # --- thinker -------------------------------------------------------------------
+    # System prompt of the conversation.
+    system_prompt: str = (
+        "You are a friendly voice assistant. Answer briefly, in one or two short spoken "
+        "sentences, in the language the user speaks. No lists, no markdown."
+    )
+    # Upper bound on reply tokens (seed: 150 keeps a spoken reply short).
+    llm_max_tokens: int = Field(150, ge=1, le=4096)
+    # Sampling temperature of replies (seed: 0.3).
+    llm_temperature: float = Field(0.3, ge=0.0, le=2.0)
+    # Bounded multi-turn context: at most this many user/assistant messages go to the
+    # thinker (oldest dropped first); the system prompt is always kept.
+    max_context_messages: int = Field(16, ge=1, le=512)
+    # The greeting spoken when a session starts ("" = say nothing).
+    greeting: str = "Hello! How can I help you?"
+    # What the agent says when the thinker fails mid-turn ("" = stay silent).
+    fallback_reply: str = "Sorry, I had a problem. Could you say that again?"
+
+    # --- STT (utterance audio -> thinker transcription) -------------------------------
+    # Instruction sent with the utterance audio to the thinker.
+    stt_instruction: str = (
+        "Transcribe the speech in this audio exactly. Reply with the transcript only."
+    )
+    # What to do when the thinker cannot take audio (INVALID_ARGUMENT, e.g. a text-only
+    # model): "none" = drop the utterance (error logged); "placeholder" = hand the LLM a
+    # clearly marked "[untranscribed speech, N.N s]" turn so the conversation goes on.
+    # "placeholder" is meant for text-only test thinkers, never for production.
+    stt_fallback: Literal["none", "placeholder"] = "none"
+    # Transcription requests are short; cap the tokens.
+    stt_max_tokens: int = Field(96, ge=1, le=1024)
+
+    # --- bridge: LLM text -> TTS (seed 001) --------------------------------------------
+    # The first segment goes out once it holds this many characters (starter segment),
+    # or earlier at punctuation; it is cut at the latest after starter_max_chars.
+    bridge_starter_min_chars: int = Field(2, ge=1, le=64)
+    bridge_starter_max_chars: int = Field(6, ge=1, le=64)
+    # After the starter: flush at punctuation once a segment holds min_chars, else cut
+    # at a word boundary once it holds min..max chars (hard cut at max).
+    bridge_min_chars: int = Field(8, ge=1, le=256)
+    bridge_max_chars: int = Field(12, ge=1, le=256)
+    # Send Control FLUSH after each segment that ends a sentence (a TTS engine that
+    # waits for more text then speaks it at once); FLUSH always ends the reply.
+    bridge_flush_on_sentence: bool = False
+    # Cache of synthesized starter phrases (the greeting and fallback): "on" replays
+    # cached audio for a reply that is exactly a cached phrase.
+    starter_cache: bool = True
+
+    # --- VAD and turn handling ------------------------------------------------------------
+    # Silero speech probability to start speech.
+    vad_activation_threshold: float = Field(0.5, gt=0.0, lt=1.0)
+    # Silence hangover before the VAD ends the utterance (seed: 200 ms).
+    vad_silence_ms: int = Field(200, ge=32, le=5000)
+    # Speech needed before the VAD starts an utterance.
+    vad_min_speech_ms: int = Field(64, ge=32, le=2000)
+    # Extra wait after the VAD end of speech before the turn ends (seed: 0.3 s);
+    # with the 200 ms hangover that is the whole endpointing budget.
+    min_endpointing_delay_s: float = Field(0.3, ge=0.0, le=10.0)
+    # Upper bound on waiting for the end of a turn.
+    max_endpointing_delay_s: float = Field(3.0, ge=0.1, le=30.0)
+    # Barge-in: user speech during SPEAKING cancels the reply (cascade in duplex.py).
+    allow_interruptions: bool = True
+    # Speech the VAD must hear during SPEAKING before it counts as a barge-in.
+    min_interruption_ms: int = Field(64, ge=0, le=5000)
+
+    # --- LiveKit (unprefixed; the SDK's own names) ------------------------------------------
+    livekit_url: str = Field("", validation_alias="LIVEKIT_URL")
+    livekit_api_key: str = Field("", validation_alias="LIVEKIT_API_KEY")
+    livekit_api_secret: str = Field("", validation_alias="LIVEKIT_API_SECRET")
+    # Agent name for explicit dispatch ("" = automatic dispatch to every new room).
+    agent_name: str = ""
+    # Data-message topic for the per-turn latency report the web page reads.
+    latency_topic: str = "latency"
+
+    @model_validator(mode="after")
+    def _check(self) -> AgentSettings:
+        for name in ("tts_addr", "thinker_addr"):
+            value = getattr(self, name)
+            host, _, port = value.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"AGENT_{name.upper()}={value!r}: expected host:port")
+        if self.bridge_starter_min_chars > self.bridge_starter_max_chars:
+            raise ValueError(
+                "AGENT_BRIDGE_STARTER_MIN_CHARS must be <= AGENT_BRIDGE_STARTER_MAX_CHARS"
+            )
+        if self.bridge_min_chars > self.bridge_max_chars:
+            raise ValueError("AGENT_BRIDGE_MIN_CHARS must be <= AGENT_BRIDGE_MAX_CHARS")
+        return self
+
+    def require_livekit(self) -> None:
+        """Fail fast when the worker mode lacks its LiveKit credentials."""
+        missing = [
+            env
+            for env, value in (
+                ("LIVEKIT_URL", self.livekit_url),
+                ("LIVEKIT_API_KEY", self.livekit_api_key),
+                ("LIVEKIT_API_SECRET", self.livekit_api_secret),
+            )
+            if not value
+        ]
+        if missing:
+            raise SystemExit(
+                f"worker mode needs {', '.join(missing)} (or run with --direct, no LiveKit)"
+            )
+
+
+def load_settings(**overrides: object) -> AgentSettings:
+    """Read the environment (plus explicit overrides); exit with a clear message if bad."""
+    try:
+        return AgentSettings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "settings"
+            env = loc if loc.isupper() else f"AGENT_{loc.upper()}"
+            lines.append(f"  {env}: {err['msg']}")
+        raise SystemExit("bad agent configuration:\n" + "\n".join(lines)) from None
