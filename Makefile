@@ -17,7 +17,9 @@ TORCH_SERVICES := tts llm
 # Services whose venv gets the proto stubs (token speaks HTTP only).
 PROTO_SERVICES := tts llm agent autortc
 
-.PHONY: help up down demo demo-chat test lint proto venvs bench bench-quick clean
+.PHONY: help up down demo demo-chat test lint proto venvs venvs-mesh bench bench-quick clean
+TEXT ?= Hello! This is the voice stack speaking, one streamed piece at a time.
+ASK ?= Say hello and tell me what you can do.
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -27,6 +29,14 @@ up: ## run the whole stack (Docker Compose if an engine is reachable, else the l
 
 down: ## stop what `make up` started
 	@bash deploy/down.sh
+
+demo: $(VENV)/tts/.ok ## speak TEXT="..." through the running TTS service into demo.wav
+	$(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
+		--text "$(TEXT)" --out demo.wav
+
+demo-chat: $(VENV)/tts/.ok ## ask the thinker ASK="..." and speak its streamed answer into chat.wav
+	$(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
+		--chat "$(ASK)" --thinker 127.0.0.1:$${LLM_GRPC_PORT:-50052} --out chat.wav
 
 test: venvs lint ## everything that runs without a GPU, Docker or weights
 	@bash .ci/pytest_all.sh $(SERVICES)
@@ -38,6 +48,8 @@ lint: $(VENV)/tools/.ok ## ruff over the whole tree + proto lint/compat
 proto: $(VENV)/tools/.ok ## (re)generate and lint the gRPC stubs
 	$(VENV)/tools/bin/pip install -q --force-reinstall --no-deps ./proto
 	@bash tests/proto/buf.sh lint
+
+venvs-mesh: $(foreach s,tts llm token agent,$(if $(filter $(s),$(SERVICES)),$(VENV)/$(s)/.ok))
 
 venvs: $(VENV)/tools/.ok $(VENV)/oracle/.ok $(foreach s,$(SERVICES),$(VENV)/$(s)/.ok)
 

@@ -2,6 +2,7 @@
 
   python -m voice_tts.client --text "Hello there." --out reply.wav
   some_llm | python -m voice_tts.client --stdin --out reply.wav   # streams as it arrives
+  python -m voice_tts.client --chat "Hi!" --thinker localhost:50052  # thinker -> TTS
 
 Prints client-side TTFA and RTF (and the server's TTFA). Headless: no audio playback.
 """
@@ -15,6 +16,7 @@ import wave
 from collections.abc import AsyncIterator
 
 import grpc
+from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.client.api import list_voices, synthesize
@@ -40,6 +42,20 @@ async def _stdin_pieces(n: int) -> AsyncIterator[str]:
             yield piece
 
 
+async def _thinker_pieces(addr: str, question: str) -> AsyncIterator[str]:
+    """The thinker's reply, delta by delta, as it streams (echoed to stdout)."""
+    async with grpc.aio.insecure_channel(addr) as ch:
+        req = thinker_pb2.ChatRequest(messages=[thinker_pb2.Message(
+            role=thinker_pb2.ROLE_USER, parts=[thinker_pb2.Part(text=question)])])
+        async for delta in thinker_pb2_grpc.ThinkerStub(ch).Chat(req):
+            if delta.text:
+                print(delta.text, end="", flush=True)
+                yield delta.text
+            if delta.HasField("final"):
+                print(f"\n[thinker: {delta.final.completion_tokens} tokens, "
+                      f"TTFT {delta.final.ttft_ms:.1f} ms]")
+
+
 async def _run(args: argparse.Namespace) -> int:
     async with grpc.aio.insecure_channel(args.addr) as ch:
         if args.list_voices:
@@ -57,8 +73,10 @@ async def _run(args: argparse.Namespace) -> int:
             cfg.sampling.greedy = True
         if args.max_frames:
             cfg.sampling.max_frames = args.max_frames
-        if args.stdin:
-            pieces: object = _stdin_pieces(args.chunk_chars)
+        if args.chat:
+            pieces: object = _thinker_pieces(args.thinker, args.chat)
+        elif args.stdin:
+            pieces = _stdin_pieces(args.chunk_chars)
         else:
             pieces = _split(args.text, args.chunk_chars)
         res = await synthesize(ch, pieces, cfg, interval_s=args.interval_ms / 1e3)  # type: ignore[arg-type]
@@ -79,9 +97,11 @@ def main(argv: list[str] | None = None) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--text", help="text to speak")
     src.add_argument("--stdin", action="store_true", help="stream text from stdin")
+    src.add_argument("--chat", metavar="QUESTION", help="ask the thinker, speak its answer")
     src.add_argument("--list-voices", action="store_true", help="print voices and exit")
     p.add_argument("--out", default="reply.wav", help="WAV file to write (default reply.wav)")
     p.add_argument("--addr", default="localhost:50051", help="server host:port")
+    p.add_argument("--thinker", default="localhost:50052", help="thinker host:port (--chat)")
     p.add_argument("--voice", default="vivian")
     p.add_argument("--language", default="auto")
     p.add_argument("--instruct", default="")
@@ -93,8 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--chunk-chars", type=int, default=4, help="characters per text piece")
     p.add_argument("--interval-ms", type=float, default=0.0, help="pause between pieces")
     args = p.parse_args(argv)
-    if not (args.text or args.stdin or args.list_voices):
-        p.error("give --text, --stdin or --list-voices")
+    if not (args.text or args.stdin or args.chat or args.list_voices):
+        p.error("give --text, --stdin, --chat or --list-voices")
     try:
         sys.exit(asyncio.run(_run(args)))
     except grpc.aio.AioRpcError as e:

@@ -15,6 +15,7 @@ cutting in `framing.py`, the engine behind the `Session` API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -90,10 +91,9 @@ class SynthesizeStream:
     # -- engine thread side ------------------------------------------------------------
     def sink(self, item: AudioPacket | UtteranceEnd) -> None:
         """Called by the engine thread; hands the item to the event loop."""
-        try:
+        # A closed loop means the call is gone: nothing to deliver to.
+        with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self._enqueue_engine, item)
-        except RuntimeError:  # loop closed: the call is gone, nothing to deliver to
-            pass
 
     def _enqueue_engine(self, item: AudioPacket | UtteranceEnd) -> None:
         st = self.state

@@ -1,0 +1,276 @@
+"""The local mesh: every service as a local process under one supervisor, no Docker.
+
+`make up` runs this when no Docker engine is reachable. It checks the ports, starts the
+services from their virtualenvs in dependency order (tts, thinker, token, then the agent),
+waits for each health check, prints where everything is, and stops all of them on
+Ctrl-C, SIGTERM or `make down` (`mesh.py down`). A service that fails to start stops the
+whole mesh with a message naming it and the cause; nothing is left running.
+
+Stdlib only: it runs under any Python 3.11, before or without the services' venvs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = Path(os.environ.get("MESH_RUN_DIR", ROOT / ".run"))
+STATE = RUN / "mesh.json"
+
+
+@dataclass
+class Service:
+    name: str
+    venv: str
+    argv: list[str]
+    env: dict[str, str]
+    ports: dict[str, int]  # role -> port, all checked free before start
+    health_port: int
+    health_timeout_s: float = 180.0
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def python(self) -> Path:
+        return ROOT / ".venv" / self.venv / "bin" / "python"
+
+    @property
+    def log(self) -> Path:
+        return RUN / "logs" / f"{self.name}.log"
+
+
+def _port(var: str, default: int) -> int:
+    raw = os.environ.get(var, str(default))
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise SystemExit(f"mesh: {var}={raw!r} is not a port number (1-65535)")
+    return int(raw)
+
+
+def services() -> list[Service]:
+    tts_g, tts_h = _port("TTS_GRPC_PORT", 50051), _port("TTS_HTTP_PORT", 8001)
+    llm_g, llm_h = _port("LLM_GRPC_PORT", 50052), _port("LLM_HTTP_PORT", 8002)
+    tok_h = _port("TOKEN_HTTP_PORT", 8080)
+    agent_h = _port("AGENT_HTTP_PORT", 8003)
+    weights = os.environ.get("VOICE_TTS_WEIGHTS", "")
+    llm_weights = os.environ.get("VOICE_LLM_WEIGHTS", "")
+    out = [
+        Service("tts", "tts", ["-m", "voice_tts.server"], {
+            "TTS_MODEL": weights or "preset:tiny", "TTS_GRPC_HOST": "127.0.0.1",
+            "TTS_GRPC_PORT": str(tts_g), "TTS_HTTP_PORT": str(tts_h)},
+            {"gRPC": tts_g, "HTTP": tts_h}, tts_h),
+        Service("thinker", "llm", ["-m", "voice_llm.server"], {
+            "LLM_BACKEND": os.environ.get("LLM_BACKEND", "transformers"),
+            "LLM_MODEL": llm_weights or "tiny-random", "LLM_GRPC_HOST": "127.0.0.1",
+            "LLM_GRPC_PORT": str(llm_g), "LLM_HTTP_PORT": str(llm_h)},
+            {"gRPC": llm_g, "HTTP": llm_h}, llm_h),
+        Service("token", "token", ["-m", "voice_token"], {
+            "TOKEN_HTTP_HOST": "127.0.0.1", "TOKEN_HTTP_PORT": str(tok_h),
+            "LIVEKIT_URL": os.environ.get("LIVEKIT_URL", "ws://127.0.0.1:7880"),
+            "LIVEKIT_API_KEY": os.environ.get("LIVEKIT_API_KEY", "devkey"),
+            "LIVEKIT_API_SECRET": os.environ.get(
+                "LIVEKIT_API_SECRET", "secret-for-local-development-only-0123456789")},
+            {"HTTP": tok_h}, tok_h),
+        Service("agent", "agent", ["-m", "voice_agent", "serve-direct"], {
+            "AGENT_TTS_ADDR": f"127.0.0.1:{tts_g}", "AGENT_THINKER_ADDR": f"127.0.0.1:{llm_g}",
+            "AGENT_HTTP_HOST": "127.0.0.1", "AGENT_HTTP_PORT": str(agent_h)},
+            {"HTTP": agent_h}, agent_h),
+    ]
+    only = [s for s in os.environ.get("MESH_SERVICES", "").split(",") if s]
+    return [s for s in out if not only or s.name in only]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+class Mesh:
+    def __init__(self, svcs: list[Service]) -> None:
+        self.svcs = svcs
+        self.stopping = False
+
+    def preflight(self) -> None:
+        for s in self.svcs:
+            if not s.python.exists():
+                raise SystemExit(f"mesh: {s.name}: {s.python} is missing; run `make venvs`")
+            for role, port in s.ports.items():
+                if not _port_free(port):
+                    raise SystemExit(f"mesh: {s.name}: port {port} ({role}) is taken by another "
+                                     "process; free it or set another port in the env")
+
+    def start(self) -> None:
+        (RUN / "logs").mkdir(parents=True, exist_ok=True)
+        for s in self.svcs:
+            env = {**os.environ, **s.env, "PYTHONUNBUFFERED": "1"}
+            log = open(s.log, "wb")  # noqa: SIM115 (kept open for the child's lifetime)
+            # Own process group: stopping the mesh stops every child's children too.
+            s.proc = subprocess.Popen([str(s.python), *s.argv], env=env, cwd=ROOT, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+            print(f"  starting {s.name:8s} pid {s.proc.pid:<7d} log {s.log.relative_to(ROOT)}",
+                  flush=True)
+            self._wait_healthy(s)
+        self._write_state()
+
+    def _wait_healthy(self, s: Service) -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < s.health_timeout_s:
+            if self.stopping:
+                raise SystemExit(1)
+            assert s.proc is not None
+            rc = s.proc.poll()
+            if rc is not None:
+                raise RuntimeError(f"{s.name} exited with code {rc} during start-up; its log "
+                                   f"({s.log.relative_to(ROOT)}) ends with:\n{_tail(s.log)}")
+            if _healthy(s.health_port):
+                print(f"  {s.name:8s} healthy in {time.monotonic() - t0:.1f} s", flush=True)
+                return
+            time.sleep(0.25)
+        raise RuntimeError(f"{s.name} not healthy after {s.health_timeout_s:.0f} s; its log "
+                           f"ends with:\n{_tail(s.log)}")
+
+    def _write_state(self) -> None:
+        STATE.write_text(json.dumps({
+            "supervisor": os.getpid(),
+            "services": {s.name: {"pid": s.proc.pid if s.proc else None, "ports": s.ports,
+                                  "log": str(s.log)} for s in self.svcs},
+        }, indent=2))
+
+    def watch(self) -> int:
+        """Runs until a signal or until a service dies (then everything stops)."""
+        while not self.stopping:
+            for s in self.svcs:
+                if s.proc is not None and s.proc.poll() is not None:
+                    print(f"mesh: {s.name} exited with code {s.proc.returncode}; stopping "
+                          f"the mesh. Its log ends with:\n{_tail(s.log)}", file=sys.stderr)
+                    return 1
+            time.sleep(0.5)
+        return 0
+
+    def stop(self) -> None:
+        for s in reversed(self.svcs):
+            if s.proc is not None and s.proc.poll() is None:
+                os.killpg(s.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 25
+        for s in reversed(self.svcs):
+            if s.proc is None:
+                continue
+            try:
+                s.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(s.proc.pid, signal.SIGKILL)
+                s.proc.wait()
+            with contextlib.suppress(ProcessLookupError):  # children that outlived it
+                os.killpg(s.proc.pid, signal.SIGKILL)
+        STATE.unlink(missing_ok=True)
+
+
+BANNER = """\
+  ┌──────────────────────────────────────────────────────────────────────────────┐
+  │ RANDOM WEIGHTS: the TTS speaks noise and the thinker babbles.                 │
+  │ For real speech set VOICE_TTS_WEIGHTS=/path/to/Qwen3-TTS-12Hz-0.6B-CustomVoice │
+  │ (the Hugging Face folder) and VOICE_LLM_WEIGHTS=/path/to/a/chat/model.        │
+  └──────────────────────────────────────────────────────────────────────────────┘"""
+
+
+def up(args: argparse.Namespace) -> int:
+    svcs = services()
+    print("mesh: starting the local mesh (every service a local process; no Docker engine)")
+    if not os.environ.get("VOICE_TTS_WEIGHTS") or not os.environ.get("VOICE_LLM_WEIGHTS"):
+        print(BANNER)
+    mesh = Mesh(svcs)
+    mesh.preflight()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        mesh.stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    rc = 0
+    try:
+        mesh.start()
+        print("mesh: up. Services:")
+        for s in svcs:
+            ports = ", ".join(f"{role} {p}" for role, p in s.ports.items())
+            print(f"  {s.name:8s} {ports:28s} log {s.log.relative_to(ROOT)}")
+        web = next((s.health_port for s in svcs if s.name == "token"), 8080)
+        print(f"  web page: http://127.0.0.1:{web}/   stop: Ctrl-C or `make down`", flush=True)
+        rc = mesh.watch()
+    except RuntimeError as e:
+        print(f"mesh: {e}", file=sys.stderr)
+        rc = 1
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 1
+    finally:
+        print("mesh: stopping every service", flush=True)
+        mesh.stop()
+        print("mesh: stopped", flush=True)
+    return rc
+
+
+def down(args: argparse.Namespace) -> int:
+    if not STATE.exists():
+        print("mesh: not running")
+        return 0
+    state = json.loads(STATE.read_text())
+    pid = state["supervisor"]
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        STATE.unlink(missing_ok=True)
+        print("mesh: supervisor already gone")
+        return 0
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            print("mesh: stopped")
+            return 0
+        time.sleep(0.2)
+    print(f"mesh: supervisor {pid} still running after {args.timeout} s", file=sys.stderr)
+    return 1
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="mesh.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("up", help="start every service and supervise them (foreground)")
+    d = sub.add_parser("down", help="stop a running mesh")
+    d.add_argument("--timeout", type=float, default=40.0)
+    args = p.parse_args()
+    sys.exit(up(args) if args.cmd == "up" else down(args))
+
+
+if __name__ == "__main__":
+    main()
