@@ -16,6 +16,8 @@ SERVICES := $(sort $(notdir $(patsubst %/pyproject.toml,%,$(wildcard services/*/
 TORCH_SERVICES := tts llm
 # Services whose venv gets the proto stubs (token speaks HTTP only).
 PROTO_SERVICES := tts llm agent autortc
+# Local packages a service's venv needs besides its own (AutoRTC drives the agent).
+LOCAL_DEPS_autortc := -e services/agent
 
 .PHONY: help up down demo demo-chat test lint proto venvs venvs-mesh bench bench-quick clean
 TEXT ?= Hello! This is the voice stack speaking, one streamed piece at a time.
@@ -77,11 +79,11 @@ $(VENV)/oracle/.ok:
 	touch $@
 
 define service_venv
-$(VENV)/$(1)/.ok: services/$(1)/pyproject.toml $(wildcard services/$(1)/setup.sh) $(if $(filter $(1),$(PROTO_SERVICES)),$(PROTOS))
+$(VENV)/$(1)/.ok: services/$(1)/pyproject.toml $(if $(LOCAL_DEPS_$(1)),services/agent/pyproject.toml) $(wildcard services/$(1)/setup.sh) $(if $(filter $(1),$(PROTO_SERVICES)),$(PROTOS))
 	@if [ -x services/$(1)/setup.sh ] || [ -f services/$(1)/setup.sh ]; then bash services/$(1)/setup.sh; fi
 	$(PYTHON) -m venv $(VENV)/$(1)
 	$(if $(filter $(1),$(TORCH_SERVICES)),$(VENV)/$(1)/bin/$(PIP) $(TORCH))
-	$(VENV)/$(1)/bin/$(PIP) $(if $(filter $(1),$(PROTO_SERVICES)),./proto) -e 'services/$(1)[test]'
+	$(VENV)/$(1)/bin/$(PIP) $(if $(filter $(1),$(PROTO_SERVICES)),./proto) $(LOCAL_DEPS_$(1)) -e 'services/$(1)[test]'
 	touch $$@
 endef
 $(foreach s,$(SERVICES),$(eval $(call service_venv,$(s))))
