@@ -1,0 +1,77 @@
+"""The interface every generation backend implements, and the prompt rendering they share.
+
+A backend turns a validated ChatJob into an async stream of `Chunk`s and can abort a
+request by id. Contract for implementers:
+- `generate` yields chunks in order; the last one has `finish` set. Closing the generator
+  early (the caller was cancelled) must abort the request in the engine before returning.
+- `abort(request_id)` stops the engine's work for that request at the next step and is
+  idempotent; it never raises for an unknown or finished id.
+- Input the backend cannot take (prompt over max_model_len, audio on a text-only model)
+  raises InvalidInput before any chunk is yielded.
+The backend knows nothing about gRPC, admission or metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
+
+from voice_llm.chat import AudioClip, ChatJob, ChatMessage, Chunk
+
+
+class Backend(Protocol):
+    name: str
+    # True when audio parts can go to the model as audio (an omni model on vLLM).
+    accepts_audio: bool
+
+    async def start(self) -> None:
+        """Loads the model and runs one warm-up generation; health turns SERVING after it."""
+
+    def generate(self, job: ChatJob) -> AsyncIterator[Chunk]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def check_health(self) -> None:
+        """Raises if the engine can no longer serve (a dead engine process, say)."""
+
+    async def close(self) -> None: ...
+
+
+def chat_template_messages(
+    messages: Sequence[ChatMessage], audio_as_placeholder: bool
+) -> tuple[list[dict[str, Any]], list[AudioClip]]:
+    """Messages in the HF chat-template shape, plus the audio clips in prompt order.
+
+    Text-only turns use plain string content, which every chat template accepts. Turns
+    with audio use the multimodal list shape ({"type": "audio"} items) that omni models'
+    templates (Qwen2.5/3-Omni) render as their audio placeholder tokens; the engine then
+    expands each placeholder with the matching clip.
+    """
+    out: list[dict[str, Any]] = []
+    clips: list[AudioClip] = []
+    for m in messages:
+        if not m.audio:
+            out.append({"role": m.role.value, "content": m.text})
+            continue
+        if not audio_as_placeholder:
+            raise AssertionError("audio reached a backend that does not accept it")
+        content: list[dict[str, Any]] = []
+        for p in m.parts:
+            if isinstance(p, AudioClip):
+                content.append({"type": "audio"})
+                clips.append(p)
+            elif p:
+                content.append({"type": "text", "text": p})
+        out.append({"role": m.role.value, "content": content})
+    return out, clips
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
+    """The chat template applied up to the assistant's turn; a clear error if there is none."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise RuntimeError("the model's tokenizer has no chat_template; the thinker needs one")
+    # enable_thinking=False: a voice reply must not open with a <think> block (Qwen3
+    # templates honour it; other templates ignore unknown variables).
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )

@@ -1,0 +1,211 @@
+"""The Transformers backend: HF `generate` in worker threads, streamed into asyncio.
+
+One thread per request runs `model.generate` (torch releases the GIL, so requests overlap
+on CPU); a streamer hands each new token id to the event loop (the TextIteratorStreamer
+pattern, but into an asyncio queue), where it is detokenized and checked for stop strings.
+
+Cancellation is real: every request carries a threading.Event that a StoppingCriteria
+reads after each decode step, so `abort` (or closing the stream) ends `generate` after at
+most the step in progress. `steps_run(request_id)` exposes the step count so tests can see
+generation stop rather than assume it.
+
+Sampling runs in a logits processor with a per-request torch.Generator, so a request's
+`seed` gives the same reply even while other requests sample concurrently (HF's own
+sampler draws from the global RNG). Audio is not taken: the model is text-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from voice_llm.backends.base import chat_template_messages, render_prompt
+from voice_llm.backends.text import IncrementalDetokenizer, StopMatcher
+from voice_llm.chat import ChatJob, Chunk, FinishReason, SamplingOptions
+from voice_llm.errors import InvalidInput
+from voice_llm.settings import Settings
+
+log = logging.getLogger(__name__)
+_END = object()
+
+
+@dataclass
+class _Run:
+    """One request's generation thread, as the event loop sees it."""
+
+    cancel: threading.Event = field(default_factory=threading.Event)
+    steps: int = 0  # decode steps taken (read by tests and abort logging)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class TransformersBackend:
+    name = "transformers"
+    accepts_audio = False
+
+    def __init__(self, settings: Settings, model_path: Path) -> None:
+        self._settings = settings
+        self._path = model_path
+        self._pool = ThreadPoolExecutor(settings.max_concurrent, thread_name_prefix="hf-gen")
+        self._runs: dict[str, _Run] = {}
+        self._finished_steps: dict[str, int] = {}
+        self.tokenizer: Any = None
+        self.model: Any = None
+        self._eos: set[int] = set()
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+        # Warm-up: one short generation through the whole path.
+        from voice_llm.chat import ChatMessage, Role
+
+        warm = ChatJob(
+            "warmup",
+            (ChatMessage(Role.USER, ("hello",)),),
+            SamplingOptions(max_tokens=4, temperature=0.3, top_p=0.9, seed=0),
+        )
+        async for _ in self.generate(warm):
+            pass
+
+    def _load(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if self._settings.torch_threads:
+            torch.set_num_threads(self._settings.torch_threads)
+        dtype = "auto" if self._settings.dtype == "auto" else getattr(torch, self._settings.dtype)
+        self.tokenizer = AutoTokenizer.from_pretrained(self._path)
+        self.model = AutoModelForCausalLM.from_pretrained(self._path, dtype=dtype)
+        self.model.to(self._settings.device).eval()
+        eos = self.model.generation_config.eos_token_id
+        self._eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            self._eos.add(self.tokenizer.eos_token_id)
+        log.info("transformers model loaded from %s on %s", self._path, self._settings.device)
+
+    async def generate(self, job: ChatJob) -> AsyncIterator[Chunk]:
+        if job.has_audio:
+            raise AssertionError("audio reached the transformers backend")
+        messages, _ = chat_template_messages(job.messages, audio_as_placeholder=False)
+        prompt_ids = self.tokenizer(render_prompt(self.tokenizer, messages)).input_ids
+        n_prompt = len(prompt_ids)
+        room = self._settings.max_model_len - n_prompt
+        if room <= 0:
+            raise InvalidInput(
+                f"the conversation is {n_prompt} tokens; the model takes fewer than "
+                f"{self._settings.max_model_len} (LLM_MAX_MODEL_LEN): shorten it"
+            )
+        max_new = min(job.options.max_tokens, room)
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        run = _Run()
+        if job.request_id in self._runs:
+            raise InvalidInput(f"request_id {job.request_id!r} is already generating")
+        self._runs[job.request_id] = run
+        future = loop.run_in_executor(
+            self._pool, self._generate_blocking, prompt_ids, max_new, job.options, run, loop, queue
+        )
+        detok = IncrementalDetokenizer(self.tokenizer)
+        stops = StopMatcher(job.options.stop)
+        last_id, finished = -1, False
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                last_id = item[-1]
+                text = stops.feed(detok.push(item))
+                if stops.matched:
+                    run.cancel.set()  # the engine may be a step ahead: stop it now
+                    await future
+                    finished = True
+                    yield Chunk(text, len(item), n_prompt, finish=FinishReason.STOP)
+                    return
+                yield Chunk(text, len(item), n_prompt)
+            await future
+            tail = stops.feed(detok.flush()) + stops.flush()
+            eos = last_id in self._eos
+            reason = FinishReason.STOP if eos or stops.matched else FinishReason.LENGTH
+            finished = True
+            yield Chunk(tail, 0, n_prompt, finish=reason)
+        finally:
+            if not finished:
+                run.cancel.set()  # closed early: the caller was cancelled or failed
+
+    def _generate_blocking(
+        self,
+        prompt_ids: list[int],
+        max_new: int,
+        options: SamplingOptions,
+        run: _Run,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[Any],
+    ) -> None:
+        import torch
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        from voice_llm.backends.hf_hooks import CancelOnEvent, QueueStreamer, SeededSampler
+
+        try:
+            ids = torch.tensor([prompt_ids], device=self.model.device)
+            processors = LogitsProcessorList()
+            if options.temperature > 0:
+                processors.append(SeededSampler(options, self.model.device))
+            with torch.inference_mode():
+                self.model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=max_new,
+                    do_sample=False,  # SeededSampler does the sampling
+                    logits_processor=processors,
+                    stopping_criteria=StoppingCriteriaList([CancelOnEvent(run)]),
+                    streamer=QueueStreamer(loop, queue),
+                    eos_token_id=sorted(self._eos),
+                    pad_token_id=self.tokenizer.pad_token_id,
+                )
+        except BaseException as e:
+            loop.call_soon_threadsafe(queue.put_nowait, e)
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, _END)
+            run.done.set()
+            loop.call_soon_threadsafe(self._forget, run)
+
+    def _forget(self, run: _Run) -> None:
+        for rid, r in list(self._runs.items()):
+            if r is run:
+                del self._runs[rid]
+                self._finished_steps[rid] = r.steps
+                while len(self._finished_steps) > 256:
+                    self._finished_steps.pop(next(iter(self._finished_steps)))
+
+    async def abort(self, request_id: str) -> None:
+        run = self._runs.get(request_id)
+        if run is not None:
+            run.cancel.set()
+
+    def steps_run(self, request_id: str) -> tuple[int, bool]:
+        """(decode steps taken, whether the generation thread has ended) for a request."""
+        run = self._runs.get(request_id)
+        if run is not None:
+            return run.steps, run.done.is_set()
+        return self._finished_steps.get(request_id, 0), True
+
+    @property
+    def active_requests(self) -> int:
+        return len(self._runs)
+
+    async def check_health(self) -> None:
+        if self.model is None:
+            raise RuntimeError("model not loaded")
+
+    async def close(self) -> None:
+        for run in self._runs.values():
+            run.cancel.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)

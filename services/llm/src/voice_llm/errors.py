@@ -1,0 +1,36 @@
+"""Error kinds of the thinker, and the one table that maps them to gRPC status codes.
+
+Code anywhere below the servicer raises these (or ValueError); only `status_for` knows
+about gRPC. Anything unexpected is INTERNAL with a generic message: backend exceptions
+can carry paths and prompts, so their text is logged, not sent.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class InvalidInput(ValueError):
+    """The request is malformed or over a limit; the message tells the client which."""
+
+
+class AudioNotSupported(InvalidInput):
+    """Audio parts sent to a text-only model with no ASR step configured."""
+
+
+class Overloaded(Exception):
+    """At the concurrent-request limit: reject, never degrade everyone."""
+
+
+class Draining(Exception):
+    """The server is shutting down and takes no new calls."""
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    if isinstance(exc, ValueError):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, Overloaded):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    if isinstance(exc, Draining):
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
+    return grpc.StatusCode.INTERNAL, "internal error in the thinker (see its log)"

