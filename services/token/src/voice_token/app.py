@@ -39,6 +39,8 @@ SETTINGS_KEY = web.AppKey("settings", Settings)
 MINTER_KEY = web.AppKey("minter", TokenMinter)
 LIMITER_KEY = web.AppKey("limiter", RateLimiter)
 METRICS_KEY = web.AppKey("metrics", Metrics)
+REQUEST_ID = web.RequestKey("request_id", str)
+LOG_EXTRA = web.RequestKey("log_extra", dict)
 
 
 def build_app(settings: Settings, *, limiter: RateLimiter | None = None) -> web.Application:
@@ -71,7 +73,7 @@ async def _request_context(request: web.Request, handler):  # type: ignore[no-un
     rid = request.headers.get("X-Request-Id", "")
     if not (0 < len(rid) <= 64 and rid.replace("-", "").isalnum()):
         rid = uuid.uuid4().hex[:16]
-    request["request_id"] = rid
+    request[REQUEST_ID] = rid
     t0 = time.perf_counter()
     try:
         response = await handler(request)
@@ -87,7 +89,7 @@ async def _request_context(request: web.Request, handler):  # type: ignore[no-un
             extra={
                 "request_id": rid, "method": request.method, "path": request.path,
                 "status": response.status, "ms": round((time.perf_counter() - t0) * 1e3, 2),
-                "client": _client_key(request), **request.get("log_extra", {}),
+                "client": _client_key(request), **request.get(LOG_EXTRA, {}),
             },
         )
     if isinstance(response, web.HTTPException):
@@ -175,7 +177,7 @@ async def _token_response(request: web.Request) -> web.Response:
         return _error(e.status, str(e), e.field)
     except web.HTTPRequestEntityTooLarge:
         return _error(413, f"body too large (limit {MAX_BODY_BYTES} bytes)")
-    request["log_extra"] = {"room": req.room, "identity": req.identity}
+    request[LOG_EXTRA] = {"room": req.room, "identity": req.identity}
     settings = request.app[SETTINGS_KEY]
     issued = request.app[MINTER_KEY].mint(req.room, req.identity, req.name)
     return web.json_response(

@@ -1,0 +1,132 @@
+"""Shared fixtures: settings with known test credentials, the app on a real localhost
+port (aiohttp's test server), and a real `python -m voice_token` subprocess.
+
+No LiveKit server runs here (no binary installs on these machines): LIVEKIT_URL points at
+a closed localhost port, which is exactly the "cannot reach server" case the page must
+handle. Nothing in these tests fakes the token service itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from voice_token.app import build_app
+from voice_token.settings import Settings, load_settings
+
+API_KEY = "APItestkey123"
+# A sentinel we can grep for: it must never appear in logs, responses or errors.
+API_SECRET = "s3cr3t-SENTINEL-0123456789abcdefghijklmnop"
+REPO = Path(__file__).resolve().parents[3]
+ARTIFACTS = REPO / "artifacts" / "token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The developer's own LIVEKIT_*/TOKEN_* must not leak into the tests.
+    for var in list(os.environ):
+        if var.startswith(("LIVEKIT_", "TOKEN_")):
+            monkeypatch.delenv(var)
+
+
+def make_settings(**overrides: object) -> Settings:
+    base: dict[str, object] = {
+        "livekit_api_key": API_KEY, "livekit_api_secret": API_SECRET,
+        "livekit_url": "ws://127.0.0.1:7880",
+    }
+    base.update(overrides)
+    return load_settings(**base)
+
+
+@pytest.fixture
+def client_for(aiohttp_client):  # type: ignore[no-untyped-def]
+    """client_for(**settings) -> aiohttp TestClient on a real 127.0.0.1 port."""
+
+    async def make(**overrides: object):  # type: ignore[no-untyped-def]
+        return await aiohttp_client(build_app(make_settings(**overrides)))
+
+    return make
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[str]
+    port: int
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+def start_server(tmp: Path, **env: str) -> ServerProcess:
+    """Run `python -m voice_token` with test credentials; wait for /healthz."""
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("LIVEKIT_", "TOKEN_"))}
+    full_env.update({
+        "LIVEKIT_API_KEY": API_KEY, "LIVEKIT_API_SECRET": API_SECRET,
+        "TOKEN_HTTP_HOST": "127.0.0.1", "TOKEN_HTTP_PORT": str(port),
+    })
+    full_env.update(env)
+    log_path = tmp / f"server-{port}.log"
+    with open(log_path, "w") as log:  # the child keeps its own copy of the fd
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "voice_token"], env=full_env, stdout=log,
+            stderr=subprocess.STDOUT, text=True,
+        )
+    server = ServerProcess(proc, port, log_path, full_env)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"voice_token exited {proc.returncode}:\n{server.logs()}")
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(server.url + "/healthz", timeout=1).read()
+            return server
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"voice_token did not answer /healthz in 20 s:\n{server.logs()}")
+
+
+def stop_server(server: ServerProcess, timeout: float = 10) -> int:
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+    return server.proc.returncode
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
+    started: list[ServerProcess] = []
+
+    def make(**env: str) -> ServerProcess:
+        s = start_server(tmp_path, **env)
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        stop_server(s)

@@ -1,0 +1,104 @@
+"""Rate limiting per client (429 + Retry-After) and the CORS allowlist (403 for others),
+over HTTP; plus the token bucket's refill and bounded memory with a fake clock."""
+
+from __future__ import annotations
+
+from voice_token.ratelimit import RateLimiter
+
+OK = {"room": "demo", "identity": "alice"}
+
+
+async def test_burst_then_429_with_retry_after(client_for) -> None:  # type: ignore[no-untyped-def]
+    client = await client_for(token_rate_limit_burst=3, token_rate_limit_per_minute=6)
+    statuses = [(await client.post("/api/token", json=OK)).status for _ in range(3)]
+    assert statuses == [200, 200, 200]
+    resp = await client.post("/api/token", json=OK)
+    assert resp.status == 429
+    assert "too many token requests" in (await resp.json())["error"]
+    assert 1 <= int(resp.headers["Retry-After"]) <= 10  # 6/min -> one every 10 s
+    # Junk counts too, so a flood of bad requests is limited the same way.
+    assert (await client.post("/api/token", data=b"x")).status == 429
+    text = await (await client.get("/metrics")).text()
+    assert 'token_requests_total{status="429"} 2.0' in text
+
+
+async def test_forwarded_for_only_when_trusted(client_for) -> None:  # type: ignore[no-untyped-def]
+    trusted = await client_for(token_rate_limit_burst=1, token_trust_proxy=True)
+    h1, h2 = {"X-Forwarded-For": "203.0.113.1"}, {"X-Forwarded-For": "203.0.113.2, 10.0.0.1"}
+    assert (await trusted.post("/api/token", json=OK, headers=h1)).status == 200
+    assert (await trusted.post("/api/token", json=OK, headers=h1)).status == 429
+    assert (await trusted.post("/api/token", json=OK, headers=h2)).status == 200
+
+    untrusted = await client_for(token_rate_limit_burst=1)
+    assert (await untrusted.post("/api/token", json=OK, headers=h1)).status == 200
+    # A client cannot pick itself a fresh bucket by inventing a header.
+    assert (await untrusted.post("/api/token", json=OK, headers=h2)).status == 429
+
+
+def test_bucket_refills_at_the_configured_rate() -> None:
+    now = [100.0]
+    lim = RateLimiter(per_minute=60, burst=2, clock=lambda: now[0])
+    assert lim.acquire("a") == 0 and lim.acquire("a") == 0
+    wait = lim.acquire("a")
+    assert 0.99 <= wait <= 1.01  # 60/min = one per second
+    assert lim.acquire("b") == 0  # other clients are independent
+    now[0] += 0.5
+    assert lim.acquire("a") > 0
+    now[0] += 0.6
+    assert lim.acquire("a") == 0
+    now[0] += 100  # refills to the burst, never beyond
+    assert [lim.acquire("a") for _ in range(3)][:2] == [0, 0]
+    assert lim.acquire("a") > 0
+
+
+def test_client_table_is_bounded() -> None:
+    now = [0.0]
+    lim = RateLimiter(per_minute=1, burst=5, max_clients=100, clock=lambda: now[0])
+    for i in range(1000):
+        now[0] += 0.001
+        lim.acquire(f"10.0.{i // 256}.{i % 256}")
+        assert len(lim) <= 100
+
+
+async def test_cors_allowlist(client_for) -> None:  # type: ignore[no-untyped-def]
+    client = await client_for(token_cors_origins="https://app.example.com, http://localhost:3000/")
+    # No Origin (curl, a backend): allowed, CORS is a browser matter.
+    assert (await client.post("/api/token", json=OK)).status == 200
+    # Allowlisted: allowed, with the headers the browser needs to read the answer.
+    resp = await client.post("/api/token", json=OK, headers={"Origin": "https://app.example.com"})
+    assert resp.status == 200
+    assert resp.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
+    assert resp.headers["Vary"] == "Origin"
+    resp = await client.post("/api/token", json=OK, headers={"Origin": "http://localhost:3000"})
+    assert resp.status == 200
+    # Not allowlisted: refused before a token is minted, and no CORS headers.
+    resp = await client.post("/api/token", json=OK, headers={"Origin": "https://evil.example"})
+    assert resp.status == 403
+    out = await resp.json()
+    assert "not allowed" in out["error"] and "TOKEN_CORS_ORIGINS" in out["error"]
+    assert "participant_token" not in out
+    assert "Access-Control-Allow-Origin" not in resp.headers
+    # Same origin as the page (the service's own host): always allowed.
+    same = f"http://{client.server.host}:{client.server.port}"
+    assert (await client.post("/api/token", json=OK, headers={"Origin": same})).status == 200
+
+
+async def test_cors_preflight(client_for) -> None:  # type: ignore[no-untyped-def]
+    client = await client_for(token_cors_origins="https://app.example.com")
+    pre = {"Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "content-type"}
+    resp = await client.options("/api/token", headers={"Origin": "https://app.example.com", **pre})
+    assert resp.status == 204
+    assert resp.headers["Access-Control-Allow-Origin"] == "https://app.example.com"
+    assert "POST" in resp.headers["Access-Control-Allow-Methods"]
+    assert "Content-Type" in resp.headers["Access-Control-Allow-Headers"]
+    resp = await client.options("/api/token", headers={"Origin": "https://evil.example", **pre})
+    assert resp.status == 403
+    assert "Access-Control-Allow-Origin" not in resp.headers
+
+
+async def test_cors_wildcard(client_for) -> None:  # type: ignore[no-untyped-def]
+    client = await client_for(token_cors_origins="*")
+    resp = await client.post("/api/token", json=OK, headers={"Origin": "https://any.example"})
+    assert resp.status == 200
+    assert resp.headers["Access-Control-Allow-Origin"] == "https://any.example"

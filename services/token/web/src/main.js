@@ -1,0 +1,223 @@
+// The voice page: get a token from this service, join the LiveKit room, publish the
+// microphone, play the agent, show the conversation state and the agent's latency
+// figures. Bundled with the LiveKit client by esbuild (web/build.sh); nothing is
+// fetched from a CDN at run time.
+//
+// It never hangs: every step that waits on the network has a bound (the token fetch,
+// and room.connect raced against TOKEN_CONNECT_TIMEOUT_SECONDS), and its failure lands
+// in a named state with a sentence saying what to check.
+
+import {
+  ConnectionError,
+  ConnectionErrorReason,
+  Room,
+  RoomEvent,
+  Track,
+} from 'livekit-client';
+
+import { formatMs, LATENCY_FIELDS, LATENCY_TOPIC, LatencyStats, parseLatency } from './latency.js';
+import { conversationState, IN_CALL, STATES } from './states.js';
+
+const $ = (id) => document.getElementById(id);
+const connectTimeoutMs = Number(document.body.dataset.connectTimeoutMs) || 15000;
+const identity = `web-${[...crypto.getRandomValues(new Uint8Array(4))]
+  .map((b) => b.toString(16).padStart(2, '0')).join('')}`;
+
+let state = 'loading';
+let room = null;
+let attempt = 0; // bumps on every join/leave so late events of an old room are ignored
+const latency = new LatencyStats();
+
+function setState(next, detail = '') {
+  state = next;
+  const el = $('state');
+  el.dataset.state = next;
+  $('state-label').textContent = STATES[next] ?? next;
+  $('state-detail').textContent = detail;
+  const busy = next === 'token' || next === 'connecting';
+  const inCall = IN_CALL.has(next);
+  $('join').disabled = busy || inCall;
+  $('leave').disabled = !(busy || inCall);
+  $('mute').disabled = !inCall;
+}
+
+function notice(text) {
+  $('notice').textContent = text;
+  $('notice').hidden = !text;
+}
+
+function withTimeout(promise, ms) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms / 1000} s`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+async function fetchToken(roomName, name) {
+  const res = await withTimeout(
+    fetch('/api/token', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ room: roomName, identity, ...(name ? { name } : {}) }),
+    }),
+    10000,
+  );
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(body.error || `HTTP ${res.status}`);
+  return body;
+}
+
+function explainConnectError(err, url) {
+  const where = `${url} did not answer`;
+  if (err instanceof ConnectionError && err.reason === ConnectionErrorReason.NotAllowed) {
+    return ['refused', `${url} rejected the token (${err.message}). Do LIVEKIT_API_KEY and ` +
+      'LIVEKIT_API_SECRET match the LiveKit server?'];
+  }
+  const why = err?.message ? ` (${err.message})` : '';
+  return ['unreachable', `${where}${why}. Is the LiveKit server running, and is LIVEKIT_URL ` +
+    'reachable from this browser?'];
+}
+
+async function join(event) {
+  event?.preventDefault();
+  const my = ++attempt;
+  const roomName = $('room').value.trim();
+  const name = $('name').value.trim();
+  notice('');
+  setState('token', `room ${roomName}`);
+  let tok;
+  try {
+    tok = await fetchToken(roomName, name);
+  } catch (err) {
+    if (my === attempt) setState('token-error', err.message);
+    return;
+  }
+  if (my !== attempt) return;
+  setState('connecting', tok.server_url);
+  room = new Room({ adaptiveStream: true, dynacast: true });
+  wireRoom(room, my);
+  try {
+    // maxRetries 0: a refused connection is reported at once, not after a retry loop.
+    await withTimeout(
+      room.connect(tok.server_url, tok.participant_token, {
+        maxRetries: 0, websocketTimeout: connectTimeoutMs,
+      }),
+      connectTimeoutMs,
+    );
+  } catch (err) {
+    if (my !== attempt) return;
+    const failed = room;
+    room = null;
+    failed.disconnect().catch(() => {});
+    setState(...explainConnectError(err, tok.server_url));
+    return;
+  }
+  if (my !== attempt) return;
+  refreshConversation();
+  try {
+    await room.localParticipant.setMicrophoneEnabled(true);
+  } catch (err) {
+    notice(`Microphone unavailable: ${err.message}. You can still hear the agent.`);
+  }
+  refreshMute();
+}
+
+function wireRoom(r, my) {
+  const live = () => my === attempt && room === r;
+  const refresh = () => live() && IN_CALL.has(state) && refreshConversation();
+  r.on(RoomEvent.ParticipantConnected, refresh)
+    .on(RoomEvent.ParticipantDisconnected, refresh)
+    .on(RoomEvent.ParticipantAttributesChanged, refresh)
+    .on(RoomEvent.ActiveSpeakersChanged, refresh)
+    .on(RoomEvent.TrackSubscribed, (track) => {
+      if (track.kind === Track.Kind.Audio) $('audio').appendChild(track.attach());
+      refresh();
+    })
+    .on(RoomEvent.TrackUnsubscribed, (track) => track.detach().forEach((el) => el.remove()))
+    .on(RoomEvent.AudioPlaybackStatusChanged, () => {
+      $('enable-audio').hidden = r.canPlaybackAudio;
+    })
+    .on(RoomEvent.DataReceived, (payload, _participant, _kind, topic) => onData(payload, topic))
+    .on(RoomEvent.Disconnected, (reason) => {
+      if (!live() || !IN_CALL.has(state)) return;
+      room = null;
+      setState('disconnected', reason ? `reason: ${reason}` : 'the connection ended');
+    });
+}
+
+function refreshConversation() {
+  if (room) setState(conversationState(room.remoteParticipants.values()));
+  refreshMute();
+}
+
+function refreshMute() {
+  const muted = !!room && !room.localParticipant.isMicrophoneEnabled;
+  $('mute').textContent = muted ? 'Unmute' : 'Mute';
+  $('mute').setAttribute('aria-pressed', String(muted));
+  $('state').dataset.muted = String(muted && IN_CALL.has(state));
+}
+
+async function toggleMute() {
+  if (!room) return;
+  const lp = room.localParticipant;
+  try {
+    await lp.setMicrophoneEnabled(!lp.isMicrophoneEnabled);
+  } catch (err) {
+    notice(`Microphone unavailable: ${err.message}`);
+  }
+  refreshMute();
+}
+
+async function leave() {
+  attempt += 1;
+  const r = room;
+  room = null;
+  setState('idle', 'You left the room.');
+  refreshMute();
+  if (r) await r.disconnect();
+}
+
+function onData(payload, topic) {
+  if (topic !== LATENCY_TOPIC) return false;
+  const ok = latency.add(parseLatency(payload));
+  if (!ok) console.warn('dropped a malformed latency message');
+  renderLatency();
+  return ok;
+}
+
+function renderLatency() {
+  $('latency').dataset.count = String(latency.turns);
+  for (const f of LATENCY_FIELDS) {
+    const row = document.querySelector(`[data-metric="${f}"]`);
+    const n = latency.values[f].length;
+    row.querySelector('.last').textContent = formatMs(latency.last(f));
+    row.querySelector('.median').textContent = n ? `${formatMs(latency.median(f))}` : '–';
+    row.title = n ? `median of the last ${n} turns` : '';
+  }
+}
+
+function init() {
+  const params = new URLSearchParams(location.search);
+  $('room').value = params.get('room') || 'voice-demo';
+  $('identity').textContent = identity;
+  $('join-form').addEventListener('submit', join);
+  $('leave').addEventListener('click', leave);
+  $('mute').addEventListener('click', toggleMute);
+  $('enable-audio').addEventListener('click', async () => {
+    await room?.startAudio();
+    $('enable-audio').hidden = true;
+  });
+  setState('idle', 'Pick a room and press Join; allow the microphone when asked.');
+}
+
+// A small handle for the browser console and the page test: read the state, and feed a
+// data message through the same path LiveKit's DataReceived uses.
+window.voiceDemo = {
+  state: () => state,
+  identity,
+  receiveData: (text, topic = LATENCY_TOPIC) => onData(new TextEncoder().encode(text), topic),
+  latency,
+};
+
+init();
