@@ -37,6 +37,8 @@ function setState(next, detail = '') {
   const busy = next === 'token' || next === 'connecting';
   const inCall = IN_CALL.has(next);
   $('join').disabled = busy || inCall;
+  $('join').textContent = ['unreachable', 'refused', 'token-error', 'disconnected']
+    .includes(next) ? 'Retry' : 'Join';
   $('leave').disabled = !(busy || inCall);
   $('mute').disabled = !inCall;
 }

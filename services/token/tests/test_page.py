@@ -1,0 +1,196 @@
+"""The page in a real headless browser (Debian's chromium, driven by playwright).
+
+It loads, asks this service for a token, and shows its states. No LiveKit server can run
+here (named boundary): a closed localhost port stands for "server down" and a TCP
+listener that accepts and never answers stands for "server hangs". In both the page must
+end in a clear "Cannot reach server" state within its connect timeout, not hang.
+Latency figures are fed through the page's own data-message handler
+(`window.voiceDemo.receiveData`, the function LiveKit's DataReceived event calls), since
+no agent can publish here. Screenshots go to artifacts/token/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from conftest import ARTIFACTS, REPO, free_port
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+# Without the background-networking flags chromium floods this machine's closed network.
+FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: run services/token/setup.sh (apt chromium)")
+    # Rebuild the bundle if web/src changed since setup.sh ran (a no-op otherwise).
+    subprocess.run(["bash", str(REPO / "services/token/web/build.sh")], check=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        # launch() gives every run a fresh temporary profile (its own --user-data-dir).
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    ctx = browser.new_context(viewport={"width": 1000, "height": 720})
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    ctx.close()
+    assert errors == [], f"uncaught errors in the page: {errors}"
+
+
+@contextlib.contextmanager
+def hanging_server() -> Iterator[int]:
+    """A TCP listener that accepts and never answers: a LiveKit server that hangs."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(sock.accept()[0])
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        stop.set()
+        t.join(2)
+        for c in held:
+            c.close()
+        sock.close()
+
+
+def _shot(page: Page, name: str) -> None:
+    """Keep a screenshot as a test artifact (artifacts/token/NAME.png), checked to be a PNG."""
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000, path
+
+
+def test_page_loads_asks_for_a_token_and_shows_cannot_reach_server(
+    server_factory, page: Page  # type: ignore[no-untyped-def]
+) -> None:
+    closed = free_port()  # nothing listens here: LiveKit is down
+    srv = server_factory(LIVEKIT_URL=f"ws://127.0.0.1:{closed}")
+    page.goto(srv.url + "/?room=test-room")
+    expect(page.locator("#state")).to_have_attribute("data-state", "idle")
+    expect(page.locator("#state-label")).to_have_text("Ready")
+    expect(page.locator("#room")).to_have_value("test-room")
+    expect(page.locator("#mute")).to_be_disabled()
+    identity = page.locator("#identity").inner_text()
+    assert identity.startswith("web-")
+    page.fill("#name", "Tester")
+    _shot(page, "page_idle")
+
+    t0 = time.monotonic()
+    with page.expect_response("**/api/token") as resp_info:
+        page.click("#join")
+    resp = resp_info.value
+    assert resp.status == 200
+    sent = json.loads(resp.request.post_data or "{}")
+    assert sent == {"room": "test-room", "identity": identity, "name": "Tester"}
+    assert resp.json()["server_url"] == f"ws://127.0.0.1:{closed}"
+
+    expect(page.locator("#state")).to_have_attribute("data-state", "unreachable", timeout=10_000)
+    elapsed = time.monotonic() - t0
+    expect(page.locator("#state-label")).to_have_text("Cannot reach server")
+    expect(page.locator("#state-detail")).to_contain_text(f"ws://127.0.0.1:{closed}")
+    expect(page.locator("#state-detail")).to_contain_text("Is the LiveKit server running")
+    expect(page.locator("#join")).to_be_enabled()
+    expect(page.locator("#join")).to_have_text("Retry")
+    expect(page.locator("#mute")).to_be_disabled()
+    _shot(page, "page_cannot_reach_server")
+    # A refused port is reported at once, well before the 15 s connect timeout.
+    assert elapsed < 8, f"took {elapsed:.1f} s to report a refused connection"
+    print(f"refused LiveKit port reported in {elapsed:.2f} s")
+
+
+def test_page_shows_connecting_then_gives_up_on_a_hanging_server(
+    server_factory, page: Page  # type: ignore[no-untyped-def]
+) -> None:
+    with hanging_server() as port:
+        srv = server_factory(LIVEKIT_URL=f"ws://127.0.0.1:{port}",
+                             TOKEN_CONNECT_TIMEOUT_SECONDS="2")
+        page.goto(srv.url + "/")
+        t0 = time.monotonic()
+        page.click("#join")
+        expect(page.locator("#state")).to_have_attribute("data-state", "connecting")
+        expect(page.locator("#state-label")).to_have_text("Connecting…")
+        expect(page.locator("#leave")).to_be_enabled()
+        expect(page.locator("#join")).to_be_disabled()
+        _shot(page, "page_connecting")
+        expect(page.locator("#state")).to_have_attribute("data-state", "unreachable",
+                                                         timeout=8_000)
+        elapsed = time.monotonic() - t0
+        expect(page.locator("#state-detail")).to_contain_text("no answer within 2 s")
+    assert 1.8 <= elapsed < 6, f"gave up after {elapsed:.1f} s, configured 2 s"
+    print(f"hanging LiveKit server given up after {elapsed:.2f} s (timeout 2 s)")
+
+
+def test_page_shows_the_services_error_message(server_factory, page: Page) -> None:  # type: ignore[no-untyped-def]
+    srv = server_factory(LIVEKIT_URL=f"ws://127.0.0.1:{free_port()}")
+    page.goto(srv.url + "/")
+    page.fill("#room", "bad room!")
+    page.click("#join")
+    expect(page.locator("#state")).to_have_attribute("data-state", "token-error")
+    expect(page.locator("#state-label")).to_have_text("Could not get a token")
+    expect(page.locator("#state-detail")).to_contain_text("invalid room 'bad room!'")
+    _shot(page, "page_token_error")
+
+
+def test_page_shows_latency_from_agent_data_messages(server_factory, page: Page) -> None:  # type: ignore[no-untyped-def]
+    srv = server_factory(LIVEKIT_URL=f"ws://127.0.0.1:{free_port()}")
+    page.goto(srv.url + "/")
+    expect(page.locator("#latency-empty")).to_be_visible()
+    turns = [
+        {"turn_id": "t1", "eot_to_first_audio_ms": 612.4, "llm_ttft_ms": 95, "tts_ttfa_ms": 180},
+        {"turn_id": "t2", "eot_to_first_audio_ms": 480, "llm_ttft_ms": 70.2},  # no tts field
+        {"turn_id": "t3", "eot_to_first_audio_ms": 530, "llm_ttft_ms": 82, "tts_ttfa_ms": 150,
+         "extra": "ignored"},
+    ]
+    for t in turns:
+        assert page.evaluate("m => window.voiceDemo.receiveData(m)", json.dumps(t)) is True
+    # Malformed, wrongly typed and other-topic messages change nothing.
+    for bad in ("{not json", "[1, 2]", json.dumps({"llm_ttft_ms": "fast"}),
+                json.dumps({"llm_ttft_ms": -5})):
+        assert page.evaluate("m => window.voiceDemo.receiveData(m)", bad) is False
+    assert page.evaluate(
+        "m => window.voiceDemo.receiveData(m, 'chat')", json.dumps({"llm_ttft_ms": 1})
+    ) is False
+
+    def cells(metric: str) -> tuple[str, str]:
+        row = page.locator(f'[data-metric="{metric}"]')
+        return row.locator(".last").inner_text(), row.locator(".median").inner_text()
+
+    assert cells("eot_to_first_audio_ms") == ("530 ms", "530 ms")  # median of 612, 480, 530
+    assert cells("llm_ttft_ms") == ("82 ms", "82 ms")  # median of 95, 70.2, 82
+    assert cells("tts_ttfa_ms") == ("150 ms", "165 ms")  # two values: mean of the middle
+    expect(page.locator("#latency")).to_have_attribute("data-count", "3")
+    expect(page.locator("#latency-empty")).to_be_hidden()
+    _shot(page, "page_latency")
