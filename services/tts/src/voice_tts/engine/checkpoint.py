@@ -1,0 +1,184 @@
+"""Load (and, for tests, write) the official Qwen3-TTS-12Hz checkpoint layout.
+
+Layout of a local checkpoint directory (the Hugging Face repo as published):
+
+    config.json                    Qwen3TTSConfig (talker_config, code_predictor_config, ...)
+    model.safetensors              or model-0000x-of-0000y.safetensors + model.safetensors.index.json
+    generation_config.json         optional sampling defaults
+    vocab.json merges.txt tokenizer_config.json   the Qwen2 text tokenizer (or tokenizer.json)
+    speech_tokenizer/config.json   Qwen3TTSTokenizerV2Config (decoder_config, encoder_config)
+    speech_tokenizer/model.safetensors
+
+The published weight names are mapped to ours in ONE place, `WEIGHT_PREFIXES`: our
+modules reuse the official attribute names below a prefix, so mapping is a prefix strip.
+Names we do not use (the speech tokenizer's `encoder.*`, a base model's
+`speaker_encoder.*`) are listed in `IGNORED_PREFIXES`; anything else unknown is an error.
+No hub access: `path` must be a local directory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from .config import ModelConfig
+from .model import Qwen3TTS
+
+# (file, published prefix) -> our module prefix. The whole mapping lives here.
+WEIGHT_PREFIXES: dict[tuple[str, str], str] = {
+    ("model", "talker."): "talker.",
+    ("speech_tokenizer", "decoder."): "speech_decoder.",
+}
+IGNORED_PREFIXES: dict[str, tuple[str, ...]] = {
+    "model": ("speaker_encoder.",),
+    "speech_tokenizer": ("encoder.",),
+}
+
+
+def default_dtype(device: torch.device | str) -> torch.dtype:
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def _read_safetensors(directory: Path, stem: str = "model") -> dict[str, torch.Tensor]:
+    index = directory / f"{stem}.safetensors.index.json"
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        tensors: dict[str, torch.Tensor] = {}
+        for f in files:
+            tensors.update(load_file(directory / f))
+        return tensors
+    single = directory / f"{stem}.safetensors"
+    if not single.exists():
+        raise FileNotFoundError(f"no {stem}.safetensors (or index) in {directory}")
+    return load_file(single)
+
+
+def map_weights(file: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Published names of one file -> our state_dict names."""
+    out: dict[str, torch.Tensor] = {}
+    unknown = []
+    for name, t in tensors.items():
+        for (f, src), dst in WEIGHT_PREFIXES.items():
+            if f == file and name.startswith(src):
+                out[dst + name[len(src):]] = t
+                break
+        else:
+            if not name.startswith(IGNORED_PREFIXES[file]):
+                unknown.append(name)
+    if unknown:
+        raise ValueError(f"unexpected weights in {file}: {unknown[:8]}")
+    return out
+
+
+def load_model(path: str | Path, device: torch.device | str = "cpu",
+               dtype: torch.dtype | None = None) -> Qwen3TTS:
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint directory not found: {path} (no hub access; "
+                                "download the model and pass its local path)")
+    cfg = ModelConfig.from_dir(path)
+    if cfg.tts_model_type != "custom_voice":
+        raise ValueError(f"only CustomVoice checkpoints are supported, got {cfg.tts_model_type}")
+    with torch.device("meta"):
+        model = Qwen3TTS(cfg)
+    state = map_weights("model", _read_safetensors(path))
+    state.update(map_weights("speech_tokenizer", _read_safetensors(path / "speech_tokenizer")))
+    missing = set(model.state_dict()) - set(state)
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks weights: {sorted(missing)[:8]}")
+    model.load_state_dict(state, strict=True, assign=True)
+    _materialize_buffers(model)
+    return model.to(device=device, dtype=dtype or default_dtype(device)).eval()
+
+
+def _materialize_buffers(model: Qwen3TTS) -> None:
+    """Recompute non-persistent buffers (RoPE inverse frequencies) left on the meta device."""
+    from .model.layers import rope_inv_freq
+
+    for mod, cfg in ((model.talker, model.cfg.talker),
+                     (model.talker.code_predictor, model.cfg.code_predictor),
+                     (model.speech_decoder.pre_transformer, model.cfg.speech_decoder)):
+        mod.inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta)
+
+
+# --- random weights (tests, CPU demos, GPU benchmarks at the real shapes) --------------------
+
+@torch.no_grad()
+def random_model(cfg: ModelConfig, seed: int = 0) -> Qwen3TTS:
+    """Build `cfg` with deterministic random weights that give non-trivial audio."""
+    gen = torch.Generator().manual_seed(seed)
+    model = Qwen3TTS(cfg)
+    for name, p in sorted(model.named_parameters()):
+        leaf = name.rsplit(".", 1)[-1]
+        if "norm" in name and leaf == "weight":
+            p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+        elif leaf in ("alpha", "beta"):  # SnakeBeta (log-scale)
+            p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+        elif leaf == "cluster_usage":
+            p.copy_(0.5 + torch.rand(p.shape, generator=gen))
+        elif leaf == "embedding_sum":
+            p.copy_(torch.randn(p.shape, generator=gen))
+        elif leaf in ("scale", "gamma"):
+            p.copy_(0.1 + 0.05 * torch.randn(p.shape, generator=gen))
+        elif leaf == "bias":
+            p.copy_(0.02 * torch.randn(p.shape, generator=gen))
+        elif "embedding" in name:
+            p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+        else:  # linear / conv weights: unit-gain fan-in scaling
+            fan_in = p[0].numel() if p.dim() > 1 else p.numel()
+            p.copy_(torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
+    return model.eval()
+
+
+def save_checkpoint(model: Qwen3TTS, path: str | Path, text_tokenizer_dir: str | Path | None = None,
+                    shard_bytes: int | None = None) -> Path:
+    """Write `model` in the official layout (names inverted through WEIGHT_PREFIXES)."""
+    path = Path(path)
+    (path / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
+    cfg, speech_cfg = model.cfg.to_hf_dict()
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    (path / "speech_tokenizer" / "config.json").write_text(json.dumps(speech_cfg, indent=2))
+    files: dict[str, dict[str, torch.Tensor]] = {"model": {}, "speech_tokenizer": {}}
+    for name, t in model.state_dict().items():
+        for (f, src), dst in WEIGHT_PREFIXES.items():
+            if name.startswith(dst):
+                files[f][src + name[len(dst):]] = t.detach().to("cpu").contiguous()
+                break
+    _write(files["model"], path, shard_bytes)
+    _write(files["speech_tokenizer"], path / "speech_tokenizer", None)
+    if text_tokenizer_dir is not None:
+        for f in Path(text_tokenizer_dir).iterdir():
+            if f.is_file():
+                (path / f.name).write_bytes(f.read_bytes())
+    return path
+
+
+def _write(tensors: dict[str, torch.Tensor], directory: Path, shard_bytes: int | None) -> None:
+    meta = {"format": "pt"}
+    if not shard_bytes:
+        save_file(tensors, directory / "model.safetensors", metadata=meta)
+        return
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name in sorted(tensors):
+        t = tensors[name]
+        if size and size + t.numel() * t.element_size() > shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += t.numel() * t.element_size()
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, directory / fname, metadata=meta)
+        weight_map.update({n: fname for n in shard})
+    (directory / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2))
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

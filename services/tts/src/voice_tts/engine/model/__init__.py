@@ -1,0 +1,24 @@
+"""Plain-PyTorch modules of Qwen3-TTS-12Hz: one file per part, no sessions, no sampling."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..config import ModelConfig
+from .code_predictor import CodePredictor
+from .speech_decoder import DecoderState, SpeechDecoder
+from .talker import Talker
+
+
+class Qwen3TTS(nn.Module):
+    """The whole model: `talker` (with its `code_predictor`) and the `speech_decoder`."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.talker = Talker(cfg.talker, CodePredictor(cfg.code_predictor,
+                                                       cfg.talker.hidden_size))
+        self.speech_decoder = SpeechDecoder(cfg.speech_decoder)
+
+
+__all__ = ["CodePredictor", "DecoderState", "Qwen3TTS", "SpeechDecoder", "Talker"]

@@ -1,0 +1,156 @@
+"""Building blocks shared by the talker and the code predictor (Qwen3 decoder layers).
+
+Numerics follow the official modules op for op (RMSNorm in float32 then cast, q/k RMSNorm
+on the head dim, rotate-half RoPE with cos/sin computed in float32, SDPA), so greedy codes
+match the official code token for token on the same weights.
+
+M-RoPE note: the talker uses interleaved multimodal RoPE (sections [24, 20, 20]). For a
+text/codec-only sequence the official code gives the temporal, height and width axes the
+same position id (`get_rope_index` with no padding), and selecting per-channel from three
+identical cos/sin tables is the identity. So the talker's rotary embedding is exactly the
+1D RoPE implemented here; `mrope_section` is kept in the config for checkpoints only.
+
+Static KV cache: `KVCache` holds (slots, kv_heads, max_len, head_dim) buffers, written in
+place at each row's own positions, so decode shapes never change (CUDA-graph friendly).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
+    # Same expression as transformers' default rope init (int64 arange, then float).
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+
+
+def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor,
+                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions (B, T) int -> cos, sin (B, T, head_dim) in `dtype` (computed in float32)."""
+    freqs = (inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
+             @ positions[:, None, :].float()).transpose(1, 2)  # (B, T, D/2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, D)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+class KVCache(nn.Module):
+    """Static KV cache of one attention layer.
+
+    Layout: k, v (slots, kv_heads, max_len, head_dim). A step writes the new keys of row b
+    at `positions[b]` of slot `slots[b]` and reads the first `kv_len` positions back; keys
+    past a row's own position are masked by the caller. `reset` is not needed: a slot's
+    stale keys are never read because the mask only admits positions <= the query's.
+    """
+
+    def __init__(self, slots: int, kv_heads: int, max_len: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        shape = (slots, kv_heads, max_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device),
+                             persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device),
+                             persistent=False)
+
+    def update(self, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor, kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v (B, kv_heads, T, D) at positions (B, T) -> cached (B, kv_heads, kv_len, D)."""
+        b_idx = slots[:, None].expand_as(positions)  # (B, T)
+        self.k[b_idx, :, positions] = k.transpose(1, 2)  # index_put takes (B, T, H, D)
+        self.v[b_idx, :, positions] = v.transpose(1, 2)
+        return self.k[slots, :, :kv_len], self.v[slots, :, :kv_len]
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, eps: float,
+                 qk_norm: bool = True, bias: bool = False) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=bias)
+        self.q_norm = RMSNorm(head_dim, eps) if qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(head_dim, eps) if qk_norm else nn.Identity()
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, -1, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, -1, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, k, cos, sin)
+        return q, k, v  # (B, H, T, D), (B, KVH, T, D) x2
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: torch.Tensor) -> torch.Tensor:
+        """q (B, H, T, D), k/v (B, KVH, S, D), mask (B, 1, T, S) bool -> (B, T, hidden)."""
+        rep = self.heads // self.kv_heads
+        if rep > 1:
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                             scale=self.head_dim ** -0.5)
+        b, _, t, _ = q.shape
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm Qwen3 layer: x + attn(norm(x)); x + mlp(norm(x))."""
+
+    def __init__(self, hidden: int, intermediate: int, heads: int, kv_heads: int,
+                 head_dim: int, eps: float) -> None:
+        super().__init__()
+        self.self_attn = Attention(hidden, heads, kv_heads, head_dim, eps)
+        self.mlp = MLP(hidden, intermediate)
+        self.input_layernorm = RMSNorm(hidden, eps)
+        self.post_attention_layernorm = RMSNorm(hidden, eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: KVCache, slots: torch.Tensor, positions: torch.Tensor,
+                mask: torch.Tensor, kv_len: int) -> torch.Tensor:
+        q, k, v = self.self_attn.qkv(self.input_layernorm(x), cos, sin)
+        k, v = cache.update(slots, positions, k, v, kv_len)
+        x = x + self.self_attn.attend(q, k, v, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def causal_mask(positions: torch.Tensor, kv_len: int) -> torch.Tensor:
+    """positions (B, T) -> (B, 1, T, kv_len) bool: key j visible to a query at p iff j <= p."""
+    keys = torch.arange(kv_len, device=positions.device)
+    return (keys[None, None, :] <= positions[:, :, None]).unsqueeze(1)

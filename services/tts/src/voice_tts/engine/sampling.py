@@ -1,0 +1,107 @@
+"""Sampling: the official defaults and logits processors, batched, without host syncs.
+
+Defaults are those of `Qwen3TTSModel._merge_generate_kwargs` / `generate`: talker
+temperature 0.9, top_k 50, top_p 1.0, repetition_penalty 1.05; sub-talker (code
+predictor) temperature 0.9, top_k 50, top_p 1.0; min_new_tokens 2; the top 1024 ids of the
+codec vocabulary are suppressed except codec EOS. Processor order is Hugging Face's:
+repetition penalty -> min-new-tokens (EOS masked) -> suppress tokens -> [sampling only:]
+temperature -> top-k -> top-p. Greedy takes the argmax after the first three, as HF does.
+
+Sampling draws a categorical sample as argmax(p / E) with E ~ Exp(1) (the exponential
+race, exactly the categorical distribution). The noise E comes from each session's own
+`torch.Generator`, drawn by the runner one row per session, so a session's output does
+not depend on who else is in the batch, and the step itself has no host sync and no
+branch on tensor values (greedy rows select the argmax with `torch.where`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    do_sample: bool = True
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    subtalker_do_sample: bool = True
+    subtalker_temperature: float = 0.9
+    subtalker_top_k: int = 50
+    subtalker_top_p: float = 1.0
+
+    @classmethod
+    def greedy(cls) -> SamplingParams:
+        return cls(do_sample=False, subtalker_do_sample=False)
+
+    def validate(self) -> None:
+        for name in ("temperature", "subtalker_temperature"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"sampling.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("top_p", "subtalker_top_p"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"sampling.{name} must be in (0, 1], got {getattr(self, name)}")
+        for name in ("top_k", "subtalker_top_k"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"sampling.{name} must be >= 0 (0 = off), got "
+                                 f"{getattr(self, name)}")
+        if not self.repetition_penalty > 0:
+            raise ValueError("sampling.repetition_penalty must be > 0")
+
+
+MIN_NEW_TOKENS = 2
+
+
+def suppress_mask(vocab_size: int, eos_id: int, device=None) -> torch.Tensor:
+    """(vocab,) bool: the official suppress_tokens (top 1024 ids except codec EOS)."""
+    mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+    mask[vocab_size - 1024:] = True
+    mask[eos_id] = False
+    return mask
+
+
+@dataclass
+class SamplingTensors:
+    """Per-row sampling parameters of one step, (B,) each; built by the runner."""
+
+    do_sample: torch.Tensor  # bool
+    temperature: torch.Tensor  # float
+    top_k: torch.Tensor  # long, vocab size where off
+    top_p: torch.Tensor  # float
+
+
+def warp_and_sample(scores: torch.Tensor, p: SamplingTensors,
+                    noise: torch.Tensor) -> torch.Tensor:
+    """scores (B, V) after penalties/masks -> tokens (B,). noise (B, V) ~ Exp(1)."""
+    greedy = scores.argmax(-1)
+    s = scores / p.temperature[:, None]
+    # top-k: keep scores >= the k-th largest (HF keeps ties).
+    sorted_desc = s.sort(dim=-1, descending=True).values
+    kth = sorted_desc.gather(-1, (p.top_k[:, None] - 1).clamp(min=0))
+    s = s.masked_fill(s < kth, float("-inf"))
+    # top-p: drop the low tail whose cumulative probability is <= 1 - top_p (keep >= 1).
+    sorted_asc, idx = s.sort(dim=-1, descending=False)
+    cum = sorted_asc.softmax(-1).cumsum(-1)
+    remove = cum <= (1 - p.top_p[:, None])
+    remove[:, -1] = False
+    s = s.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+    sampled = (s.softmax(-1) / noise).argmax(-1)
+    return torch.where(p.do_sample, sampled, greedy)
+
+
+def talker_scores(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor,
+                  n_generated: torch.Tensor, suppress: torch.Tensor,
+                  eos_id: int) -> torch.Tensor:
+    """HF processors for codebook 0: logits (B, V) float32, seen (B, V) bool (tokens of
+    this utterance so far), penalty (B,), n_generated (B,) long, suppress (V,) bool."""
+    pen = penalty[:, None]
+    penalized = torch.where(logits < 0, logits * pen, logits / pen)
+    scores = torch.where(seen, penalized, logits)
+    early = (n_generated < MIN_NEW_TOKENS)[:, None]
+    eos = torch.zeros_like(suppress)
+    eos[eos_id] = True
+    scores = scores.masked_fill(early & eos[None], float("-inf"))
+    return scores.masked_fill(suppress[None], float("-inf"))

@@ -1,0 +1,179 @@
+"""Text for streaming: UTF-8 pieces in, *stable* text-token ids out.
+
+The official wrapper tokenizes `<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>
+assistant\\n` in one go with the Qwen2 tokenizer. Special tokens are split off first, so
+the segment `assistant\\n{text}` is tokenized on its own: role = [im_start] + its first
+two ids, text ids = the rest. We tokenize the same segment incrementally.
+
+Stability rule. The Qwen2 tokenizer is NFC normalization, a regex pre-tokenizer (no
+lookbehind, at most one character of lookahead) and byte-level BPE inside each
+pre-token. Appending text can only change the *last* pre-token (it may grow, split or
+merge with what follows); every earlier pre-token and its BPE ids are final. So we
+commit the ids of all pre-tokens but the last, and keep the last one (and any
+incomplete UTF-8 sequence) as an uncommitted tail until more text or flush. As a guard
+the committed ids are checked to be a prefix of the ids of the whole pending text.
+
+Differences from the official processor, on purpose: special-token strings inside the
+text (e.g. a literal "<|im_end|>") stay plain text instead of becoming control tokens.
+
+The tokenizer comes from the checkpoint's `tokenizer.json`, or `vocab.json` +
+`merges.txt` assembled into the Qwen2 pipeline with the `tokenizers` library.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import threading
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+# The Qwen2 pre-tokenizer pattern (transformers' Qwen2Tokenizer / tokenizer.json).
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+ROLE_PREFIX = "assistant\n"
+
+
+def build_qwen2_tokenizer(vocab: dict[str, int], merges: list[tuple[str, str]]) -> Tokenizer:
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None,
+                               continuing_subword_prefix="", end_of_word_suffix="",
+                               fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def load_text_tokenizer(path: str | Path) -> Tokenizer:
+    path = Path(path)
+    if (path / "vocab.json").exists() and (path / "merges.txt").exists():
+        vocab = json.loads((path / "vocab.json").read_text(encoding="utf-8"))
+        merges = []
+        for line in (path / "merges.txt").read_text(encoding="utf-8").splitlines():
+            if line and not line.startswith("#version"):
+                a, b = line.split(" ")
+                merges.append((a, b))
+        return build_qwen2_tokenizer(vocab, merges)
+    if (path / "tokenizer.json").exists():
+        return Tokenizer.from_file(str(path / "tokenizer.json"))
+    raise FileNotFoundError(f"no text tokenizer (vocab.json + merges.txt or tokenizer.json) "
+                            f"in {path}")
+
+
+class TextTokenizer:
+    """The plain-text side of the Qwen2 tokenizer plus the model's special ids."""
+
+    def __init__(self, tok: Tokenizer, im_start: int, im_end: int) -> None:
+        self.tok, self.im_start, self.im_end = tok, im_start, im_end
+        self._split = pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated")
+        self._nfc = normalizers.NFC()
+        self.newline_ids = self.encode("\n")
+        role = self.encode(ROLE_PREFIX)
+        if len(role) != 2:
+            raise ValueError(f"tokenizer encodes {ROLE_PREFIX!r} as {len(role)} ids; the "
+                             "official prompt layout needs exactly 2")
+        self.role_ids = [im_start, *role]
+        # <|im_end|>\n<|im_start|>assistant\n
+        self.suffix_ids = [im_end, *self.newline_ids, im_start, *role]
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids if text else []
+
+    def normalize(self, text: str) -> str:
+        return self._nfc.normalize_str(text)
+
+    def pre_token_starts(self, text: str) -> list[int]:
+        """Start offsets of the pre-tokens of (normalized) `text`."""
+        return [start for _, (start, _end) in self._split.pre_tokenize_str(text)]
+
+    def assistant_ids(self, text: str) -> list[int]:
+        """The official full prompt ids of `text` (for tests and the offline path)."""
+        return [self.im_start, *self.encode(ROLE_PREFIX + text), *self.suffix_ids]
+
+    def instruct_ids(self, instruct: str) -> list[int]:
+        """<|im_start|>user\\n{instruct}<|im_end|>\\n"""
+        return [self.im_start, *self.encode("user\n" + instruct), self.im_end,
+                *self.newline_ids]
+
+
+class TextStream:
+    """Incremental, thread-safe tokenization of one utterance.
+
+    `push` takes str or bytes (bytes may split a UTF-8 character anywhere); `committed`
+    grows with ids that can no longer change. `finish()` commits the tail. The ids start
+    with the 3 role ids ([im_start, "assistant", "\\n"]), then the text ids.
+    """
+
+    def __init__(self, tokenizer: TextTokenizer, max_chars: int) -> None:
+        self.tokenizer, self.max_chars = tokenizer, max_chars
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
+        self._lock = threading.Lock()
+        self._tail = ROLE_PREFIX  # uncommitted, normalized, starts at a pre-token boundary
+        self.committed: list[int] = [tokenizer.im_start]
+        self.chars = 0
+        self.has_content = False  # any non-whitespace character so far
+        self.finished = False
+
+    def push(self, piece: str | bytes) -> int:
+        """Append a piece; returns how many ids became committed. Raises ValueError."""
+        with self._lock:
+            if self.finished:
+                raise ValueError("utterance already flushed")
+            if isinstance(piece, bytes | bytearray | memoryview):
+                try:
+                    text = self._decoder.decode(bytes(piece))
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"text is not valid UTF-8: {e.reason} at byte "
+                                     f"{e.start} of the piece") from None
+            elif isinstance(piece, str):
+                if self._decoder.getstate()[0]:
+                    raise ValueError("str piece after an incomplete UTF-8 byte sequence")
+                try:
+                    piece.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError("text contains lone surrogates (not valid UTF-8)") from None
+                text = piece
+            else:
+                raise ValueError(f"text piece must be str or bytes, got {type(piece).__name__}")
+            if self.chars + len(text) > self.max_chars:
+                raise ValueError(f"utterance text over the limit of {self.max_chars} characters")
+            self.chars += len(text)
+            self.has_content = self.has_content or not text.isspace() and bool(text)
+            self._tail = self.tokenizer.normalize(self._tail + text)
+            return self._commit(final=False)
+
+    def finish(self) -> int:
+        with self._lock:
+            if self.finished:
+                return 0
+            try:
+                rest = self._decoder.decode(b"", final=True)
+            except UnicodeDecodeError:
+                raise ValueError("text ends inside a UTF-8 character") from None
+            self._tail = self.tokenizer.normalize(self._tail + rest)
+            self.finished = True
+            return self._commit(final=True)
+
+    def _commit(self, final: bool) -> int:
+        if final:
+            ids = self.tokenizer.encode(self._tail)
+            self.committed.extend(ids)
+            self._tail = ""
+            return len(ids)
+        starts = self.tokenizer.pre_token_starts(self._tail)
+        if len(starts) < 2:
+            return 0
+        cut = starts[-1]
+        ids = self.tokenizer.encode(self._tail[:cut])
+        if self.tokenizer.encode(self._tail)[: len(ids)] != ids:
+            return 0  # not provably stable yet; wait for more text
+        self.committed.extend(ids)
+        self._tail = self._tail[cut:]
+        return len(ids)
+
+    def snapshot(self) -> tuple[list[int], bool]:
+        with self._lock:
+            return list(self.committed), self.finished
