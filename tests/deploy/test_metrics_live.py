@@ -1,0 +1,150 @@
+"""Every metric a dashboard queries is exported by the running service that owns it.
+
+Starts the real services on localhost, each from its own virtualenv with tiny models and
+free ports (the same launcher as `make up`'s local mesh: deploy/localmesh.py), scrapes
+their /metrics and checks, per service, that every name the dashboards query is there
+(a labelled metric with no sample yet counts by its `# TYPE` line).
+
+A service is skipped only when its virtualenv or its `python -m` entry point does not
+exist yet; one that exists and fails to start fails the test, with its log.
+Boundaries we cannot reach here, named: no LiveKit server binary (the agent gets a
+LIVEKIT_URL on a closed local port), no GPU (so dcgm-exporter's DCGM_* names are only
+checked statically, in test_observability.py).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from deploy_support import DEPLOY, dashboard_metrics, exported_metrics, owner
+
+sys.path.insert(0, str(DEPLOY))
+import localmesh  # deploy/ is not a package: imported by path
+
+# Tiny models on 2 cores: building the random LLM and warming up the TTS take a while.
+START_DEADLINE_S = 180.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Running:
+    proc: subprocess.Popen | None
+    log: Path | None
+    http_port: int = 0
+    skip_reason: str | None = None
+    metrics_status: int = 0
+    metrics: str = ""
+    healthz_status: int = 0
+    exit_code: int | None = None
+
+    def __repr__(self) -> str:  # keep pytest's failure output short
+        state = self.skip_reason or f"exit={self.proc.poll() if self.proc else None}"
+        return f"Running(port={self.http_port}, {state})"
+
+    def log_tail(self, n: int = 40) -> str:
+        if not self.log or not self.log.exists():
+            return "(no log)"
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory) -> dict[str, Running]:
+    """Starts every service that exists, all at once; scrapes each; stops them all."""
+    logs = tmp_path_factory.mktemp("mesh")
+    ports = {name: free_port() for name in localmesh.DEFAULT_PORTS}
+    closed_livekit = f"ws://127.0.0.1:{free_port()}"  # fake boundary: nothing listens
+    envs = localmesh.environments(ports, closed_livekit)
+    running: dict[str, Running] = {}
+    for svc in localmesh.SERVICES:
+        reason = localmesh.missing_reason(svc)
+        if reason:
+            running[svc.name] = Running(None, None, skip_reason=reason)
+            continue
+        log = logs / f"{svc.name}.log"
+        env = envs[svc.name]
+        if svc.name == "llm":
+            env = env | {"LLM_CACHE_DIR": str(logs / "llm-cache")}  # tiny-random built here
+        proc = localmesh.start(svc, env, log)
+        running[svc.name] = Running(proc, log, ports[svc.http_var])
+    end = time.monotonic() + START_DEADLINE_S
+    try:
+        for name, r in running.items():
+            if r.proc is None:
+                continue
+            base = f"http://127.0.0.1:{r.http_port}"
+            left = max(1.0, end - time.monotonic())
+            r.metrics_status, r.metrics = localmesh.wait_http(f"{base}/metrics", r.proc, left)
+            if name == "agent":  # ready = registered with LiveKit, absent here
+                r.healthz_status, _ = localmesh.http_get(f"{base}/healthz")
+            else:  # ready after warm-up: wait for it
+                left = max(1.0, end - time.monotonic())
+                r.healthz_status, _ = localmesh.wait_http(f"{base}/healthz", r.proc, left)
+        yield running
+    finally:
+        for r in running.values():
+            if r.proc is not None:
+                r.exit_code = localmesh.stop(r.proc)
+
+
+def wanted_by(service: str) -> set[str]:
+    return {m for m in dashboard_metrics() if owner(m) == service}
+
+
+@pytest.mark.parametrize("service", [s.name for s in localmesh.SERVICES])
+def test_dashboard_metrics_are_exported_by_the_running_service(mesh, service):
+    r = mesh[service]
+    if r.skip_reason:
+        pytest.skip(r.skip_reason)
+    wanted = wanted_by(service)
+    assert wanted, f"the dashboards query nothing from {service}"
+    assert r.metrics_status == 200, (
+        f"{service}: GET /metrics answered {r.metrics_status or 'nothing'} "
+        f"(exit code {r.proc.poll()})\n--- log ---\n{r.log_tail()}"
+    )
+    missing = sorted(wanted - exported_metrics(r.metrics))
+    assert not missing, (
+        f"{service} does not export {missing}, which the dashboards query.\n"
+        f"It exports: {sorted(n for n in exported_metrics(r.metrics) if '_' in n)}"
+    )
+
+
+@pytest.mark.parametrize("service", [s.name for s in localmesh.SERVICES])
+def test_healthz_answers_for_the_container_healthcheck(mesh, service):
+    """compose and the Dockerfiles probe /healthz (deploy/docker/healthcheck.py)."""
+    r = mesh[service]
+    if r.skip_reason:
+        pytest.skip(r.skip_reason)
+    if service == "agent":
+        # Ready means registered with LiveKit, which is not here: it must answer, though.
+        assert r.healthz_status in (200, 503), f"agent /healthz: {r.healthz_status}"
+    else:
+        assert r.healthz_status == 200, (
+            f"{service}: /healthz answered {r.healthz_status or 'nothing'} within "
+            f"{START_DEADLINE_S:.0f} s (exit code {r.proc.poll()})\n--- log ---\n{r.log_tail()}"
+        )
+
+
+def test_exposition_parser_counts_declared_but_empty_metrics():
+    text = (
+        "# HELP tts_errors_total Calls ended with an error\n"
+        "# TYPE tts_errors_total counter\n"
+        "# TYPE llm_aborts counter\n"
+        "llm_aborts_total 0.0\n"
+        "# TYPE tts_rtf histogram\n"
+        'tts_rtf_bucket{le="0.1"} 0.0\n'
+        "tts_rtf_count 0.0\n"
+    )
+    names = exported_metrics(text)
+    assert {"tts_errors_total", "llm_aborts_total", "tts_rtf"} <= names
+    assert "tts_ttfa_seconds" not in names
