@@ -1,0 +1,1 @@
+"""AutoRTC: automated end-to-end voice tests (see README.md)."""
