@@ -26,11 +26,17 @@ class Draining(Exception):
     """The server is shutting down and takes no new calls."""
 
 
+class Aborted(Exception):
+    """The server aborted a generation the client was still reading (drain, shutdown)."""
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, ValueError):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     if isinstance(exc, Overloaded):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    if isinstance(exc, Aborted):
+        return grpc.StatusCode.ABORTED, str(exc)
     if isinstance(exc, Draining):
         return grpc.StatusCode.UNAVAILABLE, str(exc)
     return grpc.StatusCode.INTERNAL, "internal error in the thinker (see its log)"

@@ -28,7 +28,7 @@ from typing import Any
 from voice_llm.backends.base import chat_template_messages, render_prompt
 from voice_llm.backends.text import IncrementalDetokenizer, StopMatcher
 from voice_llm.chat import ChatJob, Chunk, FinishReason, SamplingOptions
-from voice_llm.errors import InvalidInput
+from voice_llm.errors import Aborted, InvalidInput
 from voice_llm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,8 @@ class TransformersBackend:
                     return
                 yield Chunk(text, len(item), n_prompt)
             await future
+            if run.cancel.is_set():
+                raise Aborted(f"request {job.request_id} was aborted by the server")
             tail = stops.feed(detok.flush()) + stops.flush()
             eos = last_id in self._eos
             reason = FinishReason.STOP if eos or stops.matched else FinishReason.LENGTH

@@ -1,0 +1,107 @@
+"""Every malformed or oversize request gets INVALID_ARGUMENT with a message naming the problem."""
+
+from __future__ import annotations
+
+import io
+import wave
+
+import grpc
+import numpy as np
+import pytest
+from conftest import Thinker, request, user
+from voice.llm.v1 import thinker_pb2 as pb
+from voice_llm.audio import encode_wav
+
+SECOND = np.zeros(16_000, dtype=np.float32)
+
+
+def wav(rate: int = 16_000, channels: int = 1, width: int = 2, frames: int = 1600) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(width)
+        w.setframerate(rate)
+        w.writeframes(b"\x00" * frames * channels * width)
+    return buf.getvalue()
+
+
+def audio(data: bytes, fmt: int = pb.AUDIO_FORMAT_WAV, rate: int = 16_000) -> pb.AudioPart:
+    return pb.AudioPart(data=data, format=fmt, sample_rate=rate)
+
+
+PCM = pb.AUDIO_FORMAT_PCM_S16LE
+CASES = {
+    "no messages": (request(), "messages is empty"),
+    "unknown role": (request(user("hi", role=pb.ROLE_UNSPECIFIED)), "ROLE_UNSPECIFIED"),
+    "role out of enum": (request(user("hi", role=9)), "role 9"),
+    "no parts": (request(pb.Message(role=pb.ROLE_USER)), "messages[0] has no parts"),
+    "blank text": (request(user("  ", "")), "messages[0] is empty"),
+    "unset part": (request(pb.Message(role=pb.ROLE_USER, parts=[pb.Part()])), "parts[0] is empty"),
+    "second message blank": (request(user("hi"), user(" ")), "messages[1] is empty"),
+    "wav at 8 kHz": (request(user(audio(wav(rate=8000)))), "8000 Hz (need 16000)"),
+    "stereo wav": (request(user(audio(wav(channels=2)))), "2 channels (need mono)"),
+    "8-bit wav": (request(user(audio(wav(width=1)))), "8-bit samples (need 16-bit)"),
+    "wav rate field disagrees": (
+        request(user(audio(wav(), rate=48_000))),
+        "disagrees with the header",
+    ),
+    "not a wav": (request(user(audio(b"RIFFnonsense"))), "not a readable PCM WAV"),
+    "pcm at 44.1 kHz": (
+        request(user(audio(b"\x00\x00" * 10, PCM, 44_100))),
+        "sample_rate is 44100",
+    ),
+    "pcm odd bytes": (request(user(audio(b"\x00" * 11, PCM))), "odd byte count"),
+    "empty audio": (request(user(audio(b"", PCM))), "has no data"),
+    "no audio format": (
+        request(user(audio(b"\x00\x00", pb.AUDIO_FORMAT_UNSPECIFIED))),
+        "AUDIO_FORMAT_UNSPECIFIED",
+    ),
+    "audio in assistant turn": (
+        request(user(audio(encode_wav(SECOND)), role=pb.ROLE_ASSISTANT)),
+        "USER messages only",
+    ),
+    "too much text": (request(user("x" * 32_001)), "over the limit of 32000"),
+    "too many messages": (request(*[user("hi")] * 65), "65 messages is over the limit of 64"),
+    "too much audio": (
+        request(user(audio(b"\x00\x00" * 16_000 * 61, PCM))),
+        "61.0 s, over the limit of 60 s",
+    ),
+    "max_tokens over limit": (request(user("hi"), max_tokens=1001), "limit of 1000"),
+    "temperature too high": (request(user("hi"), temperature=2.5), "temperature must be in"),
+    "temperature nan": (request(user("hi"), temperature=float("nan")), "temperature must be in"),
+    "top_p zero": (request(user("hi"), top_p=0.0), "top_p must be in"),
+    "empty stop string": (request(user("hi"), stop=[""]), "stop strings must be"),
+    "too many stop strings": (request(user("hi"), stop=list("abcdefghi")), "9 stop strings"),
+    "request_id too long": (request(user("hi"), request_id="r" * 129), "request_id is longer"),
+    # Under the character limit but over max_model_len (2048) in tokens.
+    "prompt over max_model_len": (request(user("ab " * 3000)), "LLM_MAX_MODEL_LEN"),
+    # The tiny model is text-only and no ASR step is configured.
+    "audio on a text-only model": (request(user(audio(encode_wav(SECOND)))), "LLM_ASR_MODEL"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+async def test_bad_request_is_invalid_argument(thinker: Thinker, case: str) -> None:
+    req, needle = CASES[case]
+    errors = thinker.metric("llm_errors_total", 'code="INVALID_ARGUMENT"')
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await thinker.chat(req)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+    assert needle in err.value.details()
+    assert thinker.metric("llm_errors_total", 'code="INVALID_ARGUMENT"') == errors + 1
+    assert thinker.metric("llm_active_requests") == 0
+
+
+async def test_rejected_input_is_not_an_abort(thinker: Thinker) -> None:
+    aborts = thinker.metric("llm_aborts_total")
+    with pytest.raises(grpc.aio.AioRpcError):
+        await thinker.chat(CASES["prompt over max_model_len"][0])
+    assert thinker.metric("llm_aborts_total") == aborts
+
+
+async def test_good_audio_formats_pass_validation(thinker: Thinker) -> None:
+    """Valid 16 kHz PCM and WAV get past the format checks (and stop only at text-only)."""
+    for part in (audio(encode_wav(SECOND)), audio(b"\x01\x00" * 160, PCM), audio(wav(), rate=0)):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await thinker.chat(request(user(part, "what did I say?")))
+        assert "takes text only" in err.value.details()
