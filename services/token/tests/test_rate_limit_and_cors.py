@@ -102,3 +102,13 @@ async def test_cors_wildcard(client_for) -> None:  # type: ignore[no-untyped-def
     resp = await client.post("/api/token", json=OK, headers={"Origin": "https://any.example"})
     assert resp.status == 200
     assert resp.headers["Access-Control-Allow-Origin"] == "https://any.example"
+
+
+async def test_same_origin_behind_a_trusted_proxy(client_for) -> None:  # type: ignore[no-untyped-def]
+    # A proxy serving the page at https://voice.example.com and rewriting Host.
+    hdrs = {"Origin": "https://voice.example.com", "X-Forwarded-Host": "voice.example.com"}
+    trusted = await client_for(token_trust_proxy=True)
+    assert (await trusted.post("/api/token", json=OK, headers=hdrs)).status == 200
+    # Without TOKEN_TRUST_PROXY the header is the client's word only: refused.
+    untrusted = await client_for()
+    assert (await untrusted.post("/api/token", json=OK, headers=hdrs)).status == 403

@@ -121,8 +121,11 @@ def _origin_allowed(request: web.Request, origin: str) -> bool:
     if "*" in allow or origin in allow:
         return True
     # Same origin (the page itself). Host, not scheme: a TLS proxy in front makes our
-    # scheme http while the browser's is https.
-    return urlsplit(origin).netloc == (request.host or "").lower()
+    # scheme http while the browser's is https; a trusted proxy may also rewrite Host.
+    hosts = {(request.host or "").lower()}
+    if request.app[SETTINGS_KEY].token_trust_proxy:
+        hosts.add(request.headers.get("X-Forwarded-Host", "").split(",")[0].strip().lower())
+    return urlsplit(origin).netloc in hosts - {""}
 
 
 def _cors_headers(origin: str) -> dict[str, str]:

@@ -34,7 +34,7 @@ function setState(next, detail = '') {
   el.dataset.state = next;
   $('state-label').textContent = STATES[next] ?? next;
   $('state-detail').textContent = detail;
-  const busy = next === 'token' || next === 'connecting';
+  const busy = ['token', 'connecting', 'reconnecting'].includes(next);
   const inCall = IN_CALL.has(next);
   $('join').disabled = busy || inCall;
   $('join').textContent = ['unreachable', 'refused', 'token-error', 'disconnected']
@@ -141,8 +141,12 @@ function wireRoom(r, my) {
       $('enable-audio').hidden = r.canPlaybackAudio;
     })
     .on(RoomEvent.DataReceived, (payload, _participant, _kind, topic) => onData(payload, topic))
+    .on(RoomEvent.Reconnecting, () => {
+      if (live()) setState('reconnecting', 'The connection dropped; LiveKit is retrying.');
+    })
+    .on(RoomEvent.Reconnected, () => live() && refreshConversation())
     .on(RoomEvent.Disconnected, (reason) => {
-      if (!live() || !IN_CALL.has(state)) return;
+      if (!live() || !(IN_CALL.has(state) || state === 'reconnecting')) return;
       room = null;
       setState('disconnected', reason ? `reason: ${reason}` : 'the connection ended');
     });

@@ -6,6 +6,7 @@ export const STATES = {
   idle: 'Ready',
   token: 'Getting a token…',
   connecting: 'Connecting…',
+  reconnecting: 'Reconnecting…',
   waiting: 'Waiting for the agent…',
   listening: 'Listening',
   thinking: 'Thinking…',
