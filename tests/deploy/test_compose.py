@@ -278,6 +278,15 @@ def test_env_example_renders_without_warnings_or_defaults(raw):
     assert "is not set" not in proc.stderr, proc.stderr
 
 
+def _alias(value: ast.expr | None) -> str | None:
+    """The validation_alias/alias of a `Field(...)` default, if a plain string."""
+    if isinstance(value, ast.Call):
+        for kw in value.keywords:
+            if kw.arg in ("validation_alias", "alias") and isinstance(kw.value, ast.Constant):
+                return str(kw.value.value)
+    return None
+
+
 def settings_env_names(path: Path) -> set[str]:
     """Env names read by the pydantic-settings classes of a settings.py (found by AST):
     env_prefix + field name, upper case (no env_prefix: the field name is the env name)."""
@@ -285,7 +294,8 @@ def settings_env_names(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.ClassDef):
             continue
-        prefix, fields, is_settings = "", set(), False
+        prefix, is_settings = "", False
+        fields: set[tuple[str | None, str]] = set()
         for stmt in node.body:
             if isinstance(stmt, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "model_config" for t in stmt.targets
@@ -295,9 +305,12 @@ def settings_env_names(path: Path) -> set[str]:
                     if kw.arg == "env_prefix" and isinstance(kw.value, ast.Constant):
                         prefix = kw.value.value
             elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                fields.add(stmt.target.id)
+                alias = _alias(stmt.value)
+                fields.add(("", alias) if alias else (None, stmt.target.id))
         if is_settings:
-            names |= {(prefix + f).upper() for f in fields}
+            # An alias (Field(validation_alias="LIVEKIT_URL")) is the env name as is.
+            names |= {(prefix if p is None else p) + f for p, f in fields}
+            names = {n.upper() for n in names}
     assert names, f"{path}: no pydantic-settings class found"
     return names
 
@@ -315,11 +328,13 @@ def test_service_env_names_are_settings_the_service_reads(raw, image):
     assert services, f"no compose service builds the {image} image"
     for svc in services:
         env = svc.get("environment", {})
-        ours = {k for k in env if k.startswith(prefix)}
+        ours = {k for k in env if k.startswith((prefix, "LIVEKIT_"))}
         unknown = sorted(ours - known)
-        assert not unknown, f"{image}: {unknown} are not fields of {rel}"
+        assert not unknown, f"{image}: {unknown} are not read by {rel}"
         if image in ("agent", "token"):
-            assert {"LIVEKIT_URL", "LIVEKIT_API_KEY", "LIVEKIT_API_SECRET"} <= set(env)
+            livekit = {"LIVEKIT_URL", "LIVEKIT_API_KEY", "LIVEKIT_API_SECRET"}
+            assert livekit <= set(env)
+            assert livekit <= known, f"{rel} does not read {sorted(livekit - known)}"
 
 
 # --- Dockerfiles ---
