@@ -19,9 +19,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from conftest import ARTIFACTS, REPO, free_port
+from conftest import API_KEY, API_SECRET, ARTIFACTS, REPO, free_port
+from livekit.api import TokenVerifier
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
@@ -83,6 +86,44 @@ def hanging_server() -> Iterator[int]:
         for c in held:
             c.close()
         sock.close()
+
+
+@contextlib.contextmanager
+def fake_livekit_auth(api_key: str, api_secret: str) -> Iterator[tuple[int, list[dict]]]:
+    """FAKE (named boundary): stands in for a LiveKit server's token check only, no SFU.
+    Like livekit-server, it answers the signal websocket and /rtc/.../validate with 401
+    "invalid token" when the token does not verify with ITS key/secret (verified with
+    livekit-api's TokenVerifier). Yields (port, seen), seen = what each request carried."""
+    seen: list[dict] = []
+    verifier = TokenVerifier(api_key, api_secret)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            token = parse_qs(url.query).get("access_token", [""])[0]
+            try:
+                claims = verifier.verify(token)
+                status, body = 503, "fake LiveKit: token valid, but there is no SFU here"
+                seen.append({"path": url.path, "valid": True, "room": claims.video.room})
+            except Exception as e:
+                status, body = 401, f"invalid token: {token[:8]}..., error: {e}"
+                seen.append({"path": url.path, "valid": False})
+            self.send_response(status)
+            self.send_header("Access-Control-Allow-Origin", "*")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:  # keep pytest output clean
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield httpd.server_address[1], seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def _shot(page: Page, name: str) -> None:
@@ -151,6 +192,40 @@ def test_page_shows_connecting_then_gives_up_on_a_hanging_server(
         expect(page.locator("#state-detail")).to_contain_text("no answer within 2 s")
     assert 1.8 <= elapsed < 6, f"gave up after {elapsed:.1f} s, configured 2 s"
     print(f"hanging LiveKit server given up after {elapsed:.2f} s (timeout 2 s)")
+
+
+def test_page_shows_refused_when_livekit_rejects_the_token(
+    server_factory, page: Page  # type: ignore[no-untyped-def]
+) -> None:
+    # The token service signs with the test secret; this "LiveKit" has another one:
+    # the key/secret mismatch a deployer gets wrong most often.
+    with fake_livekit_auth(API_KEY, "a-different-secret-0123456789abcdefghij") as (port, seen):
+        srv = server_factory(LIVEKIT_URL=f"ws://127.0.0.1:{port}")
+        page.goto(srv.url + "/?room=secure-room")
+        page.click("#join")
+        expect(page.locator("#state")).to_have_attribute("data-state", "refused", timeout=10_000)
+        expect(page.locator("#state-label")).to_have_text("Server refused to connect")
+        expect(page.locator("#state-detail")).to_contain_text("rejected the token")
+        expect(page.locator("#state-detail")).to_contain_text("LIVEKIT_API_SECRET")
+        _shot(page, "page_refused")
+    # The page did present the token: on the signal socket, then on the validate probe.
+    assert seen and all(not s["valid"] for s in seen)
+    assert any(s["path"].endswith("/validate") for s in seen), seen
+
+
+def test_page_presents_a_token_that_livekit_would_accept(
+    server_factory, page: Page  # type: ignore[no-untyped-def]
+) -> None:
+    with fake_livekit_auth(API_KEY, API_SECRET) as (port, seen):
+        srv = server_factory(LIVEKIT_URL=f"ws://127.0.0.1:{port}")
+        page.goto(srv.url + "/?room=secure-room")
+        page.click("#join")
+        # The token checks out, but with no SFU behind it the page still ends, clearly,
+        # in "Cannot reach server".
+        expect(page.locator("#state")).to_have_attribute("data-state", "unreachable",
+                                                         timeout=10_000)
+    assert seen and all(s["valid"] and s["room"] == "secure-room" for s in seen), seen
+    assert seen[0]["path"] == "/rtc/v1"  # the signal websocket, token in its query
 
 
 def test_page_shows_the_services_error_message(server_factory, page: Page) -> None:  # type: ignore[no-untyped-def]
