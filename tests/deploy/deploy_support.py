@@ -5,6 +5,7 @@ Kept free of pytest so each helper can be tested on its own (test_promql.py).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -44,6 +45,52 @@ def owner(metric: str) -> str:
         if metric.startswith(prefix):
             return who
     return "unknown"
+
+
+# Env-var prefix of each service image, and the settings module that reads its env.
+SETTINGS = {
+    "tts": ("TTS_", "services/tts/src/voice_tts/settings.py"),
+    "llm": ("LLM_", "services/llm/src/voice_llm/settings.py"),
+    "agent": ("AGENT_", "services/agent/src/voice_agent/settings.py"),
+    "token": ("TOKEN_", "services/token/src/voice_token/settings.py"),
+}
+
+
+def _alias(value: ast.expr | None) -> str | None:
+    """The validation_alias/alias of a `Field(...)` default, if a plain string."""
+    if isinstance(value, ast.Call):
+        for kw in value.keywords:
+            if kw.arg in ("validation_alias", "alias") and isinstance(kw.value, ast.Constant):
+                return str(kw.value.value)
+    return None
+
+
+def settings_env_names(path: Path) -> set[str]:
+    """Env names read by the pydantic-settings classes of a settings.py (found by AST):
+    env_prefix + field name, upper case (no env_prefix: the field name is the env name)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        prefix, is_settings = "", False
+        fields: set[tuple[str | None, str]] = set()
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "model_config" for t in stmt.targets
+            ):
+                is_settings = True
+                for kw in getattr(stmt.value, "keywords", []):
+                    if kw.arg == "env_prefix" and isinstance(kw.value, ast.Constant):
+                        prefix = kw.value.value
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                alias = _alias(stmt.value)
+                fields.add(("", alias) if alias else (None, stmt.target.id))
+        if is_settings:
+            # An alias (Field(validation_alias="LIVEKIT_URL")) is the env name as is.
+            names |= {(prefix if p is None else p) + f for p, f in fields}
+            names = {n.upper() for n in names}
+    assert names, f"{path}: no pydantic-settings class found"
+    return names
 
 
 # --- .env.example and ${VARS} ---------------------------------------------------------------

