@@ -76,8 +76,10 @@ def test_serves_and_stops_gracefully_on_sigterm(server_factory) -> None:  # type
     status, body = _get(srv.url + "/healthz")
     assert status == 200 and json.loads(body)["status"] == "ok"
     assert json.loads(body)["page_bundle"] is True
-    status, page = _get(srv.url + "/")
+    with urllib.request.urlopen(srv.url + "/", timeout=5) as r:
+        status, page, csp = r.status, r.read().decode(), r.headers["Content-Security-Policy"]
     assert status == 200 and "<title>Voice agent</title>" in page
+    assert "script-src 'self'" in csp and "<script>" not in page  # no inline script
     assert 'data-connect-timeout-ms="15000"' in page  # filled from the settings
     status, js = _get(srv.url + "/static/dist/app.js")
     assert status == 200 and len(js) > 100_000  # the bundled LiveKit client

@@ -56,9 +56,12 @@ def page(browser: Browser) -> Iterator[Page]:
     pg = ctx.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    # The page's CSP must not block anything the page itself does.
+    pg.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text
+          else None)
     yield pg
     ctx.close()
-    assert errors == [], f"uncaught errors in the page: {errors}"
+    assert errors == [], f"uncaught errors / CSP violations in the page: {errors}"
 
 
 @contextlib.contextmanager

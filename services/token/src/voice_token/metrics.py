@@ -3,7 +3,7 @@ so tests can build several apps in one process).
 
 Names: `token_requests_total{status}` (the dashboards' name: every /api/token answer by
 HTTP status), `token_request_duration_seconds` (time to answer /api/token) and
-`token_rate_limited_clients` (clients currently tracked by the rate limiter).
+`token_ratelimit_tracked_clients` (clients the rate limiter currently tracks).
 """
 
 from __future__ import annotations
@@ -28,6 +28,6 @@ class Metrics:
             registry=self.registry,
         )
         self.tracked_clients = Gauge(
-            "token_rate_limited_clients", "Clients tracked by the rate limiter",
+            "token_ratelimit_tracked_clients", "Clients the rate limiter currently tracks",
             registry=self.registry,
         )
