@@ -157,6 +157,12 @@ def test_startup_order_waits_for_health(rendered):
         for dep, spec in svc.get("depends_on", {}).items():
             if spec["condition"] == "service_healthy" and dep in services:
                 assert services[dep].get("healthcheck"), f"{name} waits on {dep}: no healthcheck"
+    # `up --wait` (make up) fails on a one-shot job that exits, unless a service adopts it.
+    for name, svc in services.items():
+        if svc.get("restart") == "no":
+            adopters = [n for n, o in services.items() if o.get("depends_on", {}).get(
+                name, {}).get("condition") == "service_completed_successfully"]
+            assert adopters, f"one-shot {name} is adopted by no service"
     agent_deps = services["agent"]["depends_on"]
     assert agent_deps["livekit"]["condition"] == "service_healthy"
     backends = {d for d, s in agent_deps.items() if s["condition"] == "service_healthy"}
