@@ -1,0 +1,230 @@
+"""The agent: our plugins + Silero VAD in an AgentSession, the duplex controller, fallback.
+
+`build_pipeline(settings)` makes everything one conversation needs; the LiveKit
+worker and the direct mode both start it, with a room or with our own audio I/O.
+
+Turn handling is the framework's, configured for a voice call: VAD turn detection
+(no cloud turn detector), VAD interruptions (no adaptive detector), no false-
+interruption resume (a barge-in is final, as the issue asks), and
+`max_unrecoverable_errors` raised so that a backend outage never closes the session:
+`FallbackSpeaker` answers an LLM/TTS failure with the short fallback phrase (from
+the phrase cache, so it plays even when the TTS is the part that is down) or stays
+silent, and the next turn tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from livekit import rtc
+from livekit.agents import APIConnectOptions, llm
+from livekit.agents.voice import Agent, AgentSession
+from livekit.agents.voice.agent_session import SessionConnectOptions
+from livekit.agents.voice.events import ErrorEvent
+from livekit.plugins import silero
+
+from .bridge import BridgeConfig
+from .duplex import DuplexController
+from .metrics import TurnTracker
+from .plugins import LLM, STT, TTS
+from .settings import AgentSettings
+
+log = logging.getLogger("voice_agent.agent")
+
+
+class PhraseCache:
+    """Synthesized audio of fixed phrases (greeting, fallback), made once per process.
+
+    A cached phrase plays with no TTS round trip (first audio = the first frame read
+    from memory) and still plays when the TTS is down."""
+
+    def __init__(self) -> None:
+        self._audio: dict[str, list[rtc.AudioFrame]] = {}
+        self.synth_ms: dict[str, float] = {}
+
+    async def warm(self, tts: TTS, phrases: list[str], timeout_s: float = 30.0) -> None:
+        for phrase in phrases:
+            if not phrase or phrase in self._audio:
+                continue
+            t0 = time.perf_counter()
+            frames: list[rtc.AudioFrame] = []
+            try:
+                async with asyncio.timeout(timeout_s):
+                    stream = tts.synthesize(
+                        phrase, conn_options=APIConnectOptions(max_retry=0, timeout=timeout_s)
+                    )
+                    async with stream:
+                        async for ev in stream:
+                            frames.append(ev.frame)
+            except Exception as e:  # no cache: the phrase goes through the TTS live
+                log.warning("phrase cache: could not synthesize %r: %s", phrase, e)
+                continue
+            if frames:
+                self._audio[phrase] = frames
+                self.synth_ms[phrase] = (time.perf_counter() - t0) * 1000
+                log.info("phrase cache: %r, %.2f s of audio in %.0f ms", phrase,
+                         sum(f.duration for f in frames), self.synth_ms[phrase])
+
+    def has(self, phrase: str) -> bool:
+        return phrase in self._audio
+
+    def audio(self, phrase: str) -> AsyncIterator[rtc.AudioFrame] | None:
+        frames = self._audio.get(phrase)
+        if frames is None:
+            return None
+
+        async def gen() -> AsyncIterator[rtc.AudioFrame]:
+            for f in frames:
+                yield f
+
+        return gen()
+
+
+class VoiceAgent(Agent):
+    def __init__(self, settings: AgentSettings, cache: PhraseCache) -> None:
+        super().__init__(instructions=settings.system_prompt)
+        self._settings = settings
+        self._cache = cache
+
+    async def on_enter(self) -> None:
+        greeting = self._settings.greeting
+        if greeting:
+            audio = self._cache.audio(greeting) if self._settings.starter_cache else None
+            if audio is not None:
+                self.session.say(greeting, audio=audio)
+            else:
+                self.session.say(greeting)
+
+    async def on_user_turn_completed(
+        self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
+    ) -> None:
+        # Bounded memory: the plugin sends a window; here the stored history is trimmed
+        # too, so a long call does not grow without bound.
+        limit = self._settings.max_context_messages
+        if len(self.chat_ctx.items) > 2 * limit:
+            ctx = self.chat_ctx.copy()
+            ctx.truncate(max_items=limit)
+            await self.update_chat_ctx(ctx)
+
+
+class FallbackSpeaker:
+    """On an unrecoverable LLM/TTS error: say the fallback phrase once, or stay silent."""
+
+    def __init__(self, session: AgentSession, settings: AgentSettings, cache: PhraseCache,
+                 tracker: TurnTracker) -> None:
+        self._session = session
+        self._settings = settings
+        self._cache = cache
+        self._tracker = tracker
+        self._speaking_fallback = False
+        self.events: list[str] = []  # what happened, for logs and tests
+        session.on("error", self._on_error)
+
+    def _on_error(self, ev: ErrorEvent) -> None:
+        err = ev.error
+        if getattr(err, "recoverable", False):
+            return
+        component = {"llm_error": "llm", "tts_error": "tts", "stt_error": "stt"}.get(
+            getattr(err, "type", ""), "session")
+        log.warning("%s failed, the session goes on: %s", component,
+                    getattr(err, "error", err))
+        if component not in ("llm", "tts") or self._speaking_fallback:
+            self.events.append(f"{component}:silent")
+            return
+        phrase = self._settings.fallback_reply
+        audio = self._cache.audio(phrase) if phrase else None
+        if not phrase or (audio is None and component == "tts"):
+            self.events.append(f"{component}:silent")  # nothing to say it with
+            return
+        self.events.append(f"{component}:fallback")
+        self._speaking_fallback = True
+        try:
+            handle = (self._session.say(phrase, audio=audio, add_to_chat_ctx=False) if audio
+                      else self._session.say(phrase, add_to_chat_ctx=False))
+            handle.add_done_callback(lambda _: setattr(self, "_speaking_fallback", False))
+        except RuntimeError as e:
+            self._speaking_fallback = False
+            log.warning("fallback not spoken: %s", e)
+
+
+@dataclass
+class Pipeline:
+    settings: AgentSettings
+    session: AgentSession
+    agent: VoiceAgent
+    stt: STT
+    llm: LLM
+    tts: TTS
+    tracker: TurnTracker
+    cache: PhraseCache
+    fallback: FallbackSpeaker | None = None
+    duplex: DuplexController | None = None
+
+
+_VAD: dict[tuple[float, float, float], silero.VAD] = {}
+
+
+def load_vad(settings: AgentSettings) -> silero.VAD:
+    """Silero (ONNX, 512-sample windows at 16 kHz), loaded once per process per config."""
+    key = (settings.vad_min_speech_ms / 1000, settings.vad_silence_ms / 1000,
+           settings.vad_activation_threshold)
+    if key not in _VAD:
+        _VAD[key] = silero.VAD.load(
+            min_speech_duration=key[0], min_silence_duration=key[1],
+            activation_threshold=key[2], sample_rate=16000,
+        )
+    return _VAD[key]
+
+
+def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = None,
+                   cache: PhraseCache | None = None) -> Pipeline:
+    tracker = tracker or TurnTracker()
+    cache = cache or PhraseCache()
+    s = settings
+    stt_ = STT(addr=s.thinker_addr, instruction=s.stt_instruction, max_tokens=s.stt_max_tokens,
+               fallback=s.stt_fallback, tracker=tracker)
+    llm_ = LLM(addr=s.thinker_addr, max_tokens=s.llm_max_tokens, temperature=s.llm_temperature,
+               max_messages=s.max_context_messages, tracker=tracker)
+    bridge = BridgeConfig(starter_min_chars=s.bridge_starter_min_chars,
+                          starter_max_chars=s.bridge_starter_max_chars,
+                          min_chars=s.bridge_min_chars, max_chars=s.bridge_max_chars)
+    tts_ = TTS(addr=s.tts_addr, voice=s.tts_voice, language=s.tts_language,
+               sample_rate=s.tts_sample_rate, frame_ms=s.tts_frame_ms, seed=s.tts_seed,
+               bridge=bridge, flush_on_sentence=s.bridge_flush_on_sentence, tracker=tracker)
+    # one try per call: a retry would only delay the fallback on a dead backend
+    once = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=10.0)
+    session: AgentSession = AgentSession(
+        stt=stt_, llm=llm_, tts=tts_, vad=load_vad(s),
+        turn_handling={
+            "turn_detection": "vad",
+            "endpointing": {"mode": "fixed", "min_delay": s.min_endpointing_delay_s,
+                            "max_delay": s.max_endpointing_delay_s},
+            "interruption": {"enabled": s.allow_interruptions, "mode": "vad",
+                             "min_duration": s.min_interruption_ms / 1000,
+                             "resume_false_interruption": False,
+                             "false_interruption_timeout": None},
+        },
+        conn_options=SessionConnectOptions(stt_conn_options=once, llm_conn_options=once,
+                                           tts_conn_options=once,
+                                           max_unrecoverable_errors=1_000_000),
+        user_away_timeout=None,
+    )
+    agent = VoiceAgent(s, cache)
+    p = Pipeline(settings=s, session=session, agent=agent, stt=stt_, llm=llm_, tts=tts_,
+                 tracker=tracker, cache=cache)
+    p.fallback = FallbackSpeaker(session, s, cache, tracker)
+    return p
+
+
+def attach_duplex(p: Pipeline, *, silent_from: object = None) -> DuplexController:
+    p.duplex = DuplexController(
+        p.session, tracker=p.tracker, llm=p.llm, tts=p.tts,
+        vad_silence_s=p.settings.vad_silence_ms / 1000,
+        allow_interruptions=p.settings.allow_interruptions,
+        silent_from=silent_from,  # type: ignore[arg-type]
+    )
+    return p.duplex

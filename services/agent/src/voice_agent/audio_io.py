@@ -1,0 +1,199 @@
+"""Audio input/output objects of our own, for running an AgentSession without a room.
+
+`MicrophoneInput` is a real-time microphone: every `frame_ms` it yields a frame,
+silence unless speech was queued with `play()`. Because it keeps time like a device,
+the VAD, endpointing and barge-in behave as they would on a call.
+
+`SpeakerOutput` is a real-time loudspeaker: frames the session captures are played
+out one `frame_ms` tick at a time on a wall-clock schedule, and every tick (speech or
+silence) is appended to `recording`, so the recording is the agent's side of the call
+on the same timeline as the microphone. `clear_buffer()` drops everything not yet
+played, synchronously; the frame playing at that moment is the last one heard, so
+silence follows within one frame. It reports playback started/finished to the
+framework like a room track does (the framework uses that for the agent state and for
+truncating interrupted replies to what was heard).
+
+Neither knows anything about the agent: they are `voice.io.AudioInput`/`AudioOutput`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from livekit import rtc
+from livekit.agents.voice import io
+
+
+class MicrophoneInput(io.AudioInput):
+    def __init__(self, *, sample_rate: int = 16000, frame_ms: int = 20) -> None:
+        super().__init__(label="MicrophoneInput")
+        self.sample_rate = sample_rate
+        self.frame_samples = sample_rate * frame_ms // 1000
+        self._frame_s = frame_ms / 1000.0
+        self._queue: list[tuple[np.ndarray, asyncio.Future[tuple[float, float]]]] = []
+        self._cur: np.ndarray | None = None
+        self._cur_pos = 0
+        self._cur_fut: asyncio.Future[tuple[float, float]] | None = None
+        self._cur_start = 0.0
+        self._t0: float | None = None
+        self._n = 0
+        self._closed = False
+
+    def play(self, pcm: np.ndarray | bytes) -> asyncio.Future[tuple[float, float]]:
+        """Queue speech (int16 mono at `sample_rate`); resolves to (start, end) perf times."""
+        samples = np.frombuffer(pcm, dtype=np.int16) if isinstance(pcm, bytes) else pcm
+        fut: asyncio.Future[tuple[float, float]] = asyncio.get_running_loop().create_future()
+        self._queue.append((samples.astype(np.int16, copy=False), fut))
+        return fut
+
+    def close(self) -> None:
+        self._closed = True
+
+    async def __anext__(self) -> rtc.AudioFrame:
+        if self._closed:
+            raise StopAsyncIteration
+        if self._t0 is None:
+            self._t0 = time.perf_counter()
+        due = self._t0 + self._n * self._frame_s
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._n += 1
+        return self._next_frame(max(due, time.perf_counter()))
+
+    def _next_frame(self, now: float) -> rtc.AudioFrame:
+        out = np.zeros(self.frame_samples, dtype=np.int16)
+        filled = 0
+        while filled < self.frame_samples:
+            if self._cur is None:
+                if not self._queue:
+                    break
+                self._cur, self._cur_fut = self._queue.pop(0)
+                self._cur_pos = 0
+                self._cur_start = now + filled / self.sample_rate
+            take = min(self.frame_samples - filled, len(self._cur) - self._cur_pos)
+            out[filled:filled + take] = self._cur[self._cur_pos:self._cur_pos + take]
+            filled += take
+            self._cur_pos += take
+            if self._cur_pos >= len(self._cur):
+                end = now + filled / self.sample_rate
+                if self._cur_fut is not None and not self._cur_fut.done():
+                    self._cur_fut.set_result((self._cur_start, end))
+                self._cur, self._cur_fut = None, None
+        return rtc.AudioFrame(data=out.tobytes(), sample_rate=self.sample_rate, num_channels=1,
+                              samples_per_channel=self.frame_samples)
+
+
+@dataclass
+class Tick:
+    at: float  # perf_counter when the frame started playing
+    audible: bool  # agent audio (True) or silence (False)
+
+
+class SpeakerOutput(io.AudioOutput):
+    def __init__(self, *, sample_rate: int = 24000, frame_ms: int = 20,
+                 on_first_audio: Callable[[float], None] | None = None) -> None:
+        super().__init__(label="SpeakerOutput", capabilities=io.AudioOutputCapabilities(
+            pause=False), sample_rate=sample_rate)
+        self.frame_samples = sample_rate * frame_ms // 1000
+        self._frame_s = frame_ms / 1000.0
+        self._rate = sample_rate
+        self._buf = bytearray()
+        self._active = False  # a segment is being captured/played
+        self._flushed = False
+        self._discarding = False  # after clear_buffer, until the framework flushes
+        self._played_s = 0.0  # of the current segment
+        self._started = False
+        self.recording = bytearray()
+        self.ticks: list[Tick] = []
+        self.clears: list[float] = []
+        self._on_first_audio = on_first_audio
+        self._task: asyncio.Task[None] | None = None
+
+    # --- framework side -------------------------------------------------------------------
+    async def capture_frame(self, frame: rtc.AudioFrame) -> None:
+        await super().capture_frame(frame)
+        if self._discarding:
+            return
+        if not self._active:
+            self._active, self._flushed, self._played_s, self._started = True, False, 0.0, False
+        self._buf += bytes(frame.data)
+
+    def flush(self) -> None:
+        super().flush()
+        if self._discarding:
+            self._discarding = False
+            return
+        if self._active:
+            self._flushed = True
+
+    def clear_buffer(self) -> None:
+        now = time.perf_counter()
+        self._buf.clear()
+        if not self._active:
+            return
+        self.clears.append(now)
+        self._active = False
+        self._discarding = not self._flushed
+        self.on_playback_finished(playback_position=self._played_s, interrupted=True)
+
+    # --- the device ----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._playout(), name="SpeakerOutput.playout")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _playout(self) -> None:
+        t0 = time.perf_counter()
+        n = 0
+        nbytes = self.frame_samples * 2
+        while True:
+            due = t0 + n * self._frame_s
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            n += 1
+            at = time.perf_counter()
+            chunk = bytes(self._buf[:nbytes])
+            del self._buf[:nbytes]
+            audible = bool(chunk) and self._active
+            if audible:
+                if not self._started:
+                    self._started = True
+                    self.on_playback_started(created_at=time.time())
+                    if self._on_first_audio is not None:
+                        self._on_first_audio(at)
+                self._played_s += len(chunk) / 2 / self._rate
+            self.recording += chunk.ljust(nbytes, b"\0")
+            self.ticks.append(Tick(at=at, audible=audible))
+            if self._active and self._flushed and not self._buf:
+                self._active = False
+                self.on_playback_finished(playback_position=self._played_s, interrupted=False)
+
+    # --- measurements -----------------------------------------------------------------------------
+    def silent_from(self, t: float) -> float:
+        """When the output fell silent after moment `t`: the end of the last audible frame
+        of the run playing at `t` (or `t` itself if nothing was playing)."""
+        last_audible: float | None = None
+        for tick in self.ticks:
+            if tick.at < t - self._frame_s:
+                continue
+            if tick.audible:
+                last_audible = tick.at
+            elif tick.at >= t:
+                break
+        if last_audible is None:
+            return t
+        return max(t, last_audible + self._frame_s)
+
+    def audible_seconds(self) -> float:
+        return sum(1 for t in self.ticks if t.audible) * self._frame_s

@@ -1,0 +1,193 @@
+"""Direct mode: the real AgentSession on our own microphone/speaker, no LiveKit.
+
+The same pipeline as the worker (plugins, Silero VAD, duplex controller, fallback,
+transcript synchronizer), with `MicrophoneInput` / `SpeakerOutput` in place of the
+room's tracks. Used by `python -m voice_agent --direct`, the AutoRTC suite, the local
+mesh, and the agent's own tests.
+
+    async with DirectSession(settings) as ds:      # greets (unless greet=False)
+        await ds.wait_until_quiet()
+        await ds.say_user(pcm16k)                   # real-time "speech"
+        await ds.wait_until_quiet()
+    wav = ds.result().wav_bytes()
+
+`run_direct_session(settings, user_wav=..., out_wav=...)` does exactly that for one
+file (several files = several user turns, each after the agent has answered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io as _io
+import logging
+import time
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from livekit import rtc
+from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
+
+from .agent import Pipeline, attach_duplex, build_pipeline
+from .audio_io import MicrophoneInput, SpeakerOutput
+from .duplex import BargeIn, DuplexState
+from .settings import AgentSettings
+
+log = logging.getLogger("voice_agent.direct")
+
+MIC_RATE = 16000
+
+
+def read_wav_16k(path: str | Path) -> np.ndarray:
+    """A WAV file as int16 mono at 16 kHz (mixed down and resampled as needed)."""
+    with wave.open(str(path), "rb") as w:
+        if w.getsampwidth() != 2:
+            raise ValueError(f"{path}: need 16-bit PCM WAV, got {8 * w.getsampwidth()}-bit")
+        ch, rate = w.getnchannels(), w.getframerate()
+        data = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+    if ch > 1:
+        data = data.reshape(-1, ch).mean(axis=1).astype(np.int16)
+    if rate != MIC_RATE:
+        rs = rtc.AudioResampler(input_rate=rate, output_rate=MIC_RATE, num_channels=1)
+        frame = rtc.AudioFrame(data=data.tobytes(), sample_rate=rate, num_channels=1,
+                               samples_per_channel=len(data))
+        out = [*rs.push(frame), *rs.flush()]
+        data = np.frombuffer(b"".join(bytes(f.data) for f in out), dtype=np.int16)
+    return data
+
+
+def wav_bytes(pcm: bytes, sample_rate: int) -> bytes:
+    buf = _io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sample_rate)
+        w.writeframes(pcm)
+    return buf.getvalue()
+
+
+@dataclass
+class DirectResult:
+    recording: bytes  # the agent's side, int16 mono, on the microphone's timeline
+    sample_rate: int
+    turns: list[dict[str, object]]  # per-turn metrics (metrics.Turn.report())
+    barge_ins: list[BargeIn]
+    transitions: list[tuple[float, DuplexState]]
+    chat: list[dict[str, object]]  # the chat context: role, text, interrupted
+    fallback_events: list[str] = field(default_factory=list)
+
+    def wav_bytes(self) -> bytes:
+        return wav_bytes(self.recording, self.sample_rate)
+
+
+class DirectSession:
+    def __init__(self, settings: AgentSettings, *, greet: bool = True) -> None:
+        if not greet:
+            settings = settings.model_copy(update={"greeting": ""})
+        self.settings = settings
+        self.pipeline: Pipeline = build_pipeline(settings)
+        self.mic = MicrophoneInput(sample_rate=MIC_RATE)
+        self.speaker = SpeakerOutput(sample_rate=settings.tts_sample_rate,
+                                     frame_ms=settings.tts_frame_ms,
+                                     on_first_audio=self.pipeline.tracker.audio_published)
+        self._sync = TranscriptSynchronizer(next_in_chain_audio=self.speaker,
+                                            next_in_chain_text=None)
+        self.duplex = attach_duplex(self.pipeline, silent_from=self.speaker.silent_from)
+
+    @property
+    def session(self):  # type: ignore[no-untyped-def]
+        return self.pipeline.session
+
+    async def start(self) -> None:
+        p = self.pipeline
+        if self.settings.starter_cache:
+            phrases = [x for x in (self.settings.greeting, self.settings.fallback_reply) if x]
+            await p.cache.warm(p.tts, phrases)
+        p.session.input.audio = self.mic
+        p.session.output.audio = self._sync.audio_output
+        p.session.output.transcription = self._sync.text_output
+        self.speaker.start()
+        await p.session.start(agent=p.agent, record=False)
+
+    async def aclose(self) -> None:
+        self.mic.close()
+        try:
+            await self.pipeline.session.aclose()
+        finally:
+            await self.speaker.aclose()
+            for comp in (self.pipeline.stt, self.pipeline.llm, self.pipeline.tts):
+                await comp.aclose()
+
+    async def __aenter__(self) -> DirectSession:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- driving it ------------------------------------------------------------------------------
+    def say_user(self, pcm16k: np.ndarray | bytes) -> asyncio.Future[tuple[float, float]]:
+        """Speak into the microphone (real time); resolves to (start, end) perf times."""
+        return self.mic.play(pcm16k)
+
+    async def wait_state(self, state: DuplexState, timeout: float) -> float:
+        """Wait until the duplex controller enters `state`; returns the perf time."""
+        async with asyncio.timeout(timeout):
+            while self.duplex.state != state:
+                await asyncio.sleep(0.005)
+        return time.perf_counter()
+
+    async def wait_until_quiet(self, timeout: float = 60.0, quiet_s: float = 1.0) -> None:
+        """Until the agent is LISTENING with nothing playing for `quiet_s` seconds."""
+        deadline = time.perf_counter() + timeout
+        quiet_since: float | None = None
+        while time.perf_counter() < deadline:
+            busy = self.duplex.state != DuplexState.LISTENING or self.speaker._active
+            if busy:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.perf_counter()
+            elif time.perf_counter() - quiet_since >= quiet_s:
+                return
+            await asyncio.sleep(0.02)
+        raise TimeoutError(f"agent not quiet after {timeout:.0f} s (state {self.duplex.state})")
+
+    def result(self) -> DirectResult:
+        chat: list[dict[str, object]] = []
+        for item in self.pipeline.session.history.items:
+            if item.type == "message":
+                chat.append({"role": item.role, "text": item.text_content or "",
+                             "interrupted": item.interrupted})
+        fb = self.pipeline.fallback.events if self.pipeline.fallback else []
+        return DirectResult(
+            recording=bytes(self.speaker.recording), sample_rate=self.settings.tts_sample_rate,
+            turns=list(self.pipeline.tracker.history), barge_ins=list(self.duplex.barge_ins),
+            transitions=list(self.duplex.transitions), chat=chat, fallback_events=list(fb),
+        )
+
+
+async def run_direct_session(
+    settings: AgentSettings,
+    *,
+    user_wavs: list[str | Path],
+    out_wav: str | Path | None = None,
+    greet: bool = True,
+    turn_timeout_s: float = 60.0,
+) -> DirectResult:
+    """Greet, then play each WAV as one user turn after the agent has gone quiet;
+    write the agent's side (same timeline) to `out_wav`."""
+    clips = [read_wav_16k(p) for p in user_wavs]
+    async with DirectSession(settings, greet=greet) as ds:
+        await ds.wait_until_quiet(timeout=turn_timeout_s, quiet_s=0.5)
+        for clip in clips:
+            await ds.say_user(clip)
+            try:
+                await ds.wait_state(DuplexState.THINKING, timeout=turn_timeout_s)
+            except TimeoutError:
+                log.warning("no reply to %s (see the stt/llm logs)", clip.shape)
+            await ds.wait_until_quiet(timeout=turn_timeout_s)
+        result = ds.result()
+    if out_wav is not None:
+        Path(out_wav).write_bytes(result.wav_bytes())
+    return result
