@@ -23,7 +23,6 @@ if docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; then
 fi
 
 echo "no Docker engine reachable: starting the local mesh (tiny models, CPU)"
-for svc in tts llm agent token; do
-  [ -x ".venv/$svc/bin/python" ] || { echo "missing .venv/$svc: run make venvs"; exit 1; }
-done
+# The Makefile's stamps build (or refresh) exactly the four virtualenvs the mesh runs.
+make --no-print-directory .venv/tts/.ok .venv/llm/.ok .venv/agent/.ok .venv/token/.ok
 exec python3 deploy/localmesh.py up "$@"
