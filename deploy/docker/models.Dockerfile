@@ -8,8 +8,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv && /opt/venv/bin/pip install "huggingface_hub[hf_xet]${HF_HUB_VERSION}"
 
 FROM ${PYTHON_IMAGE} AS runtime
+# A named volume mounted on /models for the first time takes this owner: the job can write.
 RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin voice \
-    # A named volume mounted here for the first time takes this owner: the job can write.
     && mkdir -p /models && chown 10001:10001 /models
 COPY --from=build /opt/venv /opt/venv
 COPY deploy/models/download.py /opt/voice/download.py
