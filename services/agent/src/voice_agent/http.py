@@ -1,0 +1,55 @@
+"""The agent's HTTP side: /metrics (Prometheus) and /healthz (AGENT_HTTP_PORT).
+
+/healthz answers 200 while the process runs and says whether each backend's gRPC
+channel connects (the agent keeps sessions alive with a fallback when one is down,
+so a down backend is reported, not fatal); `/healthz?strict=1` answers 503 then, for
+a readiness probe that should hold traffic until both backends are up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .settings import AgentSettings
+
+log = logging.getLogger("voice_agent.http")
+
+
+async def _reachable(addr: str, timeout_s: float = 0.5) -> bool:
+    async with grpc.aio.insecure_channel(addr) as ch:
+        try:
+            await asyncio.wait_for(ch.channel_ready(), timeout_s)
+            return True
+        except (TimeoutError, grpc.aio.AioRpcError):
+            return False
+
+
+def make_app(settings: AgentSettings) -> web.Application:
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(req: web.Request) -> web.Response:
+        tts_ok, thinker_ok = await asyncio.gather(
+            _reachable(settings.tts_addr), _reachable(settings.thinker_addr))
+        ok = tts_ok and thinker_ok
+        status = 503 if (req.query.get("strict") == "1" and not ok) else 200
+        return web.json_response({"status": "ok" if ok else "degraded", "tts": tts_ok,
+                                  "thinker": thinker_ok}, status=status)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def start_http(settings: AgentSettings) -> web.AppRunner:
+    runner = web.AppRunner(make_app(settings), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", settings.http_port).start()
+    log.info("http on :%d (/metrics, /healthz)", settings.http_port)
+    return runner

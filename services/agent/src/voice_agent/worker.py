@@ -1,0 +1,94 @@
+"""The LiveKit worker: registers with the server, joins rooms on dispatch, converses.
+
+LIVEKIT_URL / LIVEKIT_API_KEY / LIVEKIT_API_SECRET locate the server; with
+AGENT_AGENT_NAME empty the worker takes automatic dispatch (every new room), else
+only explicit dispatch to that name. Jobs run as threads of this process
+(JobExecutorType.THREAD) so that the Prometheus registry served on AGENT_HTTP_PORT
+sees every session's metrics; each job has its own event loop and gRPC channels.
+
+Per session: the pipeline of `agent.py` on the room's tracks (RoomIO, with the
+framework's transcript synchronizer, which is what records an interrupted reply as
+far as it was heard), the duplex controller, and one data message per turn on topic
+AGENT_LATENCY_TOPIC ("latency"): {"trace_id", "eot_to_first_audio_ms", "llm_ttft_ms",
+"tts_ttfa_ms"} for the web page.
+
+No LiveKit server runs on the build machines: this module is exercised by hand
+against a real server (see README), the pipeline under it by the direct-mode tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import threading
+
+from livekit.agents import AgentServer, JobContext, JobExecutorType, JobProcess, cli
+
+from .agent import PhraseCache, attach_duplex, build_pipeline, load_vad
+from .http import start_http
+from .metrics import TurnTracker
+from .settings import AgentSettings, load_settings
+
+log = logging.getLogger("voice_agent.worker")
+
+_CACHE = PhraseCache()  # one per process: the greeting/fallback audio is the same for all
+
+
+def _prewarm(proc: JobProcess) -> None:
+    load_vad(load_settings())  # the ONNX session, once per process
+
+
+async def entrypoint(ctx: JobContext) -> None:
+    settings = load_settings()
+    loop = asyncio.get_running_loop()
+
+    def publish_latency(report: dict[str, object]) -> None:
+        payload = json.dumps(report).encode()
+
+        async def _send() -> None:
+            try:
+                await ctx.room.local_participant.publish_data(
+                    payload, reliable=True, topic=settings.latency_topic)
+            except Exception as e:  # the page missing a report must not break the call
+                log.warning("latency data message not sent: %s", e)
+
+        loop.create_task(_send())
+
+    tracker = TurnTracker(on_report=publish_latency)
+    p = build_pipeline(settings, tracker=tracker, cache=_CACHE)
+    attach_duplex(p)
+    await ctx.connect()
+    log.info("joined room %s", ctx.room.name)
+    if settings.starter_cache:
+        phrases = [x for x in (settings.greeting, settings.fallback_reply) if x]
+        await _CACHE.warm(p.tts, phrases, timeout_s=10.0)
+    await p.session.start(agent=p.agent, room=ctx.room)
+
+
+def _serve_http(settings: AgentSettings) -> None:
+    """/metrics and /healthz on their own loop in a daemon thread (the worker owns main)."""
+    loop = asyncio.new_event_loop()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(start_http(settings))
+        loop.run_forever()
+
+    threading.Thread(target=run, name="agent-http", daemon=True).start()
+
+
+def run_worker(settings: AgentSettings, cli_args: list[str]) -> None:
+    settings.require_livekit()
+    if settings.http_port:
+        _serve_http(settings)
+    server = AgentServer(
+        ws_url=settings.livekit_url, api_key=settings.livekit_api_key,
+        api_secret=settings.livekit_api_secret, setup_fnc=_prewarm,
+        job_executor_type=JobExecutorType.THREAD,
+    )
+    server.rtc_session(entrypoint, agent_name=settings.agent_name)
+    # the framework's CLI parses argv: "start" (production) unless told otherwise
+    sys.argv = [sys.argv[0], *(cli_args or ["start"])]
+    cli.run_app(server)
