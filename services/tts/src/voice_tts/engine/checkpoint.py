@@ -131,6 +131,13 @@ def random_model(cfg: ModelConfig, seed: int = 0) -> Qwen3TTS:
         else:  # linear / conv weights: unit-gain fan-in scaling
             fan_in = p[0].numel() if p.dim() > 1 else p.numel()
             p.copy_(torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
+    # Keep the random vocoder's level sane (mostly inside [-1, 1], so little clamping):
+    # damp each residual unit's output conv and the final conv.
+    dec = model.speech_decoder.decoder
+    for block in dec[1:-2]:
+        for unit in block.block[2:]:
+            unit.conv2.conv.weight.mul_(0.3)
+    dec[-1].conv.weight.mul_(0.3)
     return model.eval()
 
 

@@ -6,10 +6,12 @@ Three entry points, each a thin wrapper around a pure function of tensors:
   then codebook 0 of frame 0. The prompt is built exactly as the official `generate`
   builds it (same projection batches, so the same rounding).
 - `decode(rows)`: ONE talker step for B sessions at once (continuous batching): for each
-  row the code predictor completes the frame of the previous codebook-0 token (15 codes),
-  the 16 codec embeddings plus the next text-track embedding feed the talker, which
-  samples codebook 0 of the next frame. `decode_step` is the pure part (no host sync, no
-  branch on tensor values, fixed trip counts) that part 2 captures in CUDA graphs.
+  row the code predictor completes the frame of the previous codebook-0 token (15 codes,
+  `predict_frame`), the 16 codec embeddings plus the next text-track embedding feed the
+  talker, which samples codebook 0 of the next frame (`talker_step`). Both are pure
+  functions of tensors (no host sync, no branch on tensor values, fixed trip counts):
+  the parts that part 2 captures in CUDA graphs. (CPU wall-clock timings per part; on
+  CUDA they measure launch time unless the caller synchronizes.)
 - `decode_audio(codes, state)`: a packet of frames through the streaming speech decoder.
 
 Caches: the talker's static KV cache is indexed by session slot (slots, kv_heads,
@@ -21,10 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import time
+
 import numpy as np
 import torch
 
-from .config import ModelConfig
 from .model import DecoderState, Qwen3TTS
 from .sampling import (
     SamplingParams,
@@ -79,38 +82,39 @@ def _noise(do_sample: bool, gen: torch.Generator, shape: tuple[int, ...], device
     return torch.empty(shape, device=device).exponential_(generator=gen)
 
 
-def decode_step(model: Qwen3TTS, slots: torch.Tensor, positions: torch.Tensor,
-                last_token: torch.Tensor, past_hidden: torch.Tensor, text_ids: torch.Tensor,
-                seen: torch.Tensor, n_generated: torch.Tensor, penalty: torch.Tensor,
-                talker_p: SamplingTensors, cp_p: SamplingTensors, talker_noise: torch.Tensor,
-                cp_noise: torch.Tensor, suppress: torch.Tensor, eos_id: int,
-                kv_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One batched talker step. Shapes: slots/positions/last_token/text_ids (B,),
-    past_hidden (B, H), seen (B, V), talker_noise (B, V), cp_noise (B, 15, V_cp).
-    Returns codes of the completed frame (B, 16), next codebook-0 token (B,), hidden (B, H).
-    """
+def predict_frame(model: Qwen3TTS, last_token: torch.Tensor, past_hidden: torch.Tensor,
+                  cp_p: SamplingTensors, cp_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Code predictor for B rows: [talker hidden, embedding of codebook 0], then 14 single
+    steps. last_token (B,), past_hidden (B, H), cp_noise (B, 15, V_cp) -> (frame codes
+    (B, 16), sum of the frame's 16 codec embeddings (B, 1, H): the talker's codec track)."""
     talker, cp = model.talker, model.talker.code_predictor
-    n_groups = cp.cfg.num_code_groups
-    # Code predictor: [talker hidden, embedding of codebook 0] then 14 single steps.
     first = talker.codec_embed(last_token)[:, None]  # (B, 1, H)
     x = torch.cat((past_hidden[:, None], first), dim=1)  # (B, 2, H)
     pos = torch.arange(2, device=x.device)[None].expand(x.shape[0], -1)
-    codes = [last_token]
-    embeds = [first]
-    for i in range(n_groups - 1):
+    codes, embeds = [last_token], [first]
+    for i in range(cp.cfg.num_code_groups - 1):
         logits = cp(x, pos, head=i).float()
         code = warp_and_sample(logits, cp_p, cp_noise[:, i])
         codes.append(code)
         x = cp.model.codec_embedding[i](code)[:, None]  # (B, 1, H)
         embeds.append(x)
-        pos = (pos[:, -1:] + 1)
-    frame = torch.stack(codes, dim=1)  # (B, 16)
-    # Talker: sum of the 16 codec embeddings + the text-track row.
-    x = torch.cat(embeds, dim=1).sum(1, keepdim=True) + talker.text_embed(text_ids[:, None])
+        pos = pos[:, -1:] + 1
+    # Same reduction as the official step: stack the 16 embeddings, sum over the stack.
+    return torch.stack(codes, dim=1), torch.cat(embeds, dim=1).sum(1, keepdim=True)
+
+
+def talker_step(model: Qwen3TTS, codec_track: torch.Tensor, text_ids: torch.Tensor,
+                slots: torch.Tensor, positions: torch.Tensor, seen: torch.Tensor,
+                n_generated: torch.Tensor, penalty: torch.Tensor, talker_p: SamplingTensors,
+                talker_noise: torch.Tensor, suppress: torch.Tensor, eos_id: int,
+                kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One talker step for B rows: codec track (B, 1, H) + text track of text_ids (B,) at
+    positions (B,) -> (codebook-0 token of the next frame (B,), hidden state (B, H))."""
+    talker = model.talker
+    x = codec_track + talker.text_embed(text_ids[:, None])
     logits, hidden = talker(x, slots, positions[:, None], kv_len)
     scores = talker_scores(logits[:, -1].float(), seen, penalty, n_generated, suppress, eos_id)
-    token = warp_and_sample(scores, talker_p, talker_noise)
-    return frame, token, hidden[:, -1]
+    return warp_and_sample(scores, talker_p, talker_noise), hidden[:, -1]
 
 
 class Runner:
@@ -196,15 +200,21 @@ class Runner:
                                        (n_cp - 1, v_cp), dev) for r in rows])
         talker_noise = torch.stack([_noise(r.sampling.do_sample, r.generator,
                                            (t.vocab_size,), dev) for r in rows])
-        frame, token, hidden = decode_step(
-            self.model, slots, positions,
-            torch.cat([r.last_token for r in rows]), torch.cat([r.past_hidden for r in rows]),
-            torch.tensor([r.text_id for r in rows], device=dev), self.seen[slots],
+        t0 = time.perf_counter()
+        frame, codec_track = predict_frame(
+            self.model, torch.cat([r.last_token for r in rows]),
+            torch.cat([r.past_hidden for r in rows]),
+            _sampling_tensors(params, True, v_cp, dev), cp_noise)
+        t1 = time.perf_counter()
+        token, hidden = talker_step(
+            self.model, codec_track, torch.tensor([r.text_id for r in rows], device=dev),
+            slots, positions, self.seen[slots],
             torch.tensor([r.n_generated for r in rows], device=dev),
             torch.tensor([p.repetition_penalty for p in params], device=dev),
-            _sampling_tensors(params, False, t.vocab_size, dev),
-            _sampling_tensors(params, True, v_cp, dev), talker_noise, cp_noise,
+            _sampling_tensors(params, False, t.vocab_size, dev), talker_noise,
             self.suppress, t.codec_eos_token_id, int(positions.max()) + 1)
+        self.timing = {"code_predictor_ms": (t1 - t0) * 1e3,
+                       "talker_ms": (time.perf_counter() - t1) * 1e3}
         self.seen[slots, token] = True
         return frame, token, hidden
 

@@ -122,10 +122,12 @@ class TextStream:
         with self._lock:
             if self.finished:
                 raise ValueError("utterance already flushed")
+            saved = self._decoder.getstate()
             if isinstance(piece, bytes | bytearray | memoryview):
                 try:
                     text = self._decoder.decode(bytes(piece))
                 except UnicodeDecodeError as e:
+                    self._decoder.setstate(saved)
                     raise ValueError(f"text is not valid UTF-8: {e.reason} at byte "
                                      f"{e.start} of the piece") from None
             elif isinstance(piece, str):
@@ -139,6 +141,7 @@ class TextStream:
             else:
                 raise ValueError(f"text piece must be str or bytes, got {type(piece).__name__}")
             if self.chars + len(text) > self.max_chars:
+                self._decoder.setstate(saved)
                 raise ValueError(f"utterance text over the limit of {self.max_chars} characters")
             self.chars += len(text)
             self.has_content = self.has_content or not text.isspace() and bool(text)

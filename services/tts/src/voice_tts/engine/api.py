@@ -1,0 +1,81 @@
+"""Public value types of the engine API (plain dataclasses, no tensors)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from .sampling import SamplingParams
+
+
+class EngineFull(RuntimeError):
+    """All `max_sessions` slots are taken: reject the new session (never degrade others)."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    max_sessions: int = 32
+    # Codec frames (80 ms each) in the first packet of an utterance, then in every packet.
+    first_packet_frames: int = 1
+    packet_frames: int = 4
+    # Talker KV-cache rows per session slot (prompt + frames of one utterance).
+    max_seq_len: int = 2048
+    # Max-length guard per utterance: min(max_frames, base + per_token * text tokens).
+    max_frames: int = 2047
+    max_frames_base: int = 24
+    max_frames_per_token: float = 8.0
+    # Sessions advanced by one batched talker step; batch_decode=False runs them one by one.
+    max_batch: int = 32
+    batch_decode: bool = True
+    # Prompts (prefills) run per loop iteration, before the batched step.
+    max_prefills_per_step: int = 4
+
+    def validate(self) -> None:
+        if self.max_sessions < 1 or self.max_batch < 1:
+            raise ValueError("max_sessions and max_batch must be >= 1")
+        if self.first_packet_frames < 1 or self.packet_frames < 1:
+            raise ValueError("first_packet_frames and packet_frames must be >= 1")
+        if self.max_frames < 1 or self.max_seq_len < 64:
+            raise ValueError("max_frames must be >= 1 and max_seq_len >= 64")
+
+
+@dataclass(frozen=True)
+class SessionParams:
+    voice: str
+    language: str = "auto"
+    instruct: str = ""  # 1.7B only; the 0.6B model ignores it (as the official code does)
+    seed: int | None = None  # None: a random seed
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_text_chars: int = 4000  # per utterance
+    # True: wait for the whole text (flush) and use the official non_streaming_mode prompt.
+    non_streaming_mode: bool = False
+    max_frames: int | None = None  # per-utterance cap (None: derived from the text length)
+
+
+@dataclass
+class AudioPacket:
+    utterance_id: int
+    pcm: np.ndarray  # float32 mono, 24 kHz, frames * 1920 samples
+    first_frame: int
+    frames: int
+    timings: dict | None = None  # first packet: queue_ms, prefill_ms, first_packet_ms
+    codes: np.ndarray | None = None  # (frames, 16) codec codes of this packet
+
+
+@dataclass
+class UtteranceEnd:
+    utterance_id: int
+    frames: int
+    reason: Literal["eos", "max_frames", "cancelled"]
+
+
+@dataclass
+class StepStats:
+    batch_size: int
+    step_ms: float
+    talker_ms: float
+    code_predictor_ms: float
+    decoder_ms: float
+    prefills: int = 0

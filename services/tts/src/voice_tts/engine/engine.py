@@ -1,0 +1,391 @@
+"""The engine: sessions in, audio packets out, one background thread running the steps.
+
+Each loop iteration is vLLM's three calls: `schedule()` (scheduler.py: who needs what,
+plain data) -> `execute` (runner.py: prompts, then one batched talker step over every
+ready session, then the speech decoder for sessions whose next packet is complete) ->
+`update` (here: append frames, stop checks, packets and ends to the sinks).
+
+What the engine waits for (see README): a streaming utterance starts (prefill) once its
+first text token is *stable* (the first word is followed by another character, or
+flush) and some non-whitespace text has arrived; afterwards each talker step needs the
+next text token (or flush). Frames reach the client in packets of `first_packet_frames`
+then `packet_frames`.
+
+The engine knows nothing about gRPC, resampling or 20 ms framing: that is the server's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .api import (
+    AudioPacket,
+    EngineFull,
+    EngineSettings,
+    SessionParams,
+    StepStats,
+    UtteranceEnd,
+)
+from .checkpoint import default_dtype, load_model, random_model
+from .config import ModelConfig
+from .model import Qwen3TTS
+from .runner import DecodeRow, PrefillRequest, Runner
+from .sampling import SamplingParams
+from .scheduler import Need, Scheduler, SessionView
+from .session import Session, Sink, Utterance
+from .text import TextTokenizer, load_text_tokenizer
+from .voices import UnknownVoice, Voice, VoiceTable
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(self, model: Qwen3TTS, tokenizer: TextTokenizer,
+                 settings: EngineSettings | None = None, name: str | None = None) -> None:
+        self.settings = settings or EngineSettings()
+        self.settings.validate()
+        self.model, self.cfg = model, model.cfg
+        self.tokenizer = tokenizer
+        self.runner = Runner(model, self.settings.max_sessions, self.settings.max_seq_len)
+        self.device = self.runner.device
+        self.scheduler = Scheduler(self.settings.max_batch, self.settings.max_prefills_per_step,
+                                   self.settings.batch_decode)
+        self.voice_table = VoiceTable(self.cfg.talker)
+        self._name = name or self.cfg.name
+        self._lock = threading.Lock()
+        self._step_lock = threading.Lock()
+        self._sessions: dict[int, Session] = {}
+        self._free_slots = list(range(self.settings.max_sessions - 1, -1, -1))
+        self._next_id = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.on_step = None  # callable(StepStats) | None
+
+    # --- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None,
+                        settings: EngineSettings | None = None) -> Engine:
+        model = load_model(path, device=device, dtype=dtype)
+        tok = TextTokenizer(load_text_tokenizer(path), model.cfg.im_start_token_id,
+                            model.cfg.im_end_token_id)
+        return cls(model, tok, settings, name=Path(path).name)
+
+    @classmethod
+    def from_preset(cls, name: str, seed: int = 0, settings: EngineSettings | None = None,
+                    device: str = "cpu", dtype: torch.dtype | None = None) -> Engine:
+        """Random weights at a named shape (tiny, tiny-1.7b, 0.6b, 1.7b): noise, for tests,
+        CPU demos and GPU benchmarks. The text tokenizer is a small byte-level BPE."""
+        from .demo_tokenizer import demo_tokenizer
+
+        cfg = ModelConfig.from_name(name)
+        model = random_model(cfg, seed).to(device=device, dtype=dtype or default_dtype(device))
+        tok = TextTokenizer(demo_tokenizer(), cfg.im_start_token_id, cfg.im_end_token_id)
+        return cls(model, tok, settings, name=f"preset:{name}")
+
+    # --- introspection ----------------------------------------------------------------------
+
+    @property
+    def sample_rate(self) -> int:
+        return self.cfg.speech_decoder.sample_rate
+
+    @property
+    def frame_samples(self) -> int:
+        return self.cfg.speech_decoder.frame_samples
+
+    @property
+    def model_name(self) -> str:
+        return self._name
+
+    @property
+    def active_sessions(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def voices(self) -> list[Voice]:
+        return self.voice_table.voices()
+
+    def languages(self) -> list[str]:
+        return self.voice_table.languages()
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    def open_session(self, params: SessionParams, sink: Sink) -> Session:
+        voice = self.voice_table.resolve(params.voice, params.language)  # UnknownVoice
+        params.sampling.validate()
+        if params.max_text_chars < 1:
+            raise ValueError("max_text_chars must be >= 1")
+        if params.max_frames is not None and params.max_frames < 1:
+            raise ValueError("max_frames must be >= 1")
+        if not callable(sink):
+            raise ValueError("sink must be callable")
+        instruct_ids = None
+        if params.instruct and self.cfg.supports_instruct:
+            instruct_ids = self.tokenizer.instruct_ids(params.instruct)
+        with self._lock:
+            if not self._free_slots:
+                raise EngineFull(f"engine full: {self.settings.max_sessions} sessions active")
+            slot = self._free_slots.pop()
+            sid = self._next_id
+            self._next_id += 1
+            session = Session(self, sid, slot, params, voice, instruct_ids, sink, self.tokenizer)
+            self._sessions[sid] = session
+        return session
+
+    def _release(self, session: Session) -> None:
+        # Safe while a step of this slot may still be in flight: the engine thread is the
+        # only writer of the caches, a new owner's prompt rewrites the rows it will read,
+        # and stale rows past a query's position are masked.
+        with self._lock:
+            if self._sessions.pop(session.id, None) is not None:
+                self._free_slots.append(session.slot)
+        self._wake.set()
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="tts-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for s in sessions:
+            s.close()
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                busy = self.run_once()
+            except Exception:  # keep serving the other sessions
+                log.exception("engine step failed")
+                busy = False
+            if not busy:
+                self._wake.wait(0.05)
+                self._wake.clear()
+
+    def run_once(self) -> bool:
+        """One engine iteration; returns False when there was nothing to do."""
+        with self._step_lock:
+            return self._iteration()
+
+    def _iteration(self) -> bool:
+        t_start = time.perf_counter()
+        with self._lock:
+            sessions = dict(self._sessions)
+        busy = False
+        for s in sessions.values():
+            for utt in s.take_dropped():
+                s.emit(utt, UtteranceEnd(utt.id, utt.emitted, "cancelled"), always=True)
+                busy = True
+        views, heads = [], {}
+        for s in sessions.values():
+            utt = s.head()
+            if utt is None or utt.cancelled:
+                continue
+            heads[s.id] = utt
+            views.append(SessionView(s.id, self._need(s, utt), utt.last_active or utt.created))
+        plan = self.scheduler.schedule(views)
+        if plan.idle:
+            return busy
+        for sid in plan.end_empty:
+            s, utt = sessions[sid], heads[sid]
+            s.finish_head(utt)
+            s.emit(utt, UtteranceEnd(utt.id, 0, "eos"))
+        for sid in plan.prefill:
+            self._guarded(sessions[sid], [heads[sid]], self._prefill)
+        decoder_ms = 0.0
+        stats = None
+        if plan.decode:
+            rows = [(sessions[sid], heads[sid]) for sid in plan.decode]
+            decoder_ms = self._guarded_batch(rows) or 0.0
+            timing = self.runner.timing
+            stats = StepStats(len(rows), 0.0, timing["talker_ms"], timing["code_predictor_ms"],
+                              decoder_ms, len(plan.prefill))
+        if stats is not None and self.on_step is not None:
+            stats.step_ms = (time.perf_counter() - t_start) * 1e3
+            try:
+                self.on_step(stats)
+            except Exception:
+                log.exception("on_step hook failed")
+        return True
+
+    def _need(self, s: Session, utt: Utterance) -> Need:
+        committed, finished = utt.stream.snapshot()
+        if not utt.running:
+            if finished and not utt.stream.has_content:
+                return Need.END_EMPTY
+            if s.params.non_streaming_mode:
+                return Need.PREFILL if finished else Need.NOTHING
+            return Need.PREFILL if utt.stream.has_content and len(committed) > 3 else Need.NOTHING
+        if s.params.non_streaming_mode or finished:
+            return Need.DECODE
+        return Need.DECODE if utt.steps + 1 < len(committed) - 3 else Need.NOTHING
+
+    def _guarded(self, s: Session, utts: list[Utterance], fn) -> None:
+        try:
+            fn(s, utts[0])
+        except Exception:
+            log.exception("session %d: step failed; ending its utterance", s.id)
+            self._end(s, utts[0], "cancelled")
+
+    def _guarded_batch(self, rows: list[tuple[Session, Utterance]]) -> float | None:
+        try:
+            return self._decode(rows)
+        except Exception:
+            log.exception("batched step failed; ending its utterances")
+            for s, utt in rows:
+                self._end(s, utt, "cancelled")
+            return None
+
+    def _prefill(self, s: Session, utt: Utterance) -> None:
+        committed, _ = utt.stream.snapshot()
+        text_ids = committed[3:]
+        req = PrefillRequest(
+            slot=s.slot, role_ids=committed[:3], codec_prefix=s.voice.codec_prefix,
+            speaker_id=s.voice.speaker_id,
+            text_ids=text_ids if s.params.non_streaming_mode else text_ids[:1],
+            non_streaming=s.params.non_streaming_mode, instruct_ids=s.instruct_ids)
+        t0 = time.perf_counter()
+        token, hidden, length = self.runner.prefill(req, s.params.sampling, s.generator)
+        t1 = time.perf_counter()
+        utt.running, utt.prompt_len = True, length
+        utt.last_token, utt.past_hidden, utt.last_active = token, hidden, t1
+        first = utt.first_text or utt.created
+        utt.timings = {"queue_ms": (t0 - first) * 1e3, "prefill_ms": (t1 - t0) * 1e3}
+
+    def _text_id(self, s: Session, utt: Utterance) -> int:
+        committed, _ = utt.stream.snapshot()
+        n_text, idx = len(committed) - 3, utt.steps + 1
+        if s.params.non_streaming_mode or idx > n_text:
+            return self.cfg.tts_pad_token_id
+        if idx == n_text:
+            return self.cfg.tts_eos_token_id
+        return committed[3 + idx]
+
+    def _limit(self, s: Session, utt: Utterance) -> int:
+        st = self.settings
+        if s.params.max_frames is not None:
+            limit = s.params.max_frames
+        else:
+            n_text = len(utt.stream.committed) - 3
+            limit = min(st.max_frames, st.max_frames_base + int(st.max_frames_per_token * n_text))
+        return min(limit, st.max_seq_len - utt.prompt_len - 1)
+
+    def _decode(self, batch: list[tuple[Session, Utterance]]) -> float:
+        rows = [DecodeRow(s.slot, utt.prompt_len + utt.steps, utt.last_token, utt.past_hidden,
+                          self._text_id(s, utt), utt.steps + 1, s.params.sampling, s.generator)
+                for s, utt in batch]
+        frames, tokens, hidden = self.runner.decode(rows)
+        eos = self.cfg.talker.codec_eos_token_id
+        token_list = tokens.tolist()  # the one host sync of the step
+        now = time.perf_counter()
+        decoder_ms = 0.0
+        for i, (s, utt) in enumerate(batch):
+            if utt.cancelled:
+                continue
+            utt.pending.append(frames[i])
+            utt.steps += 1
+            utt.last_token, utt.past_hidden = tokens[i:i + 1], hidden[i:i + 1]
+            utt.last_active = now
+            reason = None
+            if token_list[i] == eos:
+                reason = "eos"
+            elif utt.steps >= self._limit(s, utt):
+                reason = "max_frames"
+            decoder_ms += self._emit_packets(s, utt, final=reason is not None)
+            if reason is not None:
+                self._end(s, utt, reason)
+        return decoder_ms
+
+    def _emit_packets(self, s: Session, utt: Utterance, final: bool) -> float:
+        t0 = time.perf_counter()
+        while utt.pending and not utt.cancelled:
+            size = self.settings.first_packet_frames if utt.emitted == 0 else \
+                self.settings.packet_frames
+            if len(utt.pending) < size and not final:
+                break
+            chunk, utt.pending = utt.pending[:size], utt.pending[size:]
+            codes = torch.stack(chunk)  # (T, 16)
+            pcm = self.runner.decode_audio(codes, utt.decoder)
+            timings = None
+            if utt.emitted == 0:
+                first = utt.first_text or utt.created
+                timings = dict(utt.timings,
+                               first_packet_ms=(time.perf_counter() - first) * 1e3)
+            packet = AudioPacket(utt.id, pcm, utt.emitted, len(chunk), timings,
+                                 codes.cpu().numpy())
+            if s.emit(utt, packet):
+                utt.emitted += len(chunk)
+        return (time.perf_counter() - t0) * 1e3
+
+    def _end(self, s: Session, utt: Utterance, reason: str) -> None:
+        s.finish_head(utt)
+        if not utt.cancelled:
+            s.emit(utt, UtteranceEnd(utt.id, utt.emitted, reason))
+
+    # --- offline helper -----------------------------------------------------------------------
+
+    def synthesize(self, text: str, voice: str, language: str = "auto", seed: int = 0,
+                   sampling: SamplingParams | None = None, instruct: str = "",
+                   non_streaming_mode: bool = False, max_frames: int | None = None,
+                   return_codes: bool = False, timeout: float = 600.0):
+        """Whole text in, whole utterance out (float32 PCM at 24 kHz), through the same
+        session path. With `return_codes`, returns (pcm, codes (frames, 16))."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("text is empty")
+        packets: list[AudioPacket] = []
+        done = threading.Event()
+        end: list[UtteranceEnd] = []
+
+        def sink(event) -> None:
+            if isinstance(event, AudioPacket):
+                packets.append(event)
+            else:
+                end.append(event)
+                done.set()
+
+        params = SessionParams(voice=voice, language=language, instruct=instruct, seed=seed,
+                               sampling=sampling or SamplingParams(),
+                               max_text_chars=max(len(text), 1),
+                               non_streaming_mode=non_streaming_mode, max_frames=max_frames)
+        session = self.open_session(params, sink)
+        try:
+            session.push_text(text)
+            session.flush()
+            threaded = self._thread is not None and self._thread.is_alive()
+            deadline = time.monotonic() + timeout
+            while not done.is_set():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("synthesis timed out")
+                if threaded:
+                    done.wait(0.05)
+                else:
+                    self.run_once()
+        finally:
+            session.close()
+        pcm = (np.concatenate([p.pcm for p in packets]) if packets
+               else np.zeros(0, dtype=np.float32))
+        if not return_codes:
+            return pcm
+        codes = (np.concatenate([p.codes for p in packets]) if packets
+                 else np.zeros((0, self.cfg.code_predictor.num_code_groups), dtype=np.int64))
+        return pcm, codes
+
+
+__all__ = ["Engine", "EngineFull", "UnknownVoice"]

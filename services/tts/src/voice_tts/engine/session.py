@@ -1,0 +1,174 @@
+"""Sessions: the streaming API one client (one gRPC call) talks to.
+
+A session owns one engine slot (its talker KV-cache row), a seeded `torch.Generator`
+and a queue of utterances. Text pushed after `flush()` opens the next utterance; the
+engine works on the head of the queue. Client threads only touch the text side (under
+`_lock`); the engine thread owns the generation state of each `Utterance`.
+
+Cancel guarantee: the engine thread calls the sink while holding `_emit_lock` and checks
+the utterance's `cancelled` flag under it; `cancel()` sets the flag under the same lock.
+So once `cancel()` returns, no packet of the cancelled utterance can reach the sink (a
+sink that blocks delays `cancel()` by that long: keep sinks quick).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .api import SessionParams
+from .model import DecoderState
+from .text import TextStream, TextTokenizer
+from .voices import ResolvedVoice
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+Sink = Callable[[Any], None]
+
+
+@dataclass
+class Utterance:
+    id: int
+    stream: TextStream
+    created: float = field(default_factory=time.perf_counter)
+    first_text: float | None = None
+    cancelled: bool = False
+    # --- engine-thread state ---
+    running: bool = False
+    prompt_len: int = 0
+    last_token: torch.Tensor | None = None
+    past_hidden: torch.Tensor | None = None
+    steps: int = 0  # talker decode steps == frames completed
+    pending: list[torch.Tensor] = field(default_factory=list)  # frames not yet decoded
+    emitted: int = 0  # frames sent as audio
+    decoder: DecoderState = field(default_factory=DecoderState)
+    timings: dict[str, float] = field(default_factory=dict)
+    last_active: float = 0.0
+
+    @property
+    def text_ids(self) -> list[int]:
+        return self.stream.committed[3:]
+
+
+class Session:
+    def __init__(self, engine: Engine, session_id: int, slot: int, params: SessionParams,
+                 voice: ResolvedVoice, instruct_ids: list[int] | None, sink: Sink,
+                 tokenizer: TextTokenizer) -> None:
+        self.engine, self.id, self.slot, self.params = engine, session_id, slot, params
+        self.voice, self.instruct_ids, self.sink = voice, instruct_ids, sink
+        self._tokenizer = tokenizer
+        self._lock = threading.Lock()
+        self._emit_lock = threading.RLock()
+        self._utts: deque[Utterance] = deque()
+        self._dropped: list[Utterance] = []  # cancelled, UtteranceEnd still to send
+        self._next_utt = 0
+        self.closed = False
+        self.seed = params.seed if params.seed is not None else int.from_bytes(
+            os.urandom(4), "little")
+        self.generator = torch.Generator(device=engine.device)
+        self.generator.manual_seed(self.seed)
+
+    # --- client side (any thread) ---------------------------------------------------------
+
+    def push_text(self, piece: str | bytes) -> None:
+        if not isinstance(piece, str | bytes | bytearray | memoryview):
+            raise ValueError(f"text piece must be str or bytes, got {type(piece).__name__}")
+        if not piece:
+            return
+        with self._lock:
+            self._check_open()
+            utt = self._utts[-1] if self._utts and not self._utts[-1].stream.finished else None
+            if utt is None:
+                stream = TextStream(self._tokenizer, self.params.max_text_chars)
+                stream.push(piece)  # validate before opening a new utterance
+                utt = Utterance(self._next_utt, stream)
+                self._next_utt += 1
+                self._utts.append(utt)
+            else:
+                utt.stream.push(piece)
+            if utt.first_text is None:
+                utt.first_text = time.perf_counter()
+        self.engine._wake.set()
+
+    def flush(self) -> None:
+        """End the current utterance: speak everything pushed so far to its end."""
+        with self._lock:
+            self._check_open()
+            if self._utts and not self._utts[-1].stream.finished:
+                self._utts[-1].stream.finish()
+        self.engine._wake.set()
+
+    def cancel(self) -> None:
+        """Barge-in: drop pending text and in-flight work now. No packet of a dropped
+        utterance reaches the sink after this returns."""
+        with self._emit_lock, self._lock:
+            self._drop_all()
+        self.engine._wake.set()
+
+    def reset(self, seed: int | None = None) -> None:
+        """cancel() plus a fresh generator (the session's seed, or `seed`)."""
+        with self._emit_lock, self._lock:
+            self._drop_all()
+            if seed is not None:
+                self.seed = seed
+            self.generator.manual_seed(self.seed)
+        self.engine._wake.set()
+
+    def close(self) -> None:
+        with self._emit_lock, self._lock:
+            if self.closed:
+                return
+            self._drop_all()
+            self.closed = True
+        self.engine._release(self)
+
+    @property
+    def utterance_id(self) -> int:
+        """Id of the utterance that the next pushed text belongs to (or is speaking)."""
+        with self._lock:
+            if self._utts and not self._utts[-1].stream.finished:
+                return self._utts[-1].id
+            return self._next_utt
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("session is closed")
+
+    def _drop_all(self) -> None:
+        for utt in self._utts:
+            utt.cancelled = True
+            if utt.stream.chars or utt.running:
+                self._dropped.append(utt)
+        self._utts.clear()
+
+    # --- engine side ----------------------------------------------------------------------
+
+    def head(self) -> Utterance | None:
+        with self._lock:
+            return self._utts[0] if self._utts else None
+
+    def take_dropped(self) -> list[Utterance]:
+        with self._lock:
+            dropped, self._dropped = self._dropped, []
+            return dropped
+
+    def finish_head(self, utt: Utterance) -> None:
+        with self._lock:
+            if self._utts and self._utts[0] is utt:
+                self._utts.popleft()
+
+    def emit(self, utt: Utterance, event: Any, always: bool = False) -> bool:
+        """Deliver `event` unless `utt` was cancelled (or `always`). Engine thread only."""
+        with self._emit_lock:
+            if utt.cancelled and not always:
+                return False
+            self.sink(event)
+            return True
