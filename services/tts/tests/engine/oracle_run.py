@@ -34,9 +34,10 @@ for _rel, _body in {"librosa/__init__.py": "from . import filters\n",
         _f.write(_body)
 sys.path.append(_stubs)
 
+from importlib.metadata import version  # noqa: E402
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from importlib.metadata import version  # noqa: E402
 from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig  # noqa: E402
 from qwen_tts.core.models.modeling_qwen3_tts import (  # noqa: E402
     Qwen3TTSForConditionalGeneration,
@@ -60,22 +61,27 @@ class IdsProcessor:
         return {"input_ids": torch.tensor([self.ids[text]])}
 
 
+def read_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
 def load_weights(directory: str) -> dict[str, torch.Tensor]:
     index = os.path.join(directory, "model.safetensors.index.json")
     if os.path.exists(index):
         out = {}
-        for f in sorted(set(json.load(open(index))["weight_map"].values())):
+        for f in sorted(set(read_json(index)["weight_map"].values())):
             out.update(load_file(os.path.join(directory, f)))
         return out
     return load_file(os.path.join(directory, "model.safetensors"))
 
 
 def build(ckpt: str, ids: dict[str, list[int]]) -> Qwen3TTSModel:
-    cfg = Qwen3TTSConfig(**json.load(open(os.path.join(ckpt, "config.json"))))
+    cfg = Qwen3TTSConfig(**read_json(os.path.join(ckpt, "config.json")))
     model = Qwen3TTSForConditionalGeneration(cfg).float().eval()
     model.load_state_dict(load_weights(ckpt), strict=True)
     st_dir = os.path.join(ckpt, "speech_tokenizer")
-    st_cfg = Qwen3TTSTokenizerV2Config(**json.load(open(os.path.join(st_dir, "config.json"))))
+    st_cfg = Qwen3TTSTokenizerV2Config(**read_json(os.path.join(st_dir, "config.json")))
     if getattr(st_cfg.encoder_config, "rope_theta", None) is None:
         st_cfg.encoder_config.rope_theta = 10000.0
     st = Qwen3TTSTokenizer()
@@ -89,7 +95,7 @@ def build(ckpt: str, ids: dict[str, list[int]]) -> Qwen3TTSModel:
 
 
 def main() -> None:
-    spec = json.load(open(sys.argv[1]))
+    spec = read_json(sys.argv[1])
     out = {"version": np.array(version("qwen-tts-hf"))}
     for r, run in enumerate(spec["runs"]):
         run_cases(r, run, out)

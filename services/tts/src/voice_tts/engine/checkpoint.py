@@ -3,7 +3,7 @@
 Layout of a local checkpoint directory (the Hugging Face repo as published):
 
     config.json                    Qwen3TTSConfig (talker_config, code_predictor_config, ...)
-    model.safetensors              or model-0000x-of-0000y.safetensors + model.safetensors.index.json
+    model.safetensors              (or model-0000x-of-0000y.safetensors + the index json)
     generation_config.json         optional sampling defaults
     vocab.json merges.txt tokenizer_config.json   the Qwen2 text tokenizer (or tokenizer.json)
     speech_tokenizer/config.json   Qwen3TTSTokenizerV2Config (decoder_config, encoder_config)

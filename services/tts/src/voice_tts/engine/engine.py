@@ -71,7 +71,8 @@ class Engine:
     # --- construction ---------------------------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None,
+    def from_pretrained(cls, path: str | Path, device: str = "cpu",
+                        dtype: torch.dtype | None = None,
                         settings: EngineSettings | None = None) -> Engine:
         model = load_model(path, device=device, dtype=dtype)
         tok = TextTokenizer(load_text_tokenizer(path), model.cfg.im_start_token_id,

@@ -21,9 +21,8 @@ repetition-penalty "seen" mask is per slot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -83,7 +82,8 @@ def _noise(do_sample: bool, gen: torch.Generator, shape: tuple[int, ...], device
 
 
 def predict_frame(model: Qwen3TTS, last_token: torch.Tensor, past_hidden: torch.Tensor,
-                  cp_p: SamplingTensors, cp_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                  cp_p: SamplingTensors,
+                  cp_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Code predictor for B rows: [talker hidden, embedding of codebook 0], then 14 single
     steps. last_token (B,), past_hidden (B, H), cp_noise (B, 15, V_cp) -> (frame codes
     (B, 16), sum of the frame's 16 codec embeddings (B, 1, H): the talker's codec track)."""

@@ -144,7 +144,7 @@ class TextStream:
                 self._decoder.setstate(saved)
                 raise ValueError(f"utterance text over the limit of {self.max_chars} characters")
             self.chars += len(text)
-            self.has_content = self.has_content or not text.isspace() and bool(text)
+            self.has_content = self.has_content or (not text.isspace() and bool(text))
             self._tail = self.tokenizer.normalize(self._tail + text)
             return self._commit(final=False)
 
