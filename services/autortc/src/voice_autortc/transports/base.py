@@ -1,0 +1,43 @@
+"""What a transport hands back for one case: the probe's recording and the moments.
+
+All times are `time.perf_counter()` seconds of this process: the user bot and the
+probe live in the suite's process, so EoT and the first audible frame share a clock.
+The reply is already sliced (reply_start..reply_end); faults are NOT applied here
+(run_suite applies the case's fault to `reply` as the probe's broken link).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..faults import Received
+
+# capture_status (seed 003 11.2: classify the capture before judging the audio)
+OK = "OK"
+NO_REPLY = "NO_REPLY"  # the agent never sent audio after the user's EoT
+POST_SILENT = "POST_SILENT"  # audio frames came but carried no audible signal
+PRE_MISSING = "PRE_MISSING"  # no pre-RTC audio: Ring1 cannot run
+ERROR = "ERROR"  # the transport or the agent raised / timed out
+
+
+@dataclass
+class Capture:
+    case_id: str
+    trace_id: str
+    status: str = OK
+    error: str | None = None
+    rate: int = 24000
+    full: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    reply: Received | None = None  # post-RTC reply slice with frame arrival times
+    pre: np.ndarray | None = None  # pre-RTC reply (what the TTS produced)
+    pre_rate: int = 24000
+    eot: float | None = None  # user's end of speech
+    reply_start: float | None = None
+    reply_end: float | None = None
+    first_audible: float | None = None  # first audible reply frame at the probe
+    slicing: str = "events"  # "events" (reply_start/end marks) or "energy" (fallback)
+    agent_turns: list[dict[str, object]] = field(default_factory=list)
+    barge_in: dict[str, float] | None = None
+    notes: list[str] = field(default_factory=list)

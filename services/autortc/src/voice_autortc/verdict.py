@@ -1,0 +1,146 @@
+"""From captures to verdicts: per-case metrics and gates, suite aggregates and gates.
+
+Pure functions over data (no files, no transports), so every rule here is unit-tested
+on synthetic captures. The order of judgement follows seed 003 13.4: capture_status
+first (a POST_SILENT case says nothing about mel distance), then the audio.
+
+Verdicts:
+- P0 case PASS = capture OK and every case gate PASS (SKIP allowed only for Ring1
+  gates when pre-RTC is missing; that is shown as a SKIP, never as a PASS).
+- P1 case PASS = every gate in its `expect_fail` FAILED (the fault was detected).
+- Suite PASS = every P0 case PASS, every P1 case PASS, every suite gate not FAIL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .audio_metrics import MetricConfig, ring0, ring1
+from .cases import Case
+from .faults import Received, apply_fault
+from .gates import FAIL, PASS, SKIP, Gate, GateResult, evaluate
+from .transports.base import OK, PRE_MISSING, Capture
+
+PRIMARY_KPI = "eot_to_first_audio_p95_ms"
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    capture: Capture
+    post: Received | None  # after the fault: what the probe "recorded"
+    metrics: dict[str, float | None]
+    gates: list[GateResult]
+    verdict: str
+    detected: list[str] = field(default_factory=list)  # P1: expected gates that failed
+    attempts: int = 1
+
+    def failed(self) -> list[GateResult]:
+        return [g for g in self.gates if g.status == FAIL]
+
+
+def _ms(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round((b - a) * 1000.0, 2)
+
+
+def _first(turns: list[dict[str, object]], key: str) -> float | None:
+    for t in turns:
+        v = t.get(key)
+        if isinstance(v, int | float):
+            return float(v)
+    return None
+
+
+def case_metrics(case: Case, cap: Capture, cfg: MetricConfig) -> tuple[Received | None,
+                                                                       dict[str, float | None]]:
+    m: dict[str, float | None] = {
+        # Ring2, measured by the harness: user EoT -> first audible reply frame at the probe.
+        "eot_to_first_audio_ms": _ms(cap.eot, cap.first_audible),
+        "eot_to_reply_start_ms": _ms(cap.eot, cap.reply_start),
+        # Ring2, as the agent reported the turn (its own clock, its own EoT estimate).
+        "agent_eot_to_first_audio_ms": _first(cap.agent_turns, "eot_to_first_audio_ms"),
+        "llm_ttft_ms": _first(cap.agent_turns, "llm_ttft_ms"),
+        "tts_ttfa_ms": _first(cap.agent_turns, "tts_ttfa_ms"),
+        "tts_first_to_publish_ms": _first(cap.agent_turns, "tts_first_to_publish_ms"),
+        "stt_ms": _first(cap.agent_turns, "stt_ms"),
+        "audio_valid": 0.0,
+    }
+    if cap.barge_in and "cancel_to_silence_ms" in cap.barge_in:
+        m["cancel_to_silence_ms"] = cap.barge_in["cancel_to_silence_ms"]
+    if cap.reply is None:
+        return None, m
+    post = apply_fault(cap.reply, case.fault)
+    full_rms = float(np.sqrt(np.mean(np.square(cap.full)))) if len(cap.full) else 0.0
+    m.update(ring0(post.audio, post.rate, arrivals=post.arrivals, pre=cap.pre,
+                   pre_rate=cap.pre_rate, full_rms=full_rms, cfg=cfg))
+    m["audio_valid"] = 1.0 if (
+        max(m["post_rms"] or 0.0, full_rms) >= cfg.valid_rms
+        and (m["audible_ms"] or 0.0) >= case.expect.min_reply_ms
+    ) else 0.0
+    if cap.pre is not None and len(cap.pre):
+        m.update(ring1(cap.pre, cap.pre_rate, post.audio, post.rate, cfg))
+    return post, m
+
+
+def judge_case(case: Case, cap: Capture, gates: tuple[Gate, ...],
+               cfg: MetricConfig | None = None, attempts: int = 1) -> CaseResult:
+    cfg = cfg or MetricConfig()
+    post, m = case_metrics(case, cap, cfg)
+    results = evaluate(gates, "case", m)
+    if cap.status not in (OK, PRE_MISSING):
+        # Nothing usable was captured: only audio_valid speaks (and it FAILs).
+        results = [r if r.name == "audio_valid" else GateResult(
+            r.name, SKIP, r.value, r.threshold, r.op, r.unit, r.title, r.fix) for r in results]
+    by_name = {r.name: r for r in results}
+    if case.priority == "P1":
+        detected = [n for n in case.expect_fail if by_name.get(n) and by_name[n].status == FAIL]
+        verdict = PASS if cap.status in (OK, PRE_MISSING) and len(detected) == len(
+            case.expect_fail) else FAIL
+        return CaseResult(case, cap, post, m, results, verdict, detected, attempts)
+    ok = cap.status in (OK, PRE_MISSING) and all(r.status != FAIL for r in results)
+    ok = ok and (not case.expect.reply or m["audio_valid"] == 1.0)
+    return CaseResult(case, cap, post, m, results, PASS if ok else FAIL, attempts=attempts)
+
+
+def p95(values: list[float]) -> float | None:
+    return round(float(np.percentile(values, 95)), 2) if values else None
+
+
+def suite_aggregates(results: list[CaseResult],
+                     baseline_kpi: float | None = None) -> dict[str, float | None]:
+    p0 = [r for r in results if r.case.priority == "P0"]
+
+    def vals(key: str) -> list[float]:
+        return [float(v) for r in p0 if (v := r.metrics.get(key)) is not None and v >= 0]
+
+    agg: dict[str, float | None] = {
+        "eot_to_first_audio_p50_ms": round(float(np.percentile(vals(
+            "eot_to_first_audio_ms"), 50)), 2) if vals("eot_to_first_audio_ms") else None,
+        PRIMARY_KPI: p95(vals("eot_to_first_audio_ms")),
+        "agent_eot_to_first_audio_p95_ms": p95(vals("agent_eot_to_first_audio_ms")),
+        "tts_first_to_publish_p95_ms": p95(vals("tts_first_to_publish_ms")),
+        "llm_ttft_p95_ms": p95(vals("llm_ttft_ms")),
+        "tts_ttfa_p95_ms": p95(vals("tts_ttfa_ms")),
+        "inter_arrival_p95_ms": p95(vals("inter_arrival_p95_ms")),
+        "p0_valid_rate": round(sum(1 for r in p0 if r.metrics.get("audio_valid") == 1.0)
+                               / len(p0), 4) if p0 else None,
+        "p0_cases": float(len(p0)),
+        "retried_cases": float(sum(1 for r in results if r.attempts > 1)),
+        "kpi_regression_ms": None,
+        "baseline_kpi_ms": baseline_kpi,
+    }
+    kpi = agg[PRIMARY_KPI]
+    if baseline_kpi is not None and kpi is not None:
+        agg["kpi_regression_ms"] = round(kpi - baseline_kpi, 2)
+    return agg
+
+
+def judge_suite(results: list[CaseResult], gates: tuple[Gate, ...],
+                baseline_kpi: float | None = None) -> tuple[str, dict[str, float | None],
+                                                            list[GateResult]]:
+    agg = suite_aggregates(results, baseline_kpi)
+    suite_gates = evaluate(gates, "suite", agg)
+    ok = all(r.verdict == PASS for r in results) and all(g.status != FAIL for g in suite_gates)
+    return (PASS if ok else FAIL), agg, suite_gates
