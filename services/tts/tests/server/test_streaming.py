@@ -47,7 +47,7 @@ def is_event(kind: int):
 
 async def drain(call) -> list[tts_pb2.SynthesizeResponse]:
     got = []
-    async for r in call:
+    while (r := await asyncio.wait_for(call.read(), 120)) is not grpc.aio.EOF:
         got.append(r)
     return got
 

@@ -62,6 +62,7 @@ class AudioPacket:
     frames: int
     timings: dict | None = None  # first packet: queue_ms, prefill_ms, first_packet_ms
     codes: np.ndarray | None = None  # (frames, 16) codec codes of this packet
+    final: bool = False  # the utterance's last packet (its UtteranceEnd follows)
 
 
 @dataclass

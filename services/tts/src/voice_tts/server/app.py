@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 import grpc
+import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from voice.tts.v1 import tts_pb2
@@ -32,7 +33,7 @@ def load_engine(settings: TTSSettings) -> Engine:
     es = EngineSettings(max_sessions=settings.max_sessions,
                         first_packet_frames=settings.first_packet_frames,
                         packet_frames=settings.packet_frames)
-    dtype = None if settings.dtype == "auto" else settings.dtype
+    dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
     if settings.model.startswith("preset:"):
         name = settings.model.removeprefix("preset:")
         log.warning("TTS_MODEL=%s: RANDOM WEIGHTS, the audio is noise. Set TTS_MODEL to a "

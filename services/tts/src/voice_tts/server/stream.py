@@ -30,6 +30,7 @@ from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.protocol import CallError, ResolvedConfig, invalid, parse_request
 
 log = logging.getLogger("voice_tts.stream")
+_DRAINED = UtteranceFramer(24000, 20)  # marks an utterance whose final packet was framed
 
 
 @dataclass
@@ -204,8 +205,12 @@ class SynthesizeStream:
         u = st.utt(p.utterance_id)
         if u.framer is None:
             u.framer = UtteranceFramer(st.cfg.sample_rate, st.cfg.frame_ms)
-        out = self._frames(p.utterance_id, u, u.framer.push(p.pcm), timings=p.timings)
-        return out
+        if p.final:  # the last packet: drain the resampler, pad, flag the last frame
+            frames = u.framer.push(p.pcm) + u.framer.finish()
+            u.framer = _DRAINED
+        else:
+            frames = u.framer.push(p.pcm)
+        return self._frames(p.utterance_id, u, frames, timings=p.timings, last=p.final)
 
     def _on_end(self, e: UtteranceEnd) -> list[tts_pb2.SynthesizeResponse]:
         st = self.state
@@ -215,7 +220,7 @@ class SynthesizeStream:
             return []
         u = st.utt(e.utterance_id)
         out: list[tts_pb2.SynthesizeResponse] = []
-        if u.framer is not None:
+        if u.framer is not None and u.framer is not _DRAINED:
             out = self._frames(e.utterance_id, u, u.framer.finish(), timings=None, last=True)
         if u.first_text_at is not None and e.frames > 0:
             audio_s = e.frames * 1920 / NATIVE_RATE
