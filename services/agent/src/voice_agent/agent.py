@@ -188,12 +188,13 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     stt_ = STT(addr=s.thinker_addr, instruction=s.stt_instruction, max_tokens=s.stt_max_tokens,
                fallback=s.stt_fallback, tracker=tracker)
     llm_ = LLM(addr=s.thinker_addr, max_tokens=s.llm_max_tokens, temperature=s.llm_temperature,
-               max_messages=s.max_context_messages, tracker=tracker)
+               max_messages=s.max_context_messages, seed=s.llm_seed, tracker=tracker)
     bridge = BridgeConfig(starter_min_chars=s.bridge_starter_min_chars,
                           starter_max_chars=s.bridge_starter_max_chars,
                           min_chars=s.bridge_min_chars, max_chars=s.bridge_max_chars)
     tts_ = TTS(addr=s.tts_addr, voice=s.tts_voice, language=s.tts_language,
                sample_rate=s.tts_sample_rate, frame_ms=s.tts_frame_ms, seed=s.tts_seed,
+               max_frames=s.tts_max_frames,
                bridge=bridge, flush_on_sentence=s.bridge_flush_on_sentence, tracker=tracker)
     # one try per call: a retry would only delay the fallback on a dead backend
     once = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=10.0)

@@ -15,7 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class AgentSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore", frozen=True,
+                                      populate_by_name=True)
 
     # --- backends -------------------------------------------------------------
     # host:port of the TTS gRPC server (voice.tts.v1.TextToSpeech).
@@ -36,6 +37,9 @@ class AgentSettings(BaseSettings):
     tts_frame_ms: Literal[10, 20, 40] = 20
     # Fixed sampling seed (same seed + same text = same audio); unset = server random.
     tts_seed: int | None = None
+    # Cap on codec frames per utterance (12.5 per second of audio); 0 = server's guard.
+    # Random-weight test models never stop on their own: tests cap them here.
+    tts_max_frames: int = Field(0, ge=0, le=100_000)
 
     # --- thinker -------------------------------------------------------------------
     # System prompt of the conversation.
@@ -47,6 +51,8 @@ class AgentSettings(BaseSettings):
     llm_max_tokens: int = Field(150, ge=1, le=4096)
     # Sampling temperature of replies (seed: 0.3).
     llm_temperature: float = Field(0.3, ge=0.0, le=2.0)
+    # Sampling seed for replies (reproducible runs); unset = random.
+    llm_seed: int | None = None
     # Bounded multi-turn context: at most this many user/assistant messages go to the
     # thinker (oldest dropped first); the system prompt is always kept.
     max_context_messages: int = Field(16, ge=1, le=512)

@@ -54,8 +54,11 @@ async def entrypoint(ctx: JobContext) -> None:
             except Exception as e:  # the page missing a report must not break the call
                 log.warning("latency data message not sent: %s", e)
 
-        loop.create_task(_send())
+        task = loop.create_task(_send())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
 
+    pending: set[asyncio.Task[None]] = set()
     tracker = TurnTracker(on_report=publish_latency)
     p = build_pipeline(settings, tracker=tracker, cache=_CACHE)
     attach_duplex(p)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections import deque
 from dataclasses import dataclass, field, replace
 
 import grpc
@@ -54,6 +53,7 @@ class _TTSOptions:
     sample_rate: int
     frame_ms: int
     seed: int | None
+    max_frames: int = 0
     bridge: BridgeConfig = field(default_factory=BridgeConfig)
     flush_on_sentence: bool = False
 
@@ -68,6 +68,7 @@ class TTS(tts.TTS):
         sample_rate: int = 24000,
         frame_ms: int = 20,
         seed: int | None = None,
+        max_frames: int = 0,
         bridge: BridgeConfig | None = None,
         flush_on_sentence: bool = False,
         tracker: TurnTracker | None = None,
@@ -79,7 +80,7 @@ class TTS(tts.TTS):
         )
         self._opts = _TTSOptions(
             addr=addr, voice=voice, language=language, sample_rate=sample_rate,
-            frame_ms=frame_ms, seed=seed, bridge=bridge or BridgeConfig(),
+            frame_ms=frame_ms, seed=seed, max_frames=max_frames, bridge=bridge or BridgeConfig(),
             flush_on_sentence=flush_on_sentence,
         )
         self._channels = ChannelCache(addr)
@@ -130,6 +131,8 @@ class TTS(tts.TTS):
         )
         if o.seed is not None:
             cfg.seed = o.seed
+        if o.max_frames:
+            cfg.sampling.max_frames = o.max_frames
         return tts_pb2.SynthesizeRequest(config=cfg)
 
 
@@ -174,8 +177,9 @@ class SynthesizeStream(tts.SynthesizeStream):
         stub = tts_pb2_grpc.TextToSpeechStub(self._tts._channels.get())
         call = stub.Synthesize(wait_for_ready=False)
         self._call = call
-        # framework segment boundaries: the server utterance id that ends each one
-        boundaries: deque[int] = deque()
+        # the server utterance id that ends each framework segment (FLUSHED may come
+        # out of order: an empty utterance is answered at once)
+        boundaries: set[int] = set()
 
         async def _write(req: tts_pb2.SynthesizeRequest) -> None:
             async with self._write_lock:
@@ -212,7 +216,7 @@ class SynthesizeStream(tts.SynthesizeStream):
                         await _write(_FLUSH)
                         utt, utt_has_text = utt + 1, False
                     if seg_has_text:
-                        boundaries.append(utt - 1)
+                        boundaries.add(utt - 1)
                         seg_has_text = False
                     continue
                 for seg in segmenter.push(data):
@@ -242,8 +246,8 @@ class SynthesizeStream(tts.SynthesizeStream):
                     log.debug("tts first audio trace_id=%s utt=%d server_ttfa_ms=%.1f",
                               trace_id, ev.utterance_id, ev.timings.ttfa_ms)
                 elif ev.type == tts_pb2.Event.FLUSHED:
-                    if boundaries and ev.utterance_id >= boundaries[0]:
-                        boundaries.popleft()
+                    if ev.utterance_id in boundaries:
+                        boundaries.discard(ev.utterance_id)
                         if seg_open:
                             output_emitter.end_segment()
                             seg_open = False
