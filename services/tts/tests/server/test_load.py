@@ -90,3 +90,18 @@ async def test_over_capacity_calls_are_rejected_and_admitted_ones_finish(make_se
         hold.set()
         results = await asyncio.gather(*tasks)
     assert sorted(results) == ["OK"] * 10 + ["RESOURCE_EXHAUSTED"], results
+
+
+async def test_slow_reader_pauses_its_session_and_loses_nothing(make_server) -> None:
+    srv = make_server(TTS_MAX_BACKLOG_S="0.3")
+    cfg = config()
+    cfg.sampling.max_frames = 40  # 3.2 s of audio, ten times the allowed backlog
+    async with grpc.aio.insecure_channel(srv.addr) as ch:
+        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        await call.write(text("A reader that does not keep up. " * 3))
+        await call.done_writing()
+        await asyncio.sleep(3.0)  # read nothing for a while
+        frames = audio(await drain(call))
+    assert srv.metric("tts_flow_control_pauses_total") >= 1
+    assert len(frames) == 40 * 4 and [f.seq for f in frames] == list(range(160))

@@ -227,6 +227,8 @@ class Engine:
         return True
 
     def _need(self, s: Session, utt: Utterance) -> Need:
+        if s.paused:  # its reader is behind: no new audio until it catches up
+            return Need.NOTHING
         committed, finished = utt.stream.snapshot()
         if not utt.running:
             if finished and not utt.stream.has_content:
@@ -330,7 +332,7 @@ class Engine:
                 timings = dict(utt.timings,
                                first_packet_ms=(time.perf_counter() - first) * 1e3)
             packet = AudioPacket(utt.id, pcm, utt.emitted, len(chunk), timings,
-                                 codes.cpu().numpy())
+                                 codes.cpu().numpy(), final=final and not utt.pending)
             if s.emit(utt, packet):
                 utt.emitted += len(chunk)
         return (time.perf_counter() - t0) * 1e3

@@ -71,6 +71,7 @@ class Session:
         self._dropped: list[Utterance] = []  # cancelled, UtteranceEnd still to send
         self._next_utt = 0
         self.closed = False
+        self.paused = False
         self.seed = params.seed if params.seed is not None else int.from_bytes(
             os.urandom(4), "little")
         self.generator = torch.Generator(device=engine.device)
@@ -120,6 +121,14 @@ class Session:
             if seed is not None:
                 self.seed = seed
             self.generator.manual_seed(self.seed)
+        self.engine._wake.set()
+
+    def pause(self) -> None:
+        """Flow control: the engine skips this session until `resume()`."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
         self.engine._wake.set()
 
     def close(self) -> None:

@@ -36,5 +36,7 @@ class TTSMetrics:
                                     "engine step", buckets=_BATCH_BUCKETS, registry=r)
         self.errors = Counter("tts_errors_total", "Calls ended with an error, by gRPC status",
                               ["code"], registry=r)
+        self.flow_pauses = Counter("tts_flow_control_pauses_total", "Sessions paused in the "
+                                   "engine because their reader fell behind", registry=r)
         self.utterances = Counter("tts_utterances_total", "Utterances by how they ended",
                                   ["reason"], registry=r)

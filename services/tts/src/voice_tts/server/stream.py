@@ -104,6 +104,7 @@ class SynthesizeStream:
             # engine instead of growing this queue without bound.
             if st.backlog_samples > self.max_backlog and not st.paused:
                 st.paused = True
+                self.metrics.flow_pauses.inc()
                 self.session.pause()
         st.queue.put_nowait(item)
 
