@@ -33,7 +33,7 @@ chmod 1777 "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 nvidia-cuda-mps-control -d
 sleep 1
 echo get_server_list | nvidia-cuda-mps-control >/dev/null && echo "mps healthcheck: ok"
-id -u 10001 >/dev/null 2>&1 || useradd -u 10001 -M voice
+# setpriv takes the numeric uid/gid of the images' user: no passwd entry needed.
 RUN=(setpriv --reuid=10001 --regid=10001 --clear-groups)
 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10G \
   "${RUN[@]}" "$py" "$here/contention.py" limits >"$out/mps_limits.json"
