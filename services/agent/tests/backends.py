@@ -1,0 +1,120 @@
+"""Helpers: the real TTS server and the real thinker, as subprocesses from their venvs.
+
+Both run tiny random-weight models on localhost (free ports): the TTS speaks noise and
+the thinker writes gibberish, so the tests assert behaviour (audio produced, timing,
+cancellation, state transitions), never content. The thinker's transformers backend
+is text-only: it answers INVALID_ARGUMENT for audio, so the session tests run the STT
+in its named "placeholder" fallback (see plugins/stt.py).
+
+No LiveKit server exists on these machines: the session tests run the real
+AgentSession on our own audio I/O (direct mode) instead of a room.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """One backend process; `kill()` simulates a crash (SIGKILL), `stop()` is graceful."""
+
+    def __init__(self, name: str, module: str, venv: str, env_prefix: str, tmp: Path,
+                 **env: str) -> None:
+        python = REPO / ".venv" / venv / "bin" / "python"
+        if not python.exists():
+            pytest.fail(f"{python} missing: build it with `make venvs` (the Makefile's "
+                        f".venv/{venv}) before the agent tests")
+        self.grpc_port, self.http_port = free_port(), free_port()
+        self.addr = f"127.0.0.1:{self.grpc_port}"
+        self.log_path = tmp / f"{name}-{self.grpc_port}.log"
+        full_env = {**os.environ, **env, f"{env_prefix}_GRPC_PORT": str(self.grpc_port),
+                    f"{env_prefix}_HTTP_PORT": str(self.http_port)}
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen([str(python), "-m", module], env=full_env, cwd=REPO,
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+
+    def wait_serving(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        with grpc.insecure_channel(self.addr) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited: {self.log_path.read_text()[-3000:]}")
+                try:
+                    r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                    if r.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.3)
+        raise TimeoutError(f"{self.addr} not SERVING: {self.log_path.read_text()[-3000:]}")
+
+    def metric(self, name: str) -> float:
+        """Sum of a Prometheus sample over its labels (0 if absent)."""
+        url = f"http://127.0.0.1:{self.http_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name) and (line[len(name)] in " {"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+
+def start_tts(tmp: Path) -> Server:
+    s = Server("tts", "voice_tts.server", "tts", "TTS", tmp, TTS_MODEL="preset:tiny")
+    s.wait_serving()
+    return s
+
+
+def start_thinker(tmp: Path) -> Server:
+    s = Server("thinker", "voice_llm.server", "llm", "LLM", tmp,
+               LLM_BACKEND="transformers", LLM_MODEL="tiny-random")
+    s.wait_serving()
+    return s
+
+
+def espeak(text: str, tmp: Path, voice: str = "en") -> np.ndarray:
+    """Real speech from espeak-ng (services/agent/setup.sh installs it), int16 at 16 kHz."""
+    if shutil.which("espeak-ng") is None:
+        pytest.fail("espeak-ng missing: run services/agent/setup.sh")
+    from voice_agent.direct import read_wav_16k
+
+    path = tmp / f"espeak-{abs(hash((text, voice)))}.wav"
+    subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), text], check=True)
+    return read_wav_16k(path)

@@ -1,0 +1,104 @@
+"""The TTS plugin against the real TTS server (tiny random preset): streaming, STOP, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from livekit.agents import APIConnectionError, APIConnectOptions, APIStatusError
+from voice_agent.plugins import TTS
+
+from .backends import Server, free_port
+
+ONCE = APIConnectOptions(max_retry=0, timeout=10)
+
+
+def make_tts(addr: str, **kw: object) -> TTS:
+    return TTS(addr=addr, voice="aiden", max_frames=12, **kw)  # type: ignore[arg-type]
+
+
+async def test_text_goes_out_as_it_arrives_and_20ms_frames_come_back(tts_server: Server) -> None:
+    tts = make_tts(tts_server.addr)
+    stream = tts.stream(conn_options=ONCE)
+    frames: list[float] = []
+    first_at: list[float] = []
+
+    async def consume() -> None:
+        async for ev in stream:
+            if not first_at:
+                first_at.append(time.perf_counter())
+            frames.append(ev.frame.duration)
+
+    task = asyncio.create_task(consume())
+    for piece in ["Hel", "lo", " there", ", how", " are", " you"]:
+        stream.push_text(piece)
+    # no flush yet: the starter segment is already on the wire and audio flows back
+    async with asyncio.timeout(30):
+        while not first_at:
+            await asyncio.sleep(0.01)
+    assert stream.segments[0] in ("Hello ", "Hello there, ")
+    stream.end_input()
+    async with asyncio.timeout(60):
+        await task
+    await stream.aclose()
+    await tts.aclose()
+    # frames are pushed one by one, never batched: 20 ms each, split into 10 ms halves
+    # when the framework's emitter releases the tail it holds back (slow CPU synthesis)
+    assert len(frames) > 10
+    assert max(frames) <= 0.0301
+    assert all(round(d * 1000) % 10 == 0 for d in frames)
+
+
+async def test_stop_ends_the_audio_at_once(tts_server: Server) -> None:
+    tts = TTS(addr=tts_server.addr, voice="aiden", max_frames=400)  # ~32 s if not stopped
+    stream = tts.stream(conn_options=ONCE)
+    got = 0
+    stopped_at: float | None = None
+    after_stop = 0
+
+    async def consume() -> None:
+        nonlocal got, after_stop
+        async for _ in stream:
+            got += 1
+            if stopped_at is not None:
+                after_stop += 1
+
+    task = asyncio.create_task(consume())
+    stream.push_text("This reply is long enough to take a while to speak out loud. ")
+    stream.flush()
+    async with asyncio.timeout(30):
+        while got < 5:
+            await asyncio.sleep(0.005)
+    assert tts.stop_all() == 1
+    stopped_at = time.perf_counter()
+    stream.end_input()
+    async with asyncio.timeout(30):
+        await task
+    await tts.aclose()
+    # at most the frame the emitter already held back (its 10 ms tail) follows STOP
+    assert after_stop <= 1
+    assert got < 100
+
+
+async def test_unknown_voice_is_a_client_error(tts_server: Server) -> None:
+    tts = TTS(addr=tts_server.addr, voice="no-such-voice")
+    stream = tts.stream(conn_options=ONCE)
+    stream.push_text("hello")
+    stream.end_input()
+    with pytest.raises(APIStatusError) as e:
+        async for _ in stream:
+            pass
+    assert e.value.status_code == 404 and not e.value.retryable
+    await tts.aclose()
+
+
+async def test_server_down_is_a_connection_error() -> None:
+    tts = TTS(addr=f"127.0.0.1:{free_port()}")
+    stream = tts.stream(conn_options=ONCE)
+    stream.push_text("hello")
+    stream.end_input()
+    with pytest.raises(APIConnectionError):
+        async for _ in stream:
+            pass
+    await tts.aclose()
