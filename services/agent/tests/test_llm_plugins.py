@@ -1,0 +1,112 @@
+"""The thinker plugins (LLM, STT) against the real thinker (tiny random transformers model)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+from livekit import rtc
+from livekit.agents import APIConnectionError, APIConnectOptions, APIStatusError
+from livekit.agents.llm import ChatContext
+from voice.llm.v1 import thinker_pb2
+from voice_agent.metrics import TurnTracker
+from voice_agent.plugins import LLM, STT
+from voice_agent.plugins.llm import build_messages
+
+from .backends import Server, free_port
+
+ONCE = APIConnectOptions(max_retry=0, timeout=10)
+
+
+def chat(text: str = "hello there, how are you") -> ChatContext:
+    ctx = ChatContext.empty()
+    ctx.add_message(role="system", content="You are brief.")
+    ctx.add_message(role="user", content=text)
+    return ctx
+
+
+async def test_reply_streams_with_ttft(thinker: Server) -> None:
+    tracker = TurnTracker()
+    llm = LLM(addr=thinker.addr, max_tokens=20, temperature=1.0, seed=3, tracker=tracker)
+    text, usage = "", None
+    async with llm.chat(chat_ctx=chat(), conn_options=ONCE) as stream:
+        async for chunk in stream:
+            if chunk.delta and chunk.delta.content:
+                text += chunk.delta.content
+            if chunk.usage:
+                usage = chunk.usage
+    await llm.aclose()
+    assert text and usage is not None and 0 < usage.completion_tokens <= 20
+    turn = tracker.current
+    assert turn is not None and turn.llm_first is not None and turn.llm_sent is not None
+    assert 0 < turn.llm_first - turn.llm_sent < 5
+
+
+async def test_cancel_aborts_the_generation_in_the_thinker(thinker: Server) -> None:
+    # seed 1 at temperature 0.3 runs to max_tokens (seconds of generation on CPU)
+    llm = LLM(addr=thinker.addr, max_tokens=400, temperature=0.3, seed=1)
+    aborts0 = thinker.metric("llm_aborts_total")
+    stream = llm.chat(chat_ctx=chat(), conn_options=ONCE)
+    got = 0
+    async with asyncio.timeout(30):
+        async for chunk in stream:
+            if chunk.delta and chunk.delta.content:
+                got += 1
+                if got == 3:
+                    t0 = time.perf_counter()
+                    assert llm.cancel_all() == 1
+                    break
+    await stream.aclose()
+    assert stream.cancelled_by_barge_in
+    # the thinker saw the cancel and aborted the generation
+    async with asyncio.timeout(10):
+        while thinker.metric("llm_aborts_total") <= aborts0:
+            await asyncio.sleep(0.05)
+    assert time.perf_counter() - t0 < 10
+    await llm.aclose()
+
+
+def test_context_is_a_bounded_window() -> None:
+    ctx = ChatContext.empty()
+    ctx.add_message(role="system", content="sys")
+    ctx.add_message(role="assistant", content="greeting")
+    for i in range(30):
+        ctx.add_message(role="user", content=f"u{i}")
+        ctx.add_message(role="assistant", content=f"a{i}")
+    ctx.add_message(role="user", content="last")
+    system, msgs = build_messages(ctx, max_messages=16)
+    assert system == "sys"
+    assert len(msgs) <= 16 and msgs[0].role == thinker_pb2.ROLE_USER
+    assert msgs[-1].parts[0].text == "last"
+
+
+async def test_thinker_down_is_a_connection_error() -> None:
+    llm = LLM(addr=f"127.0.0.1:{free_port()}")
+    with pytest.raises(APIConnectionError):
+        async with llm.chat(chat_ctx=chat(), conn_options=ONCE) as stream:
+            async for _ in stream:
+                pass
+    await llm.aclose()
+
+
+def _speechlike(seconds: float = 1.0) -> rtc.AudioFrame:
+    t = np.arange(int(16000 * seconds)) / 16000
+    pcm = (np.sin(2 * np.pi * 180 * t) * 8000).astype(np.int16)
+    return rtc.AudioFrame(data=pcm.tobytes(), sample_rate=16000, num_channels=1,
+                          samples_per_channel=len(pcm))
+
+
+async def test_stt_sends_audio_and_names_its_fallback(thinker: Server) -> None:
+    # the tiny transformers thinker is text-only: it refuses audio with INVALID_ARGUMENT
+    strict = STT(addr=thinker.addr, fallback="none")
+    with pytest.raises(APIStatusError) as e:
+        await strict.recognize([_speechlike()], conn_options=ONCE)
+    assert e.value.status_code == 400
+    placeholder = STT(addr=thinker.addr, fallback="placeholder")
+    ev = await placeholder.recognize([_speechlike(1.5)], conn_options=ONCE)
+    assert ev.alternatives[0].text == "[untranscribed speech, 1.5 s]"
+    assert placeholder.audio_rejected == 1
+    await strict.aclose()
+    await placeholder.aclose()
