@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -42,6 +42,7 @@ class Running:
     proc: subprocess.Popen | None
     log: Path | None
     http_port: int = 0
+    ports: dict[str, int] = field(default_factory=dict)
     skip_reason: str | None = None
     metrics_status: int = 0
     metrics: str = ""
@@ -76,7 +77,7 @@ def mesh(tmp_path_factory) -> dict[str, Running]:
         if svc.name == "llm":
             env = env | {"LLM_CACHE_DIR": str(logs / "llm-cache")}  # tiny-random built here
         proc = localmesh.start(svc, env, log)
-        running[svc.name] = Running(proc, log, ports[svc.http_var])
+        running[svc.name] = Running(proc, log, ports[svc.http_var], ports)
     end = time.monotonic() + START_DEADLINE_S
     try:
         for name, r in running.items():
@@ -133,6 +134,27 @@ def test_healthz_answers_for_the_container_healthcheck(mesh, service):
             f"{service}: /healthz answered {r.healthz_status or 'nothing'} within "
             f"{START_DEADLINE_S:.0f} s (exit code {r.proc.poll()})\n--- log ---\n{r.log_tail()}"
         )
+
+
+@pytest.mark.parametrize("service", ["tts", "llm"])
+def test_grpc_health_says_serving_for_probes_and_envoy(mesh, service):
+    """Kubernetes grpc probes and Envoy's health check (deploy/k8s) ask grpc.health.v1
+    about the server as a whole (service ""): it must answer SERVING once warm."""
+    import grpc  # in the tools venv; the health messages are hand-encoded below
+
+    r = mesh[service]
+    if r.skip_reason:
+        pytest.skip(r.skip_reason)
+    port = r.ports[localmesh.BY_NAME[service].grpc_var]
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=lambda b: b, response_deserializer=lambda b: b,
+        )
+        # HealthCheckRequest{service: ""} is the empty message; the reply's field 1
+        # (status) is SERVING = 1, encoded as 08 01.
+        reply = check(b"", timeout=10)
+    assert reply == b"\x08\x01", f"{service}: health reply {reply!r}, expected SERVING"
 
 
 def test_exposition_parser_counts_declared_but_empty_metrics():
