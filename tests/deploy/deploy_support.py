@@ -17,6 +17,7 @@ COMPOSE = ROOT / "compose.yaml"
 ENV_EXAMPLE = ROOT / ".env.example"
 DEPLOY = ROOT / "deploy"
 DASHBOARDS = DEPLOY / "grafana" / "dashboards"
+ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 K8S = DEPLOY / "k8s"
 
 # The metric names fixed by the team conventions (CONTRIBUTING.md, design.md 6), and the
@@ -222,6 +223,28 @@ def dashboard_metrics() -> dict[str, set[str]]:
         for _, expr in dashboard_exprs(path):
             for name in promql_metrics(expr):
                 used.setdefault(name, set()).add(path.name)
+    return used
+
+
+def alert_exprs() -> list[tuple[str, str]]:
+    """(alert name, expr) of every rule in deploy/prometheus/alerts.yml."""
+    import yaml
+
+    doc = yaml.safe_load(ALERTS.read_text())
+    return [(r.get("alert") or r.get("record"), r["expr"])
+            for g in doc["groups"] for r in g["rules"]]
+
+
+# Series Prometheus makes itself for every target, not exported by a service.
+PROMETHEUS_SERIES = frozenset({"up"})
+
+
+def queried_metrics() -> dict[str, set[str]]:
+    """metric -> where it is queried: dashboards (file names) and alerts.yml."""
+    used = dashboard_metrics()
+    for _, expr in alert_exprs():
+        for name in promql_metrics(expr) - PROMETHEUS_SERIES:
+            used.setdefault(name, set()).add(ALERTS.name)
     return used
 
 

@@ -1,4 +1,4 @@
-"""Every metric a dashboard queries is exported by the running service that owns it.
+"""Every metric a dashboard or an alert queries is exported by the running service owning it.
 
 Starts the real services on localhost, each from its own virtualenv with tiny models and
 free ports (the same launcher as `make up`'s local mesh: deploy/localmesh.py), scrapes
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from deploy_support import DEPLOY, dashboard_metrics, exported_metrics, owner
+from deploy_support import DEPLOY, exported_metrics, owner, queried_metrics
 
 sys.path.insert(0, str(DEPLOY))
 import localmesh  # deploy/ is not a package: imported by path
@@ -99,7 +99,7 @@ def mesh(tmp_path_factory) -> dict[str, Running]:
 
 
 def wanted_by(service: str) -> set[str]:
-    return {m for m in dashboard_metrics() if owner(m) == service}
+    return {m for m in queried_metrics() if owner(m) == service}
 
 
 @pytest.mark.parametrize("service", [s.name for s in localmesh.SERVICES])
@@ -115,7 +115,7 @@ def test_dashboard_metrics_are_exported_by_the_running_service(mesh, service):
     )
     missing = sorted(wanted - exported_metrics(r.metrics))
     assert not missing, (
-        f"{service} does not export {missing}, which the dashboards query.\n"
+        f"{service} does not export {missing}, which dashboards/alerts query.\n"
         f"It exports: {sorted(n for n in exported_metrics(r.metrics) if '_' in n)}"
     )
 

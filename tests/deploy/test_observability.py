@@ -14,15 +14,19 @@ import sys
 import pytest
 import yaml
 from deploy_support import (
+    ALERTS,
     COMPOSE,
     DASHBOARDS,
     DEPLOY,
     KNOWN_METRICS,
+    PROMETHEUS_SERIES,
+    alert_exprs,
     dashboard_exprs,
     dashboard_files,
     dashboard_metrics,
     owner,
     promql_metrics,
+    queried_metrics,
 )
 
 PROMETHEUS = DEPLOY / "prometheus" / "prometheus.yml"
@@ -119,6 +123,23 @@ def test_every_dashboard_metric_is_a_known_name():
     assert used, "no metrics found in the dashboards: the PromQL parser is broken"
     unknown = {m: sorted(files) for m, files in used.items() if m not in KNOWN_METRICS}
     assert not unknown, f"dashboard metrics not in the conventions' list: {unknown}"
+
+
+def test_alert_rules_load_and_query_known_metrics():
+    cfg = yaml.safe_load(PROMETHEUS.read_text())
+    assert cfg["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    prom = yaml.safe_load(COMPOSE.read_text())["services"]["prometheus"]
+    assert f"./deploy/prometheus/{ALERTS.name}:/etc/prometheus/alerts.yml:ro" in prom["volumes"]
+    doc = yaml.safe_load(ALERTS.read_text())
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
+            assert rule["labels"]["severity"] in ("page", "ticket")
+    alerts = dict(alert_exprs())
+    assert "0.65" in alerts["EotToFirstAudioP95High"], "the 650 ms gate"
+    used = set().union(*(promql_metrics(e) for e in alerts.values())) - PROMETHEUS_SERIES
+    assert used and used <= KNOWN_METRICS, sorted(used - KNOWN_METRICS)
+    assert set(queried_metrics()) >= used
 
 
 # --- the PromQL parser the two checks above rely on -----------------------------------------
