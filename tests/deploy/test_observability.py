@@ -8,6 +8,7 @@ the running services, is test_metrics_live.py.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -140,6 +141,25 @@ def test_alert_rules_load_and_query_known_metrics():
     used = set().union(*(promql_metrics(e) for e in alerts.values())) - PROMETHEUS_SERIES
     assert used and used <= KNOWN_METRICS, sorted(used - KNOWN_METRICS)
     assert set(queried_metrics()) >= used
+
+
+def test_promtool_accepts_the_config_and_the_alerts_fire_as_tested(tmp_path):
+    """The real Prometheus tooling, when installed (Debian package `prometheus`)."""
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    # The config names the rules by their path in the container: point it at the copy.
+    shutil.copy(ALERTS, tmp_path / ALERTS.name)
+    (tmp_path / "prometheus.yml").write_text(
+        PROMETHEUS.read_text().replace("/etc/prometheus/alerts.yml", ALERTS.name))
+    for args in (["check", "config", "prometheus.yml"], ["check", "rules", ALERTS.name]):
+        proc = subprocess.run([promtool, *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Alert unit tests: the gate alert fires after 5 min over 650 ms and not below it, etc.
+    proc = subprocess.run([promtool, "test", "rules", "alerts_test.yml"],
+                          cwd=ALERTS.parent, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 # --- the PromQL parser the two checks above rely on -----------------------------------------
