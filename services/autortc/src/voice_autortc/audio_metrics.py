@@ -218,14 +218,17 @@ def _power_spec(x: np.ndarray, rate: int) -> tuple[np.ndarray, np.ndarray]:
         x = np.concatenate([x, np.zeros(win_n - len(x), dtype=np.float32)])
     n = 1 + (len(x) - win_n) // hop
     idx = np.arange(win_n)[None, :] + hop * np.arange(n)[:, None]
-    spec = np.abs(np.fft.rfft(x[idx] * np.hanning(win_n), n=n_fft, axis=1)) ** 2
+    w = np.hanning(win_n)
+    spec = np.abs(np.fft.rfft(x[idx] * w, n=n_fft, axis=1)) ** 2
+    # Power density (per Hz): the same sound at 24 and 48 kHz gives the same values.
+    spec /= float(np.sum(w**2)) * rate
     return spec, np.fft.rfftfreq(n_fft, 1.0 / rate)
 
 
 def log_mel(x: np.ndarray, rate: int) -> np.ndarray:
     spec, _ = _power_spec(x, rate)
     n_fft = (spec.shape[1] - 1) * 2
-    return 10.0 * np.log10(np.maximum(spec @ _mel_filterbank(rate, n_fft).T, 1e-10))
+    return 10.0 * np.log10(np.maximum(spec @ _mel_filterbank(rate, n_fft).T, 1e-16))
 
 
 def hf_ratio(x: np.ndarray, rate: int) -> float:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 import time
 import uuid
@@ -162,12 +163,21 @@ async def run_cases(runner: Runner, cases: list[Case], gates: tuple[gates_mod.Ga
     return results
 
 
+# With the spawned tiny models: the thinker is text-only (no ASR), so the agent hands
+# the LLM a placeholder turn; random tokens make replies long, so cap them. AGENT_*
+# env vars still win.
+TINY_AGENT_DEFAULTS = {"stt_fallback": "placeholder", "llm_max_tokens": 6,
+                       "stt_max_tokens": 8}
+
+
 def _agent_settings(a: argparse.Namespace, backends: Any) -> Any:
     from voice_agent.settings import load_settings as load_agent_settings
 
     over: dict[str, object] = {}
     if backends is not None:
-        over = {"tts_addr": backends.tts_addr, "thinker_addr": backends.thinker_addr}
+        over = {k: v for k, v in TINY_AGENT_DEFAULTS.items()
+                if f"AGENT_{k.upper()}" not in os.environ}
+        over |= {"tts_addr": backends.tts_addr, "thinker_addr": backends.thinker_addr}
     if a.tts_addr:
         over["tts_addr"] = a.tts_addr
     if a.thinker_addr:
