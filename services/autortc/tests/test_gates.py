@@ -1,0 +1,78 @@
+"""Gates: thresholds from the seed, overridable, and SKIP never counts as PASS."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import received, speechlike
+from voice_autortc.cases import load_cases
+from voice_autortc.gates import FAIL, GATES, PASS, SKIP, configure, evaluate, parse_overrides
+from voice_autortc.transports.base import NO_REPLY, OK, Capture
+from voice_autortc.verdict import judge_case, judge_suite
+
+CASES = {c.id: c for c in load_cases()[0].cases}
+
+
+def test_seed_thresholds_are_the_defaults() -> None:
+    t = {g.name: (g.op, g.threshold) for g in GATES}
+    assert t["eot_to_first_audio_p95"] == ("<=", 650)
+    assert t["tts_first_to_publish_p95"] == ("<=", 120)
+    assert t["audible_dropouts"] == ("==", 0)
+    assert t["max_gap"] == ("<", 350)
+    assert t["clipping_ratio"] == ("<", 0.001)
+    assert t["llm_ttft_p95"] == ("<=", 80)
+    assert t["p0_valid_rate"] == (">=", 1.0)
+    assert t["inter_arrival_p95"] == ("<=", 30)
+    assert t["kpi_regression"] == ("<=", 30)
+    assert all(g.fix for g in GATES)  # every gate names a Suggested Fix
+
+
+def test_overrides() -> None:
+    g = {x.name: x for x in configure(parse_overrides(["max_gap=200", "llm_ttft_p95=1e3"]))}
+    assert g["max_gap"].threshold == 200 and g["llm_ttft_p95"].threshold == 1000
+    assert g["max_gap"].check(250) == FAIL and g["max_gap"].check(150) == PASS
+    with pytest.raises(ValueError, match="unknown gate"):
+        configure({"max_gapp": 1})
+    with pytest.raises(ValueError, match="name=number"):
+        parse_overrides(["max_gap"])
+    with pytest.raises(ValueError, match="name=number"):
+        parse_overrides(["max_gap=big"])
+
+
+def test_unmeasured_is_skip() -> None:
+    res = {r.name: r.status for r in evaluate(GATES, "suite", {"llm_ttft_p95_ms": None})}
+    assert res["llm_ttft_p95"] == SKIP
+    # A negative KPI regression is an improvement, not "unmeasured".
+    res = {r.name: r.status for r in evaluate(GATES, "suite", {"kpi_regression_ms": -12.0})}
+    assert res["kpi_regression"] == PASS
+
+
+def _ok_capture(case_id: str, eot_ms: float) -> Capture:
+    pre = speechlike(seed=5)
+    rx = received(pre.copy())
+    return Capture(case_id=case_id, trace_id="t", status=OK, rate=rx.rate, full=pre, reply=rx,
+                   pre=pre, pre_rate=rx.rate, eot=100.0, first_audible=100.0 + eot_ms / 1000,
+                   agent_turns=[{"llm_ttft_ms": 40.0, "tts_first_to_publish_ms": 1.0}])
+
+
+def test_suite_verdict_and_kpi_regression() -> None:
+    case = CASES["endpoint_short_hello"]
+    results = [judge_case(case, _ok_capture(case.id, ms), GATES) for ms in (300, 400, 500)]
+    verdict, agg, sg = judge_suite(results, GATES)
+    assert verdict == PASS and agg["p0_valid_rate"] == 1.0
+    assert agg["eot_to_first_audio_p95_ms"] == pytest.approx(490, abs=1)
+    st = {g.name: g.status for g in sg}
+    assert st["kpi_regression"] == SKIP and st["eot_to_first_audio_p95"] == PASS
+    verdict, agg, sg = judge_suite(results, GATES, baseline_kpi=440.0)  # 50 ms worse
+    assert agg["kpi_regression_ms"] == pytest.approx(50, abs=1)
+    assert verdict == FAIL and {g.name: g.status for g in sg}["kpi_regression"] == FAIL
+
+
+def test_no_reply_fails_p0_and_valid_rate() -> None:
+    case = CASES["endpoint_short_hello"]
+    bad = judge_case(case, Capture(case_id=case.id, trace_id="t", status=NO_REPLY), GATES)
+    assert bad.verdict == FAIL
+    assert {g.name: g.status for g in bad.gates}["audio_valid"] == FAIL
+    assert {g.name: g.status for g in bad.gates}["max_gap"] == SKIP
+    good = judge_case(case, _ok_capture(case.id, 300), GATES)
+    verdict, agg, _ = judge_suite([good, bad], GATES)
+    assert verdict == FAIL and agg["p0_valid_rate"] == 0.5
