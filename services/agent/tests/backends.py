@@ -106,7 +106,21 @@ def start_thinker(tmp: Path) -> Server:
     s = Server("thinker", "voice_llm.server", "llm", "LLM", tmp,
                LLM_BACKEND="transformers", LLM_MODEL="tiny-random")
     s.wait_serving()
+    warm_thinker(s.addr)
     return s
+
+
+def warm_thinker(addr: str) -> None:
+    """One short Chat: the first generation of a fresh process pays torch's warm-up
+    (about 1 s here), which is not what the latency numbers are about."""
+    from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
+
+    with grpc.insecure_channel(addr) as ch:
+        stub = thinker_pb2_grpc.ThinkerStub(ch)
+        req = thinker_pb2.ChatRequest(max_tokens=4, messages=[thinker_pb2.Message(
+            role=thinker_pb2.ROLE_USER, parts=[thinker_pb2.Part(text="hi")])])
+        for _ in stub.Chat(req, timeout=60):
+            pass
 
 
 def espeak(text: str, tmp: Path, voice: str = "en") -> np.ndarray:

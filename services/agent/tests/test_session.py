@@ -1,0 +1,191 @@
+"""The real agent session (AgentSession + our plugins + Silero VAD + duplex controller)
+on our own microphone/speaker objects, against the real TTS server and the real thinker.
+
+No LiveKit server exists on these machines, so the room is the one thing replaced: by
+`MicrophoneInput` / `SpeakerOutput` (voice_agent.audio_io), which keep real time like a
+device. User speech is real speech from espeak-ng. The thinker is text-only (tiny
+random transformers model), so the STT runs in its named "placeholder" fallback: the
+turn is real (VAD -> STT call -> LLM -> TTS -> speaker), the transcript is a marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+from voice_agent.direct import DirectSession
+from voice_agent.duplex import DuplexState
+from voice_agent.metrics import ERRORS
+from voice_agent.settings import AgentSettings
+
+from .backends import Server, espeak, start_thinker, start_tts
+
+
+def make_settings(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
+    base: dict[str, object] = dict(
+        tts_addr=tts.addr, thinker_addr=thinker.addr, tts_voice="aiden", http_port=0,
+        stt_fallback="placeholder", tts_max_frames=25, llm_max_tokens=24,
+        llm_temperature=1.0, llm_seed=3,
+    )
+    base.update(kw)
+    return AgentSettings(**base)  # type: ignore[arg-type]
+
+
+def long_reply(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
+    # seed 1 at temperature 0.3: the tiny thinker writes to max_tokens (seconds on CPU),
+    # and the TTS keeps speaking while text flows: the call is live during SPEAKING
+    return make_settings(tts, thinker, llm_max_tokens=400, llm_temperature=0.3, llm_seed=1,
+                         tts_max_frames=0, **kw)
+
+
+def audible_after(ds: DirectSession, t: float) -> float:
+    return sum(0.02 for tick in ds.speaker.ticks if tick.audible and tick.at >= t)
+
+
+async def test_a_user_turn_gets_a_spoken_reply(tts_server: Server, thinker: Server,
+                                               tmp_path: Path) -> None:
+    speech = espeak("What is the weather like today?", tmp_path)
+    async with DirectSession(make_settings(tts_server, thinker)) as ds:
+        await ds.wait_until_quiet(timeout=60, quiet_s=0.5)
+        greeting_s = ds.speaker.audible_seconds()
+        _, speech_end = await ds.say_user(speech)
+        await ds.wait_state(DuplexState.THINKING, timeout=20)
+        await ds.wait_until_quiet(timeout=90)
+        res = ds.result()
+    assert greeting_s > 0.5, "the greeting was not spoken"
+    # true EoT: the last loud sample of the played clip (espeak ends with silence)
+    loud = np.flatnonzero(np.abs(speech.astype(np.int32)) > 500)
+    eot = speech_end - (len(speech) - 1 - int(loud[-1])) / 16000
+    first = next(t.at for t in ds.speaker.ticks if t.audible and t.at > speech_end)
+    eot_to_first_audio = first - eot
+    assert audible_after(ds, speech_end) > 0.5, "no spoken reply"
+    user_turns = [t for t in res.turns if t["kind"] == "user"]
+    assert len(user_turns) == 1
+    turn = user_turns[0]
+    print(f"\nEoT->first audio: {eot_to_first_audio * 1000:.0f} ms (true), turn={turn}")
+    for key in ("eot_to_first_audio_ms", "llm_ttft_ms", "tts_ttfa_ms", "stt_ms"):
+        assert isinstance(turn[key], float) and turn[key] > 0, (key, turn)
+    # the tracker's EoT (VAD end minus the hangover) agrees with the true one
+    assert abs(turn["eot_to_first_audio_ms"] / 1000 - eot_to_first_audio) < 0.15  # type: ignore[operator]
+    states = [s for _, s in res.transitions]
+    i = states.index(DuplexState.THINKING)
+    assert states[i:i + 3] == [DuplexState.THINKING, DuplexState.SPEAKING,
+                               DuplexState.LISTENING]
+    roles = [(m["role"], m["interrupted"]) for m in res.chat]
+    assert roles[-2:] == [("user", False), ("assistant", False)]
+    assert str(res.chat[-2]["text"]).startswith("[untranscribed speech")
+
+
+async def test_barge_in_stops_within_a_frame_and_cancels_the_thinker(
+        tts_server: Server, thinker: Server, tmp_path: Path) -> None:
+    first = espeak("Tell me a long story about the sea.", tmp_path)
+    interrupt = espeak("Stop, stop please.", tmp_path)
+    aborts0 = thinker.metric("llm_aborts_total")
+    async with DirectSession(long_reply(tts_server, thinker), greet=False) as ds:
+        await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
+        await ds.say_user(first)
+        await ds.wait_state(DuplexState.SPEAKING, timeout=30)
+        await asyncio.sleep(0.6)  # let the reply be heard for a while
+        live = [s for s in ds.pipeline.llm._streams if s._call and not s._call.done()]
+        assert live, "the thinker finished before the barge-in: the test proves nothing"
+        received_before = live[0].text
+        await ds.say_user(interrupt)
+        async with asyncio.timeout(10):
+            while not ds.duplex.barge_ins:
+                await asyncio.sleep(0.005)
+        await asyncio.sleep(0.3)  # the speaker's ticks after the decision
+        b = ds.duplex.barge_ins[0]
+        after = [t for t in ds.speaker.ticks if b.decided_at <= t.at <= b.decided_at + 0.25]
+        # the interrupted reply lands in the chat context once the framework has handled
+        # the interruption (the next reply, to "stop please", is not waited for)
+        async with asyncio.timeout(10):
+            while not any(m["interrupted"] for m in ds.result().chat):
+                await asyncio.sleep(0.02)
+        res = ds.result()
+    assert b.state_before == DuplexState.SPEAKING
+    assert b.llm_cancelled >= 1 and b.tts_stopped >= 1
+    # the frame playing at the decision is the last one heard
+    assert b.cancel_to_silence_s <= 0.0205, b
+    assert not any(t.audible for t in after), "audio leaked after the barge-in decision"
+    assert live[0].cancelled_by_barge_in
+    async with asyncio.timeout(10):  # the thinker aborted the generation
+        while thinker.metric("llm_aborts_total") <= aborts0:
+            await asyncio.sleep(0.05)
+    states = [s for _, s in res.transitions]
+    assert DuplexState.INTERRUPTING in states
+    i = states.index(DuplexState.INTERRUPTING)
+    assert states[i - 1] == DuplexState.SPEAKING and states[i + 1] == DuplexState.LISTENING
+    # the interrupted reply is recorded as far as it was heard
+    interrupted = [m for m in res.chat if m["role"] == "assistant" and m["interrupted"]]
+    assert len(interrupted) == 1
+    heard = str(interrupted[0]["text"]).strip()
+    assert heard and received_before and len(heard) < len(live[0].text)
+    assert live[0].text.strip().startswith(heard[: max(1, len(heard) // 2)])
+    print(f"\ncancel->silence {b.cancel_to_silence_s * 1000:.2f} ms, cascade "
+          f"{(b.cleared_at - b.decided_at) * 1000:.3f} ms; heard {len(heard)} of "
+          f"{len(live[0].text)} chars")
+
+
+async def test_tts_crash_mid_turn_falls_back_and_the_session_goes_on(
+        thinker: Server, tmp_path: Path) -> None:
+    tts = start_tts(tmp_path)  # our own server: this test kills it
+    speech = espeak("Please read me the news.", tmp_path)
+    errors0 = ERRORS.labels(component="tts")._value.get()
+    try:
+        async with DirectSession(long_reply(tts, thinker), greet=False) as ds:
+            assert ds.pipeline.cache.has(ds.settings.fallback_reply)
+            await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
+            await ds.say_user(speech)
+            await ds.wait_state(DuplexState.SPEAKING, timeout=30)
+            await asyncio.sleep(0.5)
+            tts.kill()
+            async with asyncio.timeout(20):
+                while "tts:fallback" not in ds.pipeline.fallback.events:  # type: ignore[union-attr]
+                    await asyncio.sleep(0.02)
+            killed_at = asyncio.get_running_loop().time()
+            await ds.wait_until_quiet(timeout=60)
+            fallback_audio = ds.speaker.audible_seconds()
+            # the session is alive: the next turn is heard, fails at the TTS, falls back
+            await ds.say_user(speech)
+            async with asyncio.timeout(30):
+                while ds.pipeline.fallback.events.count("tts:fallback") < 2:  # type: ignore[union-attr]
+                    await asyncio.sleep(0.02)
+            await ds.wait_until_quiet(timeout=60)
+            assert ds.session._activity is not None, "the session closed"
+            res = ds.result()
+    finally:
+        tts.stop()
+    assert killed_at and fallback_audio > 0.5
+    assert ds.speaker.audible_seconds() > fallback_audio  # the second fallback was heard
+    assert ERRORS.labels(component="tts")._value.get() > errors0
+    assert [m["role"] for m in res.chat].count("user") == 2
+
+
+async def test_thinker_crash_mid_turn_falls_back_and_the_session_goes_on(
+        tts_server: Server, tmp_path: Path) -> None:
+    thinker = start_thinker(tmp_path)  # our own server: this test kills it
+    speech = espeak("What time is it now?", tmp_path)
+    try:
+        async with DirectSession(long_reply(tts_server, thinker), greet=False) as ds:
+            await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
+            await ds.say_user(speech)
+            await ds.wait_state(DuplexState.SPEAKING, timeout=30)
+            thinker.kill()
+            async with asyncio.timeout(20):
+                while "llm:fallback" not in ds.pipeline.fallback.events:  # type: ignore[union-attr]
+                    await asyncio.sleep(0.02)
+            await ds.wait_until_quiet(timeout=60)
+            before = ds.speaker.audible_seconds()
+            # thinker still down: the next utterance cannot be transcribed -> silent, alive
+            await ds.say_user(speech)
+            async with asyncio.timeout(30):
+                while "stt:silent" not in ds.pipeline.fallback.events:  # type: ignore[union-attr]
+                    await asyncio.sleep(0.02)
+            await ds.wait_until_quiet(timeout=30)
+            assert ds.session._activity is not None, "the session closed"
+            assert ds.duplex.state == DuplexState.LISTENING
+            assert ds.speaker.audible_seconds() == pytest.approx(before, abs=0.05)
+    finally:
+        thinker.stop()
