@@ -13,9 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from voice_tts.engine import Engine, EngineSettings
 
 from .lib import CONFIGS, write_tiny_checkpoint
+
+# Tiny models gain nothing from intra-op threads, and on a shared 2-core machine OpenMP
+# barriers under oversubscription make every op ~100x slower.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,8 @@ def run_oracle(spec: dict, workdir: Path) -> dict[str, np.ndarray]:
     spec_path.write_text(json.dumps(spec))
     proc = subprocess.run([str(python), str(Path(__file__).with_name("oracle_run.py")),
                            str(spec_path), str(out_path)], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+                          timeout=600, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error",
+                                               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-4000:])
         raise RuntimeError(f"oracle failed (exit {proc.returncode})")

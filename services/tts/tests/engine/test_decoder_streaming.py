@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from voice_tts.engine.checkpoint import random_model
 from voice_tts.engine.config import ModelConfig
 from voice_tts.engine.model import DecoderState

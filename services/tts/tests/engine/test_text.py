@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from voice_tts.engine.demo_tokenizer import demo_tokenizer
 from voice_tts.engine.text import TextStream, TextTokenizer
 
