@@ -1,0 +1,190 @@
+"""The session API: flush ends an utterance, cancel stops output at once, sessions
+interleaved in one engine (continuous batching) equal their solo runs, slots, ids."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from voice_tts.engine import (
+    AudioPacket,
+    Engine,
+    EngineFull,
+    EngineSettings,
+    SamplingParams,
+    SessionParams,
+    StepStats,
+    UtteranceEnd,
+)
+
+TEXTS = ["Hello there, streaming world.", "你好，欢迎使用语音合成服务。",
+         "Real-time voice agents speak while the model writes."]
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.events: list = []
+        self.ended = threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, ev) -> None:
+        with self.lock:
+            self.events.append(ev)
+        if isinstance(ev, UtteranceEnd):
+            self.ended.set()
+
+    def packets(self, utt: int | None = None) -> list[AudioPacket]:
+        return [e for e in self.events if isinstance(e, AudioPacket)
+                and (utt is None or e.utterance_id == utt)]
+
+    def ends(self) -> list[UtteranceEnd]:
+        return [e for e in self.events if isinstance(e, UtteranceEnd)]
+
+
+@pytest.fixture
+def engine():
+    e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=4))
+    e.start()
+    yield e
+    e.shutdown()
+
+
+def test_flush_produces_utterance_end(engine):
+    c = Collector()
+    s = engine.open_session(SessionParams(voice="vivian", seed=1, max_frames=9), c)
+    s.push_text("Hello there.")
+    s.flush()
+    assert c.ended.wait(30)
+    (end,) = c.ends()
+    assert end.utterance_id == 0 and end.reason == "max_frames" and end.frames == 9
+    packets = c.packets()
+    assert [p.frames for p in packets] == [1, 4, 4]
+    assert [p.first_frame for p in packets] == [0, 1, 5]
+    assert all(p.pcm.dtype == np.float32 and len(p.pcm) == p.frames * 1920 for p in packets)
+    assert set(packets[0].timings) == {"queue_ms", "prefill_ms", "first_packet_ms"}
+    assert all(p.timings is None for p in packets[1:])
+    # The next push opens utterance 1.
+    c.ended.clear()
+    s.push_text("Again.")
+    assert s.utterance_id == 1
+    s.flush()
+    assert c.ended.wait(30)
+    assert c.ends()[-1].utterance_id == 1
+    s.close()
+    assert engine.active_sessions == 0
+
+
+def test_cancel_stops_output_now(engine):
+    c = Collector()
+    s = engine.open_session(SessionParams(voice="vivian", seed=1, max_frames=60), c)
+    s.push_text("A long utterance that would run for sixty frames if left alone.")
+    s.flush()
+    t0 = time.monotonic()
+    while not c.packets() and time.monotonic() - t0 < 30:
+        time.sleep(0.005)
+    assert c.packets(), "no audio"
+    s.cancel()
+    n_after_cancel = len(c.packets(0))
+    time.sleep(0.3)  # the engine keeps running: nothing more of utterance 0 may arrive
+    assert len(c.packets(0)) == n_after_cancel
+    assert c.ended.wait(5)
+    end = c.ends()[0]
+    assert end.reason == "cancelled" and end.utterance_id == 0
+    assert end.frames == sum(p.frames for p in c.packets(0)) < 60
+    # The session is reusable; the next utterance has a new id.
+    c.ended.clear()
+    s.push_text("Next one.")
+    s.flush()
+    assert c.ended.wait(30)
+    assert c.ends()[-1].utterance_id == 1 and c.ends()[-1].reason != "cancelled"
+    s.close()
+
+
+def _solo(engine: Engine, text: str, seed: int, sampling: SamplingParams) -> np.ndarray:
+    return engine.synthesize(text, "vivian", seed=seed, sampling=sampling, max_frames=14,
+                             return_codes=True)
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams.greedy()],
+                         ids=["sampled", "greedy"])
+def test_interleaved_sessions_equal_solo(sampling):
+    engine = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=4))
+    solo = [_solo(engine, t, seed=10 + i, sampling=sampling) for i, t in enumerate(TEXTS)]
+    batch_sizes: list[int] = []
+    engine.on_step = lambda st: batch_sizes.append(st.batch_size)
+    engine.start()
+    try:
+        collectors = [Collector() for _ in TEXTS]
+        sessions = [engine.open_session(SessionParams(voice="vivian", seed=10 + i,
+                                                      sampling=sampling, max_frames=14), c)
+                    for i, c in enumerate(collectors)]
+        # Feed the three texts interleaved, piece by piece, with small pauses: sessions
+        # join and leave the batch between steps.
+        data = [t.encode() for t in TEXTS]
+        for k in range(0, max(map(len, data)), 3):
+            for s, d in zip(sessions, data, strict=True):
+                if k < len(d):
+                    s.push_text(d[k:k + 3])
+            time.sleep(0.002)
+        for s in sessions:
+            s.flush()
+        for c in collectors:
+            assert c.ended.wait(60)
+    finally:
+        engine.shutdown()
+    assert max(batch_sizes) > 1, "never batched"
+    for (pcm, codes), c in zip(solo, collectors, strict=True):
+        got = np.concatenate([p.codes for p in c.packets()])
+        assert np.array_equal(got, codes)
+        assert np.abs(np.concatenate([p.pcm for p in c.packets()]) - pcm).max() <= 1e-4
+
+
+def test_reset_reseeds(engine):
+    c = Collector()
+    s = engine.open_session(SessionParams(voice="vivian", seed=5, max_frames=6), c)
+    for _ in range(2):
+        c.ended.clear()
+        s.push_text("Same text.")
+        s.flush()
+        assert c.ended.wait(30)
+        s.reset()  # fresh generator: the same seed again
+    a, b = (np.concatenate([p.pcm for p in c.packets(u)]) for u in (0, 1))
+    assert np.array_equal(a, b)
+    s.reset(seed=6)
+    c.ended.clear()
+    s.push_text("Same text.")
+    s.flush()
+    assert c.ended.wait(30)
+    assert not np.array_equal(a, np.concatenate([p.pcm for p in c.packets(2)]))
+    s.close()
+
+
+def test_engine_full_and_slots(engine):
+    sessions = [engine.open_session(SessionParams(voice="vivian"), Collector())
+                for _ in range(4)]
+    with pytest.raises(EngineFull):
+        engine.open_session(SessionParams(voice="vivian"), Collector())
+    sessions[0].close()
+    sessions[0].close()  # idempotent
+    assert engine.active_sessions == 3
+    sessions.append(engine.open_session(SessionParams(voice="vivian"), Collector()))
+    for s in sessions[1:]:
+        s.close()
+    assert engine.active_sessions == 0
+    with pytest.raises(ValueError):
+        sessions[1].push_text("closed")
+
+
+def test_metadata_and_step_hook(engine):
+    assert engine.sample_rate == 24000 and engine.frame_samples == 1920
+    assert "auto" in engine.languages() and "english" in engine.languages()
+    assert not any("dialect" in lang for lang in engine.languages())
+    voices = {v.name: v for v in engine.voices()}
+    assert voices["dylan"].dialect == "beijing_dialect" and voices["vivian"].dialect is None
+    assert engine.model_name == "preset:tiny"
+    stats: list[StepStats] = []
+    engine.on_step = stats.append
+    engine.synthesize("Hi there.", "vivian", max_frames=3)
+    assert stats and all(st.batch_size >= 1 and st.step_ms > 0 for st in stats)
