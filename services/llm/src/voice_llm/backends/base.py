@@ -6,8 +6,10 @@ request by id. Contract for implementers:
   early (the caller was cancelled) must abort the request in the engine before returning.
 - `abort(request_id)` stops the engine's work for that request at the next step and is
   idempotent; it never raises for an unknown or finished id.
-- Input the backend cannot take (prompt over max_model_len, audio on a text-only model)
-  raises InvalidInput before any chunk is yielded.
+- Input the backend cannot take (prompt over max_model_len) raises InvalidInput before
+  any chunk is yielded. Audio reaches only backends whose `accepts_audio` is true.
+- A request aborted while its stream is still read ends that stream with errors.Aborted,
+  never with a made-up final chunk.
 The backend knows nothing about gRPC, admission or metrics.
 """
 
@@ -17,6 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 from voice_llm.chat import AudioClip, ChatJob, ChatMessage, Chunk
+from voice_llm.errors import InvalidInput
 
 
 class Backend(Protocol):
@@ -37,32 +40,30 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-def chat_template_messages(
-    messages: Sequence[ChatMessage], audio_as_placeholder: bool
-) -> tuple[list[dict[str, Any]], list[AudioClip]]:
-    """Messages in the HF chat-template shape, plus the audio clips in prompt order.
+# Stands in for an audio clip while the chat template renders; the backend swaps it for
+# the model's own placeholder (e.g. Qwen3-Omni's <|audio_start|><|audio_pad|><|audio_end|>).
+# Going through plain text works with any template, multimodal-aware or not.
+AUDIO_SENTINEL = "<voice-llm-audio/>"
 
-    Text-only turns use plain string content, which every chat template accepts. Turns
-    with audio use the multimodal list shape ({"type": "audio"} items) that omni models'
-    templates (Qwen2.5/3-Omni) render as their audio placeholder tokens; the engine then
-    expands each placeholder with the matching clip.
-    """
+
+def chat_template_messages(
+    messages: Sequence[ChatMessage],
+) -> tuple[list[dict[str, Any]], list[AudioClip]]:
+    """Messages in the HF chat-template shape (string content), plus the audio clips in
+    prompt order, each marked in the text by AUDIO_SENTINEL."""
     out: list[dict[str, Any]] = []
     clips: list[AudioClip] = []
     for m in messages:
-        if not m.audio:
-            out.append({"role": m.role.value, "content": m.text})
-            continue
-        if not audio_as_placeholder:
-            raise AssertionError("audio reached a backend that does not accept it")
-        content: list[dict[str, Any]] = []
+        pieces = []
         for p in m.parts:
             if isinstance(p, AudioClip):
-                content.append({"type": "audio"})
                 clips.append(p)
-            elif p:
-                content.append({"type": "text", "text": p})
-        out.append({"role": m.role.value, "content": content})
+                pieces.append(AUDIO_SENTINEL)
+            else:
+                if AUDIO_SENTINEL in p:
+                    raise InvalidInput("text parts must not contain the audio sentinel")
+                pieces.append(p)
+        out.append({"role": m.role.value, "content": "".join(pieces)})
     return out, clips
 
 

@@ -90,7 +90,7 @@ class TransformersBackend:
     async def generate(self, job: ChatJob) -> AsyncIterator[Chunk]:
         if job.has_audio:
             raise AssertionError("audio reached the transformers backend")
-        messages, _ = chat_template_messages(job.messages, audio_as_placeholder=False)
+        messages, _ = chat_template_messages(job.messages)
         prompt_ids = self.tokenizer(render_prompt(self.tokenizer, messages)).input_ids
         n_prompt = len(prompt_ids)
         room = self._settings.max_model_len - n_prompt
