@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import uuid
@@ -187,6 +188,8 @@ def _agent_settings(a: argparse.Namespace, backends: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so spawned backends are stopped, never orphaned.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s "
                         "%(message)s", stream=sys.stderr)
     over: dict[str, object] = {}

@@ -75,7 +75,6 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
                    valid_rms: float = 0.01) -> Capture:
     """One case over a fresh DirectSession (fresh gRPC channels, fresh chat context)."""
     from voice_agent.direct import DirectSession  # the agent package (Makefile installs it)
-    from voice_agent.duplex import DuplexState
 
     cap = Capture(case_id=case.id, trace_id=trace_id, rate=agent_settings.tts_sample_rate,
                   pre_rate=agent_settings.tts_sample_rate)
@@ -89,10 +88,8 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
             barge = asyncio.create_task(_barge_in(ds, case, clip, barge_clip, played, cap))
             start, _end = await played
             cap.eot = start + clip.end_of_speech_s
-            try:
-                await ds.wait_state(DuplexState.THINKING, timeout=timeout)
-            except TimeoutError:
-                cap.notes.append("agent never went THINKING after the utterance")
+            if not await _replied(ds, cap.eot, timeout):
+                cap.notes.append(f"no agent audio within {timeout:.0f} s of the EoT")
             await barge
             try:
                 await ds.wait_until_quiet(timeout=timeout, quiet_s=0.8)
@@ -109,6 +106,16 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
         cap.barge_in = {"cancel_to_silence_ms": round(b.cancel_to_silence_s * 1000, 2)}
     _slice(cap, ds.speaker, tap, valid_rms)
     return cap
+
+
+async def _replied(ds: Any, eot: float, timeout: float) -> bool:
+    """Wait for the first agent frame played after the EoT (the reply has begun)."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if any(t.audible and t.at >= eot for t in ds.speaker.ticks[-50:]):
+            return True
+        await asyncio.sleep(0.01)
+    return False
 
 
 async def _barge_in(ds: Any, case: Case, clip: UserClip, barge_clip: UserClip | None,

@@ -1,0 +1,102 @@
+"""End to end: the suite over the REAL agent (direct transport: AgentSession on the
+agent's real-time microphone/speaker), real TTS and thinker gRPC servers with tiny
+random models, started by `run_suite --spawn-backends`, exactly as a user runs it.
+
+One `--quick` run (2 clean P0 cases + the 4 P1 fault cases), then checks:
+- clean cases: captured OK, every transport gate PASS, pre vs post identical in quality;
+- P1 cases: the gates each fault must break FAIL (the gates can fail);
+- report.md, report.json, PNG plots and the WAVs are written; latencies are measured.
+No fakes: nothing here stands in for the agent, the TTS or the thinker.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from voice_autortc.gates import TRANSPORT_GATES
+from voice_autortc.settings import AutoRTCSettings
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    s = AutoRTCSettings()
+    missing = [p for p in (s.tts_python, s.llm_python) if not Path(p).exists()]
+    if missing:
+        pytest.fail(f"backend venvs missing: {missing} (run `make venvs` first)")
+    out = tmp_path_factory.mktemp("autortc")
+    proc = subprocess.run(
+        [sys.executable, "-m", "voice_autortc.run_suite", "--transport", "direct",
+         "--spawn-backends", "--quick", "--output-root", str(out), "--run-id", "ci-quick",
+         "--no-progress"],
+        capture_output=True, text=True, timeout=900)
+    run_dir = out / "ci-quick"
+    assert proc.returncode in (0, 1), proc.stderr[-4000:]
+    report = json.loads((run_dir / "report.json").read_text())
+    print(proc.stderr[-3000:])
+    return {"dir": run_dir, "report": report, "rc": proc.returncode, "log": proc.stderr,
+            "cases": {c["case_id"]: c for c in report["cases"]}}
+
+
+def _gates(case: dict[str, Any]) -> dict[str, str]:
+    return {g["name"]: g["status"] for g in case["gates"]}
+
+
+def test_all_quick_cases_ran(run: dict[str, Any]) -> None:
+    assert set(run["cases"]) == {"endpoint_short_hello", "endpoint_long_sentence",
+                                 "p1_boom", "p1_speed", "p1_distort", "p1_stall"}
+    # The exit code follows the verdict.
+    assert run["rc"] == (0 if run["report"]["verdict"] == "PASS" else 1)
+
+
+def test_clean_cases_pass_transport_and_quality_gates(run: dict[str, Any]) -> None:
+    for cid in ("endpoint_short_hello", "endpoint_long_sentence"):
+        c = run["cases"][cid]
+        assert c["capture_status"] == "OK", (cid, c["error"], c["notes"])
+        g = _gates(c)
+        bad = {n: g[n] for n in TRANSPORT_GATES if g[n] != "PASS"}
+        assert not bad, (cid, bad, c["metrics"])
+        # Nothing between the TTS and the speaker: pre and post must be the same sound.
+        assert g["mel_distance"] == "PASS" and g["hf_ratio_drop"] == "PASS", c["metrics"]
+        assert g["speed_drift"] == "PASS", c["metrics"]
+
+
+def test_p1_faults_fail_their_gates(run: dict[str, Any]) -> None:
+    for cid in ("p1_boom", "p1_speed", "p1_distort", "p1_stall"):
+        c = run["cases"][cid]
+        assert c["capture_status"] == "OK", (cid, c["error"])
+        g = _gates(c)
+        assert c["expect_fail"] and all(g[n] == "FAIL" for n in c["expect_fail"]), (cid, g)
+        assert c["verdict"] == "PASS" and c["detected"] == c["expect_fail"]
+
+
+def test_latencies_are_measured(run: dict[str, Any]) -> None:
+    for c in run["cases"].values():
+        m = c["metrics"]
+        assert 0 < m["eot_to_first_audio_ms"] < 30_000, (c["case_id"], m)
+        assert m["llm_ttft_ms"] is not None and m["llm_ttft_ms"] > 0
+        assert m["tts_ttfa_ms"] is not None and m["tts_first_to_publish_ms"] is not None
+        assert c["agent_turns"], c["case_id"]
+    agg = run["report"]["aggregates"]
+    assert agg["eot_to_first_audio_p95_ms"] >= agg["eot_to_first_audio_p50_ms"] > 0
+    assert agg["p0_valid_rate"] == 1.0
+
+
+def test_report_plots_and_wavs_written(run: dict[str, Any]) -> None:
+    d: Path = run["dir"]
+    md = (d / "report.md").read_text()
+    assert md.startswith("# AutoRTC report:") and "## Suite gates" in md
+    assert "| p1_stall | P1 | stall | OK |" in md
+    assert (d / "plots" / "latency.png").read_bytes()[:8] == PNG
+    for cid in run["cases"]:
+        cd = d / "cases" / cid
+        assert (cd / "reply.png").read_bytes()[:8] == PNG
+        for wav in ("input.wav", "pre_rtc.wav", "post_rtc_reply.wav", "post_rtc_full.wav"):
+            assert (cd / wav).stat().st_size > 1000, (cid, wav)
+        assert f"![{cid}](cases/{cid}/reply.png)" in md
