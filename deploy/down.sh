@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# `make down`: stop what `make up` started (compose project, or the local mesh).
+# `make down`: stop what `make up` started (the local mesh, or the compose stack).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; then
-  exec docker compose --profile gpu --profile cpu down "$@"
+if [ -f .run/mesh.json ]; then
+  exec "${PYTHON:-python3}" deploy/local/mesh.py down
 fi
-exec python3 deploy/localmesh.py down
+if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+  exec docker compose --profile gpu --profile cpu down
+fi
+echo "down: nothing running"

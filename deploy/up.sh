@@ -1,28 +1,22 @@
 #!/usr/bin/env bash
-# `make up`: the whole stack.
-#   A reachable Docker engine with the compose plugin -> docker compose up (compose.yaml),
-#   profile from .env (COMPOSE_PROFILES; `gpu` unless no NVIDIA GPU is visible, then `cpu`).
-#   Otherwise -> the local mesh: every service from its virtualenv, tiny models
-#   (deploy/localmesh.py; `make venvs` first).
+# `make up`: Docker Compose when a Docker engine is reachable (gpu profile when the NVIDIA
+# runtime is there, else cpu); otherwise the local mesh (deploy/local/mesh.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-if docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; then
-  if [ ! -f .env ]; then
-    cp .env.example .env
-    echo "created .env from .env.example (edit it: keys, GPU shares, model repos)"
+if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+  [ -f .env ] || cp .env.example .env
+  if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia; then
+    profile=gpu; why="NVIDIA runtime found"
+  else
+    profile=cpu; why="no NVIDIA runtime: tiny random models"
   fi
-  profile_args=()
-  if [ -z "${COMPOSE_PROFILES:-}" ] && ! command -v nvidia-smi >/dev/null 2>&1; then
-    # No GPU here: run the same mesh on tiny random models.
-    profile_args=(--profile cpu)
-    export COMPOSE_PROFILES=cpu
-    echo "no nvidia-smi on this host: using the cpu profile (tiny random models)"
-  fi
-  exec docker compose "${profile_args[@]}" up --build --detach --wait "$@"
+  echo "up: Docker engine reachable -> docker compose (profile $profile; $why)"
+  exec docker compose --profile "$profile" up --build
 fi
-
-echo "no Docker engine reachable: starting the local mesh (tiny models, CPU)"
-# The Makefile's stamps build (or refresh) exactly the four virtualenvs the mesh runs.
-make --no-print-directory .venv/tts/.ok .venv/llm/.ok .venv/agent/.ok .venv/token/.ok
-exec python3 deploy/localmesh.py up "$@"
+if command -v docker >/dev/null 2>&1; then
+  echo "up: docker client found but no engine answers -> local mesh"
+else
+  echo "up: no Docker -> local mesh"
+fi
+make --no-print-directory venvs-mesh
+exec "${PYTHON:-python3}" deploy/local/mesh.py up

@@ -1,36 +1,25 @@
-"""The local mesh: every service from its own virtualenv on localhost, tiny models, no Docker.
+"""Starts the real services from their virtualenvs on localhost, tiny models, free ports.
 
-`make up` falls back to this when no Docker engine is reachable (deploy/up.sh), and
-tests/deploy starts the very same processes to scrape their /metrics: one definition of
-how each service is launched outside a container (entry point, env for tiny models,
-ports), next to compose.yaml which is the definition inside one.
-
-  python deploy/localmesh.py up      # start tts, llm, agent, token; wait for /healthz
-  python deploy/localmesh.py status  # which are up
-  python deploy/localmesh.py down    # SIGTERM them (pids in .run/mesh/)
-
-The agent connects to LIVEKIT_URL (default ws://127.0.0.1:7880): a `livekit-server`
-binary on PATH is started in --dev mode with the mesh, otherwise the agent waits for one.
-Standard library only, so it runs under any Python 3.11.
+For the live deploy tests (test_metrics_live.py): each service is run exactly as the
+team conventions name it (`python -m voice_tts.server`, `python -m voice_llm.server`,
+`python -m voice_agent`, `python -m voice_token`) from `.venv/<name>`, wired to the
+others by port. `make up`'s own local mesh is deploy/local/mesh.py (a supervisor);
+this is only what the tests need: start, poll, stop.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RUN_DIR = ROOT / ".run" / "mesh"
+ROOT = Path(__file__).resolve().parents[2]
 # LiveKit's --dev keys; the token service and the agent must sign with the same pair.
 DEV_KEY, DEV_SECRET = "devkey", "secret"
 
@@ -153,103 +142,3 @@ def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> int | None:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
     return proc.returncode
-
-
-# --- CLI: up / status / down ---------------------------------------------------------------
-
-
-def _pidfile(name: str) -> Path:
-    return RUN_DIR / f"{name}.pid"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _read_pid(name: str) -> int | None:
-    try:
-        pid = int(_pidfile(name).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _alive(pid) else None
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    livekit_url = os.environ.get("LIVEKIT_URL", "ws://127.0.0.1:7880")
-    key = os.environ.get("LIVEKIT_API_KEY", DEV_KEY)
-    secret = os.environ.get("LIVEKIT_API_SECRET", DEV_SECRET)
-    envs = environments(DEFAULT_PORTS, livekit_url, key, secret)
-    if shutil.which("livekit-server") and _read_pid("livekit") is None:
-        log = RUN_DIR / "livekit.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "wb") as f:
-            lk = subprocess.Popen(["livekit-server", "--dev"], stdout=f, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
-        _pidfile("livekit").write_text(str(lk.pid))
-        print(f"livekit-server --dev (pid {lk.pid}), log {log}")
-    elif _read_pid("livekit") is None:
-        print(f"no livekit-server on PATH: the agent will wait for LiveKit at {livekit_url}")
-    failed = []
-    started: dict[str, subprocess.Popen] = {}
-    for svc in SERVICES:
-        if _read_pid(svc.name):
-            print(f"{svc.name}: already running")
-            continue
-        reason = missing_reason(svc)
-        if reason:
-            print(f"skip {reason}")
-            failed.append(svc.name)
-            continue
-        proc = start(svc, envs[svc.name], RUN_DIR / f"{svc.name}.log")
-        _pidfile(svc.name).write_text(str(proc.pid))
-        started[svc.name] = proc
-    for name, proc in started.items():
-        svc = BY_NAME[name]
-        url = f"http://127.0.0.1:{DEFAULT_PORTS[svc.http_var]}/healthz"
-        status, _ = wait_http(url, proc, args.timeout)
-        state = "up" if status == 200 else f"NOT ready (HTTP {status or 'no answer'})"
-        print(f"{name}: {state}  {url}  log {RUN_DIR / (name + '.log')}")
-        if status != 200:
-            failed.append(name)
-    print(f"web page: http://127.0.0.1:{DEFAULT_PORTS['TOKEN_HTTP_PORT']}/   stop: make down")
-    return 1 if failed else 0
-
-
-def cmd_status(_: argparse.Namespace) -> int:
-    for svc in SERVICES:
-        pid = _read_pid(svc.name)
-        status, _ = http_get(f"http://127.0.0.1:{DEFAULT_PORTS[svc.http_var]}/healthz")
-        print(f"{svc.name:6} pid={pid or '-':<8} healthz={status or 'no answer'}")
-    return 0
-
-
-def cmd_down(_: argparse.Namespace) -> int:
-    for name in [*(s.name for s in SERVICES), "livekit"]:
-        pid = _read_pid(name)
-        if pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
-            print(f"{name}: SIGTERM sent (pid {pid})")
-        _pidfile(name).unlink(missing_ok=True)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up", help="start every service from its venv, tiny models")
-    up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait per service")
-    sub.add_parser("status", help="which services answer /healthz")
-    sub.add_parser("down", help="stop what `up` started")
-    args = parser.parse_args(argv)
-    return {"up": cmd_up, "status": cmd_status, "down": cmd_down}[args.cmd](args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

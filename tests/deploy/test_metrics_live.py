@@ -1,7 +1,7 @@
 """Every metric a dashboard or an alert queries is exported by the running service owning it.
 
 Starts the real services on localhost, each from its own virtualenv with tiny models and
-free ports (the same launcher as `make up`'s local mesh: deploy/localmesh.py), scrapes
+free ports (launch.py: `python -m voice_tts.server` etc. from `.venv/<name>`), scrapes
 their /metrics and checks, per service, that every name the dashboards query is there
 (a labelled metric with no sample yet counts by its `# TYPE` line).
 
@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import launch
 import pytest
-from deploy_support import DEPLOY, exported_metrics, owner, queried_metrics
-
-sys.path.insert(0, str(DEPLOY))
-import localmesh  # deploy/ is not a package: imported by path
+from deploy_support import exported_metrics, owner, queried_metrics
 
 # Tiny models on 2 cores: building the random LLM and warming up the TTS take a while.
 START_DEADLINE_S = 180.0
@@ -63,12 +60,12 @@ class Running:
 def mesh(tmp_path_factory) -> dict[str, Running]:
     """Starts every service that exists, all at once; scrapes each; stops them all."""
     logs = tmp_path_factory.mktemp("mesh")
-    ports = {name: free_port() for name in localmesh.DEFAULT_PORTS}
+    ports = {name: free_port() for name in launch.DEFAULT_PORTS}
     closed_livekit = f"ws://127.0.0.1:{free_port()}"  # fake boundary: nothing listens
-    envs = localmesh.environments(ports, closed_livekit)
+    envs = launch.environments(ports, closed_livekit)
     running: dict[str, Running] = {}
-    for svc in localmesh.SERVICES:
-        reason = localmesh.missing_reason(svc)
+    for svc in launch.SERVICES:
+        reason = launch.missing_reason(svc)
         if reason:
             running[svc.name] = Running(None, None, skip_reason=reason)
             continue
@@ -76,7 +73,7 @@ def mesh(tmp_path_factory) -> dict[str, Running]:
         env = envs[svc.name]
         if svc.name == "llm":
             env = env | {"LLM_CACHE_DIR": str(logs / "llm-cache")}  # tiny-random built here
-        proc = localmesh.start(svc, env, log)
+        proc = launch.start(svc, env, log)
         running[svc.name] = Running(proc, log, ports[svc.http_var], ports)
     end = time.monotonic() + START_DEADLINE_S
     try:
@@ -85,24 +82,24 @@ def mesh(tmp_path_factory) -> dict[str, Running]:
                 continue
             base = f"http://127.0.0.1:{r.http_port}"
             left = max(1.0, end - time.monotonic())
-            r.metrics_status, r.metrics = localmesh.wait_http(f"{base}/metrics", r.proc, left)
+            r.metrics_status, r.metrics = launch.wait_http(f"{base}/metrics", r.proc, left)
             if name == "agent":  # ready = registered with LiveKit, absent here
-                r.healthz_status, _ = localmesh.http_get(f"{base}/healthz")
+                r.healthz_status, _ = launch.http_get(f"{base}/healthz")
             else:  # ready after warm-up: wait for it
                 left = max(1.0, end - time.monotonic())
-                r.healthz_status, _ = localmesh.wait_http(f"{base}/healthz", r.proc, left)
+                r.healthz_status, _ = launch.wait_http(f"{base}/healthz", r.proc, left)
         yield running
     finally:
         for r in running.values():
             if r.proc is not None:
-                r.exit_code = localmesh.stop(r.proc)
+                r.exit_code = launch.stop(r.proc)
 
 
 def wanted_by(service: str) -> set[str]:
     return {m for m in queried_metrics() if owner(m) == service}
 
 
-@pytest.mark.parametrize("service", [s.name for s in localmesh.SERVICES])
+@pytest.mark.parametrize("service", [s.name for s in launch.SERVICES])
 def test_dashboard_metrics_are_exported_by_the_running_service(mesh, service):
     r = mesh[service]
     if r.skip_reason:
@@ -120,7 +117,7 @@ def test_dashboard_metrics_are_exported_by_the_running_service(mesh, service):
     )
 
 
-@pytest.mark.parametrize("service", [s.name for s in localmesh.SERVICES])
+@pytest.mark.parametrize("service", [s.name for s in launch.SERVICES])
 def test_healthz_answers_for_the_container_healthcheck(mesh, service):
     """compose and the Dockerfiles probe /healthz (deploy/docker/healthcheck.py)."""
     r = mesh[service]
@@ -145,7 +142,7 @@ def test_grpc_health_says_serving_for_probes_and_envoy(mesh, service):
     r = mesh[service]
     if r.skip_reason:
         pytest.skip(r.skip_reason)
-    port = r.ports[localmesh.BY_NAME[service].grpc_var]
+    port = r.ports[launch.BY_NAME[service].grpc_var]
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         check = channel.unary_unary(
             "/grpc.health.v1.Health/Check",

