@@ -347,11 +347,14 @@ class Engine:
     def synthesize(self, text: str, voice: str, language: str = "auto", seed: int = 0,
                    sampling: SamplingParams | None = None, instruct: str = "",
                    non_streaming_mode: bool = False, max_frames: int | None = None,
-                   return_codes: bool = False, timeout: float = 600.0):
+                   return_codes: bool = False, max_text_chars: int = 4000,
+                   timeout: float = 600.0):
         """Whole text in, whole utterance out (float32 PCM at 24 kHz), through the same
         session path. With `return_codes`, returns (pcm, codes (frames, 16))."""
         if not isinstance(text, str) or not text.strip():
             raise ValueError("text is empty")
+        if len(text) > max_text_chars:
+            raise ValueError(f"text over the limit of {max_text_chars} characters")
         packets: list[AudioPacket] = []
         done = threading.Event()
         end: list[UtteranceEnd] = []
@@ -365,7 +368,7 @@ class Engine:
 
         params = SessionParams(voice=voice, language=language, instruct=instruct, seed=seed,
                                sampling=sampling or SamplingParams(),
-                               max_text_chars=max(len(text), 1),
+                               max_text_chars=max_text_chars,
                                non_streaming_mode=non_streaming_mode, max_frames=max_frames)
         session = self.open_session(params, sink)
         try:
