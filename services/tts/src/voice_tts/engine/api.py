@@ -31,6 +31,9 @@ class EngineSettings:
     batch_decode: bool = True
     # Prompts (prefills) run per loop iteration, before the batched step.
     max_prefills_per_step: int = 4
+    # CPU only: torch intra-op threads (process-wide!). Small models on a busy machine run
+    # far faster with 1 (OpenMP barriers under oversubscription); None leaves torch's default.
+    cpu_threads: int | None = None
 
     def validate(self) -> None:
         if self.max_sessions < 1 or self.max_batch < 1:

@@ -87,7 +87,11 @@ def load_model(path: str | Path, device: torch.device | str = "cpu",
         model = Qwen3TTS(cfg)
     state = map_weights("model", _read_safetensors(path))
     state.update(map_weights("speech_tokenizer", _read_safetensors(path / "speech_tokenizer")))
-    missing = set(model.state_dict()) - set(state)
+    expected = set(model.state_dict())
+    unexpected = set(state) - expected
+    if unexpected:
+        raise ValueError(f"checkpoint {path} has unexpected weights: {sorted(unexpected)[:8]}")
+    missing = expected - set(state)
     if missing:
         raise ValueError(f"checkpoint {path} lacks weights: {sorted(missing)[:8]}")
     model.load_state_dict(state, strict=True, assign=True)

@@ -54,6 +54,8 @@ class Engine:
         self.tokenizer = tokenizer
         self.runner = Runner(model, self.settings.max_sessions, self.settings.max_seq_len)
         self.device = self.runner.device
+        if self.settings.cpu_threads and self.device.type == "cpu":
+            torch.set_num_threads(self.settings.cpu_threads)
         self.scheduler = Scheduler(self.settings.max_batch, self.settings.max_prefills_per_step,
                                    self.settings.batch_decode)
         self.voice_table = VoiceTable(self.cfg.talker)
