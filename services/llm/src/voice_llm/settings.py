@@ -90,8 +90,8 @@ class Settings(BaseSettings):
     # Audio parts on a text-only model: transcribe them first, or reject them.
     asr_model: str = Field(
         "",
-        description="a local HF speech-to-text model dir (e.g. Whisper) used when the LLM "
-        "cannot take audio; empty = audio on a text-only model is INVALID_ARGUMENT",
+        description="a local HF speech-to-text model dir (Whisper, wav2vec2-CTC...) used when "
+        "the LLM cannot take audio; empty = audio on a text-only model is INVALID_ARGUMENT",
     )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
@@ -113,6 +113,8 @@ class Settings(BaseSettings):
                 f"LLM_MODEL={self.model!r} is not a directory; give a local HF-layout model "
                 f"dir (weights are never downloaded) or {TINY_RANDOM!r}"
             )
+        if self.asr_model and not Path(self.asr_model).is_dir():
+            raise ValueError(f"LLM_ASR_MODEL={self.asr_model!r} is not a directory")
         return self
 
 

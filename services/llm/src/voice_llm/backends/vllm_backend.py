@@ -79,13 +79,10 @@ def audio_placeholder(model_path: Path) -> Callable[[int], str] | None:
 class EngineSteps:
     """A vLLM stat logger: after each engine step, how many requests the scheduler runs."""
 
-    instances: list[EngineSteps] = []
-
-    def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+    def __init__(self) -> None:
         self.steps = 0
         self.running = 0
         self.last_step_at = 0.0
-        EngineSteps.instances.append(self)
 
     def record(self, scheduler_stats: Any, iteration_stats: Any, *a: Any, **kw: Any) -> None:
         if scheduler_stats is not None:
@@ -120,8 +117,9 @@ class VllmBackend:
 
         args = engine_args(self._settings, self._path, self.accepts_audio)
         t0 = time.perf_counter()
-        self.engine = AsyncLLM.from_engine_args(args, stat_loggers=[EngineSteps])
-        self.steps = EngineSteps.instances[-1]
+        steps = self.steps = EngineSteps()
+        # A per-engine stat logger factory: (vllm_config, engine_index) -> logger.
+        self.engine = AsyncLLM.from_engine_args(args, stat_loggers=[lambda cfg, i: steps])
         self.tokenizer = self.engine.get_tokenizer()
         log.info(
             "vLLM engine up",
