@@ -42,6 +42,7 @@ def case_json(r: CaseResult) -> dict[str, Any]:
         "attempts": r.attempts, "verdict": r.verdict, "expect_fail": r.case.expect_fail,
         "detected": r.detected, "metrics": r.metrics, "notes": c.notes,
         "gates": [g.to_json() for g in r.gates], "agent_turns": c.agent_turns,
+        "transcript": c.transcript,
     }
 
 
@@ -113,6 +114,11 @@ def build_markdown(report: dict[str, Any], results: list[CaseResult],
             lines.append(f"\n> note: {n}")
         lines += ["", "| gate | value | threshold | status |", "|---|---|---|---|",
                   *[_gate_row(g) for g in r.gates], ""]
+        for t in r.capture.transcript:
+            cut = " (interrupted)" if t.get("interrupted") else ""
+            lines.append(f"- {t.get('role')}: {str(t.get('text', ''))[:160]!r}{cut}")
+        if r.capture.transcript:
+            lines.append("")
         figs = " · ".join(f"{k}={_fmt(r.metrics.get(k))}" for k in _KEYS_MD
                           if r.metrics.get(k) is not None)
         lines += [f"figures: {figs}", ""]

@@ -167,8 +167,9 @@ async def run_cases(runner: Runner, cases: list[Case], gates: tuple[gates_mod.Ga
 # With the spawned tiny models: the thinker is text-only (no ASR), so the agent hands
 # the LLM a placeholder turn; random tokens make replies long, so cap them. AGENT_*
 # env vars still win.
-TINY_AGENT_DEFAULTS = {"stt_fallback": "placeholder", "llm_max_tokens": 6,
-                       "stt_max_tokens": 8}
+# A random TTS speaks ~2 s per short word: a one-word greeting keeps cases short.
+TINY_AGENT_DEFAULTS = {"stt_fallback": "placeholder", "llm_max_tokens": 4,
+                       "stt_max_tokens": 8, "greeting": "Hi."}
 
 
 def _agent_settings(a: argparse.Namespace, backends: Any) -> Any:

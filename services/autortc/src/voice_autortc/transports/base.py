@@ -39,5 +39,6 @@ class Capture:
     first_audible: float | None = None  # first audible reply frame at the probe
     slicing: str = "events"  # "events" (reply_start/end marks) or "energy" (fallback)
     agent_turns: list[dict[str, object]] = field(default_factory=list)
+    transcript: list[dict[str, object]] = field(default_factory=list)  # role, text
     barge_in: dict[str, float] | None = None
     notes: list[str] = field(default_factory=list)

@@ -101,6 +101,7 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
         return cap
 
     cap.agent_turns = [t for t in result.turns if t.get("kind") == "user"]
+    cap.transcript = list(result.chat)
     if result.barge_ins:
         b = result.barge_ins[0]
         cap.barge_in = {"cancel_to_silence_ms": round(b.cancel_to_silence_s * 1000, 2)}
