@@ -36,8 +36,9 @@ def make_settings(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
 def long_reply(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
     # seed 1 at temperature 0.3: the tiny thinker writes to max_tokens (seconds on CPU),
     # and the TTS keeps speaking while text flows: the call is live during SPEAKING
+    # (60 codec frames = 4.8 s: the noise reply is capped, the tests need not hear it all)
     return make_settings(tts, thinker, llm_max_tokens=400, llm_temperature=0.3, llm_seed=1,
-                         tts_max_frames=0, **kw)
+                         tts_max_frames=60, **kw)
 
 
 def audible_after(ds: DirectSession, t: float) -> float:
@@ -134,7 +135,8 @@ async def test_tts_crash_mid_turn_falls_back_and_the_session_goes_on(
     speech = espeak("Please read me the news.", tmp_path)
     errors0 = ERRORS.labels(component="tts")._value.get()
     try:
-        async with DirectSession(long_reply(tts, thinker), greet=False) as ds:
+        settings = make_settings(tts, thinker, llm_max_tokens=40, tts_max_frames=60)
+        async with DirectSession(settings, greet=False) as ds:
             assert ds.pipeline.cache.has(ds.settings.fallback_reply)
             await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
             await ds.say_user(speech)
