@@ -3,6 +3,7 @@
     python -m voice_agent                         # worker (LIVEKIT_* env), framework CLI "start"
     python -m voice_agent --worker-args dev       # the framework's own CLI subcommands
     python -m voice_agent --direct --in user.wav [--in more.wav] --out reply.wav
+    python -m voice_agent serve-direct            # no LiveKit: /metrics + /healthz only
 
 Every setting is an env var (see settings.py / README); --direct prints the per-turn
 metrics as JSON lines on stdout.
@@ -26,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
         "Configured by env: AGENT_TTS_ADDR, AGENT_THINKER_ADDR, AGENT_HTTP_PORT, LIVEKIT_URL, "
         "LIVEKIT_API_KEY, LIVEKIT_API_SECRET, AGENT_* (see services/agent/README.md).",
     )
+    p.add_argument("command", nargs="?", default="worker",
+                   choices=["worker", "direct", "serve-direct"],
+                   help="worker (default): LiveKit worker; direct: same as --direct; "
+                   "serve-direct: no LiveKit, serve /metrics and /healthz until SIGTERM "
+                   "(the local mesh; sessions run in-process via voice_agent.direct)")
     p.add_argument("--direct", action="store_true",
                    help="run one session on our own audio I/O instead of a LiveKit room")
     p.add_argument("--in", dest="inputs", action="append", default=[], metavar="WAV",
@@ -42,10 +48,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    worker = not (args.direct or args.command in ("direct", "serve-direct"))
+    if not worker:  # the framework's worker CLI sets up its own (JSON) logging
+        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings()
-    if not args.direct:
+    if args.command == "serve-direct":
+        from .http import serve_forever
+
+        asyncio.run(serve_forever(settings))
+        return 0
+    if worker:
         from .worker import run_worker
 
         run_worker(settings, args.worker_args)

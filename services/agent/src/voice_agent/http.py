@@ -15,6 +15,7 @@ import grpc
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from . import metrics as _metrics  # noqa: F401 (registers the agent_* metrics)
 from .settings import AgentSettings
 
 log = logging.getLogger("voice_agent.http")
@@ -50,6 +51,21 @@ def make_app(settings: AgentSettings) -> web.Application:
 async def start_http(settings: AgentSettings) -> web.AppRunner:
     runner = web.AppRunner(make_app(settings), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "0.0.0.0", settings.http_port).start()
-    log.info("http on :%d (/metrics, /healthz)", settings.http_port)
+    await web.TCPSite(runner, settings.http_host, settings.http_port).start()
+    log.info("http on %s:%d (/metrics, /healthz)", settings.http_host, settings.http_port)
     return runner
+
+
+async def serve_forever(settings: AgentSettings) -> None:
+    """`serve-direct`: the HTTP side only, until SIGTERM/SIGINT (no LiveKit here; the
+    sessions are driven in-process through voice_agent.direct, e.g. by AutoRTC)."""
+    import signal
+
+    runner = await start_http(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("serve-direct: no LiveKit worker; /metrics and /healthz until SIGTERM")
+    await stop.wait()
+    await runner.cleanup()

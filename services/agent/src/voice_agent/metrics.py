@@ -49,6 +49,8 @@ TTS_TTFA = Histogram(
 TURNS = Counter("agent_turns_total", "User turns answered (or attempted)")
 INTERRUPTIONS = Counter("agent_interruptions_total", "Barge-ins that cut the agent off")
 ERRORS = Counter("agent_errors_total", "Errors by component", ["component"])
+for _component in ("stt", "llm", "tts"):  # exported at 0 before the first error
+    ERRORS.labels(component=_component)
 
 
 def new_trace_id() -> str:

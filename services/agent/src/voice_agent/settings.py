@@ -23,8 +23,11 @@ class AgentSettings(BaseSettings):
     tts_addr: str = "localhost:50051"
     # host:port of the thinker gRPC server (voice.llm.v1.Thinker).
     thinker_addr: str = "localhost:50052"
-    # Port of the agent's own HTTP server: /metrics (Prometheus) and /healthz.
+    # Port of the agent's own HTTP server: /metrics (Prometheus) and /healthz (0 = off).
     http_port: int = Field(8003, ge=0, le=65535)
+    # Interface the HTTP server binds.
+    http_host: str = "0.0.0.0"
+
 
     # --- TTS session --------------------------------------------------------------
     # Speaker name from the TTS server's ListVoices.
