@@ -71,3 +71,19 @@ def test_different_rates_compare_in_mel_domain(reply: np.ndarray) -> None:
     # A 48 kHz post (what a WebRTC probe records) of a 24 kHz pre is not a distortion.
     up = resample(reply, RATE, 48000)
     assert ring1(reply, RATE, up, 48000)["mel_distance_db"] < 1.5
+
+
+def test_underrun_is_transport_not_quality() -> None:
+    # The sender ran dry three times: audio delayed by 60 ms gaps, none of it lost.
+    pre = speechlike(seconds=4.0, seed=9)
+    cuts = [int(s * RATE) for s in (0.5, 1.7, 3.1)]
+    parts, last = [], 0
+    for c in cuts:
+        parts += [pre[last:c], np.zeros(int(0.06 * RATE), np.float32)]
+        last = c
+    post = np.concatenate([*parts, pre[last:]])
+    m = ring0(post, RATE, pre=pre, pre_rate=RATE)
+    assert m["audible_dropouts"] == 3 and m["max_gap_ms"] == pytest.approx(60, abs=10)
+    assert m["spikes"] == 0
+    q = ring1(pre, RATE, post, RATE)
+    assert q["mel_distance_db"] < 1.0 and q["speed_drift"] < 0.02

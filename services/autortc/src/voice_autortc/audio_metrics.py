@@ -10,10 +10,10 @@ Design notes (seed 003, section 11.4 pitfalls):
 - A dropout is a silent run in post where pre, aligned, was audible: the TTS's own
   pauses are not the transport's fault. Without pre, only digital-silence runs count.
 - Pre and post are compared in the log-mel domain (bands up to 8 kHz, STFT at each
-  signal's native rate), after aligning them by the cross-correlation of their
-  energy envelopes, so a codec's delay or a rate change of the transport is allowed.
-- Spikes (boom): a 5 ms window whose peak stands far above its surroundings and far
-  above what pre had there.
+  signal's native rate, power per Hz) on their audible frames only: a codec's delay or
+  a gap the transport inserted (Ring0's business) does not misalign what follows, and
+  a 48 kHz probe recording compares with a 24 kHz TTS output.
+- Spikes (boom): a 5 ms window louder than anything pre-RTC produced in the reply.
 This module knows nothing about cases, gates or transports.
 """
 
@@ -152,7 +152,8 @@ def ring0(post: np.ndarray, rate: int, *, arrivals: list[float] | None = None,
 
 def count_spikes(post: np.ndarray, rate: int, pre: np.ndarray | None = None,
                  pre_rate: int | None = None, cfg: MetricConfig | None = None) -> int:
-    """Clicks/booms: 5 ms windows far louder than their 250 ms neighbourhood (and than pre)."""
+    """Clicks/booms: 5 ms windows louder than pre-RTC ever was (or, without pre, far
+    louder than their 250 ms neighbourhood)."""
     cfg = cfg or MetricConfig()
     w = _windows(post, rate, 5)
     if len(w) == 0:
@@ -161,20 +162,17 @@ def count_spikes(post: np.ndarray, rate: int, pre: np.ndarray | None = None,
     level = np.sqrt(np.mean(np.square(w), axis=1))
     k = 25  # +-125 ms of 5 ms windows
     ratio = 10 ** (cfg.spike_ratio_db / 20)
-    pre_peak = None
-    if pre is not None and pre_rate:
-        pw = _windows(pre, pre_rate, 5)
-        pre_peak = np.max(np.abs(pw), axis=1) if len(pw) else None
-        lag5 = align_lag_ms(pre, pre_rate, post, rate) // 5
+    pre_max = None
+    if pre is not None and pre_rate and len(pre):
+        # Louder than anything the TTS produced in this reply: the transport added it.
+        # (Global, not aligned: a transport gap shifts alignment, a peak stays a peak.)
+        pre_max = float(np.max(np.abs(pre)))
     spikes, i = 0, 0
     while i < len(w):
         if peak[i] >= cfg.spike_min_peak:
-            if pre_peak is not None:
-                # Louder than anything the TTS produced around there: the transport added it.
-                j = i - lag5
-                near = pre_peak[max(0, j - 2) : j + 3] if 0 <= j < len(pre_peak) else None
-                ref = float(np.max(near)) if near is not None and len(near) else 0.0
-                is_spike = peak[i] >= 1.5 * max(ref, 1e-4)
+            if pre_max is not None:
+                is_spike = peak[i] >= 1.25 * max(pre_max, 1e-4) or (
+                    peak[i] >= CLIP_LEVEL > pre_max)  # full scale, never reached by pre
             else:
                 around = np.concatenate([level[max(0, i - k) : max(0, i - 1)],
                                          level[i + 2 : i + k]])
@@ -239,33 +237,62 @@ def hf_ratio(x: np.ndarray, rate: int) -> float:
     return hf / total if total > 0 else 0.0
 
 
+def _frame_dbfs(x: np.ndarray, rate: int) -> np.ndarray:
+    """Level of each STFT frame (25 ms every 10 ms), aligned with log_mel's frames."""
+    win_n, hop = rate * 25 // 1000, rate * HOP_MS // 1000
+    if len(x) < win_n:
+        x = np.concatenate([x, np.zeros(win_n - len(x), dtype=np.float32)])
+    n = 1 + (len(x) - win_n) // hop
+    idx = np.arange(win_n)[None, :] + hop * np.arange(n)[:, None]
+    return 10.0 * np.log10(np.maximum(np.mean(np.square(x[idx]), axis=1), 1e-18))
+
+
+def _chunk_distance(a: np.ndarray, b: np.ndarray, chunk: int = 10, max_lag: int = 5) -> float:
+    """Mean |a - b| (dB) of 100 ms chunk averages of two log-mel sequences, at the best
+    lag within +-50 ms: a frame of slack at each silence edge or a codec's sub-frame delay
+    must not read as a different sound (frame-level noise does not match frame by frame).
+    """
+    best = None
+    for lag in range(-max_lag, max_lag + 1):
+        x, y = (a, b[lag:]) if lag >= 0 else (a[-lag:], b)
+        n = min(len(x), len(y)) // chunk * chunk
+        if n == 0:
+            continue
+        cx = x[:n].reshape(-1, chunk, x.shape[1]).mean(axis=1)
+        cy = y[:n].reshape(-1, chunk, y.shape[1]).mean(axis=1)
+        d = float(np.mean(np.abs(cx - cy)))
+        best = d if best is None else min(best, d)
+    if best is None:  # under 100 ms of audio: compare what there is
+        n = min(len(a), len(b))
+        best = float(np.mean(np.abs(a[:n] - b[:n]))) if n else 0.0
+    return best
+
+
 def ring1(pre: np.ndarray, pre_rate: int, post: np.ndarray, post_rate: int,
           cfg: MetricConfig | None = None) -> dict[str, float]:
-    """Quality: mel distance and HF ratio drop of post vs pre, and the rate drift."""
+    """Quality: mel distance and HF ratio drop of post vs pre, and the rate drift.
+
+    Both sides are compared on their audible frames only (silences dropped), so a gap
+    the transport inserted (Ring0's business) does not shift every later frame out of
+    alignment; what is left differs only if the sound itself changed. The drift is the
+    ratio of audible frames: a gap delays audio (no drift), a rate change or lost audio
+    changes how much of it there is.
+    """
     cfg = cfg or MetricConfig()
-    lag = align_lag_ms(pre, pre_rate, post, post_rate) // HOP_MS
     a, b = log_mel(pre, pre_rate), log_mel(post, post_rate)
-    if lag >= 0:
-        b = b[lag:]
-    else:
-        a = a[-lag:]
-    n = min(len(a), len(b))
-    a, b = a[:n], b[:n]
-    floor = cfg.silence_dbfs - 30.0  # ignore what is inaudible in both
-    a, b = np.maximum(a, floor), np.maximum(b, floor)
-    loud = (a.max(axis=1) > cfg.silence_dbfs) | (b.max(axis=1) > cfg.silence_dbfs)
-    mel_distance = float(np.mean(np.abs(a[loud] - b[loud]))) if loud.any() else 0.0
-    # A frame of pre with no post counterpart (reply cut short) counts as far.
+    a_on = _frame_dbfs(pre, pre_rate)[: len(a)] >= cfg.silence_dbfs
+    b_on = _frame_dbfs(post, post_rate)[: len(b)] >= cfg.silence_dbfs
+    floor = cfg.silence_dbfs - 30.0  # bands far below audibility do not count
+    a, b = np.maximum(a[a_on], floor), np.maximum(b[b_on], floor)
+    mel_distance = _chunk_distance(a, b)
     hf_pre, hf_post = hf_ratio(pre, pre_rate), hf_ratio(post, post_rate)
     hf_drop_db = 10.0 * np.log10(max(hf_pre, 1e-9) / max(hf_post, 1e-9)) if hf_pre > 0 else 0.0
-    p0, p1 = audible_span(pre, pre_rate, cfg.silence_dbfs)
-    q0, q1 = audible_span(post, post_rate, cfg.silence_dbfs)
-    drift = (q1 - q0) / (p1 - p0) - 1.0 if p1 > p0 else 0.0
+    drift = int(b_on.sum()) / int(a_on.sum()) - 1.0 if a_on.any() else 0.0
     return {
         "mel_distance_db": round(mel_distance, 3),
         "hf_ratio_pre": round(hf_pre, 4),
         "hf_ratio_post": round(hf_post, 4),
         "hf_ratio_drop_db": round(float(hf_drop_db), 3),
         "speed_drift": round(abs(drift), 4),
-        "align_lag_ms": float(lag * HOP_MS),
+        "align_lag_ms": float(align_lag_ms(pre, pre_rate, post, post_rate)),
     }

@@ -167,9 +167,12 @@ async def run_cases(runner: Runner, cases: list[Case], gates: tuple[gates_mod.Ga
 # With the spawned tiny models: the thinker is text-only (no ASR), so the agent hands
 # the LLM a placeholder turn; random tokens make replies long, so cap them. AGENT_*
 # env vars still win.
-# A random TTS speaks ~2 s per short word: a one-word greeting keeps cases short.
-TINY_AGENT_DEFAULTS = {"stt_fallback": "placeholder", "llm_max_tokens": 4,
-                       "stt_max_tokens": 8, "greeting": "Hi."}
+# A random TTS never stops on its own (it runs to the frame cap): cap each utterance at
+# 4 s (50 codec frames), keep the greeting one word, seed both models (same replies
+# run after run, so --compare compares like with like).
+TINY_AGENT_DEFAULTS = {"stt_fallback": "placeholder", "llm_max_tokens": 8,
+                       "stt_max_tokens": 8, "greeting": "Hi.", "tts_max_frames": 50,
+                       "llm_seed": 7, "tts_seed": 7}
 
 
 def _agent_settings(a: argparse.Namespace, backends: Any) -> Any:
