@@ -188,3 +188,47 @@ def test_metadata_and_step_hook(engine):
     engine.on_step = stats.append
     engine.synthesize("Hi there.", "vivian", max_frames=3)
     assert stats and all(st.batch_size >= 1 and st.step_ms > 0 for st in stats)
+
+
+def test_waits_for_stable_first_token_then_for_text(tiny_engine):
+    c = Collector()
+    s = tiny_engine.open_session(SessionParams(voice="vivian", seed=1, max_frames=50), c)
+    s.push_text("Hello")  # the first word may still grow: no prompt yet
+    for _ in range(5):
+        tiny_engine.run_once()
+    assert not c.events
+    s.push_text(" wor")  # "Hello" is stable now: prompt + steps while text lasts
+    for _ in range(10):
+        tiny_engine.run_once()
+    # One text token ("Hello") per prompt; step t needs text token t+1: " wor" is not
+    # stable yet, so the session waits after the prompt (the first frame needs token 1).
+    assert not c.packets()
+    s.push_text("ld, and more text.")
+    for _ in range(10):
+        tiny_engine.run_once()
+    assert c.packets() and not c.ends()  # speaking what is known, waiting for the rest
+    n = sum(p.frames for p in c.packets())
+    for _ in range(10):
+        tiny_engine.run_once()
+    assert sum(p.frames for p in c.packets()) == n  # no flush, no new text: it waits
+    s.flush()
+    while not c.ends():
+        tiny_engine.run_once()
+    assert c.ends()[0].reason in ("eos", "max_frames")
+    s.close()
+
+
+def test_text_after_flush_is_the_next_utterance(tiny_engine):
+    c = Collector()
+    s = tiny_engine.open_session(SessionParams(voice="vivian", seed=1, max_frames=6), c)
+    s.push_text("First one.")
+    s.flush()
+    s.push_text("Second one.")
+    s.flush()
+    while len(c.ends()) < 2:
+        tiny_engine.run_once()
+    order = [(type(e).__name__, e.utterance_id) for e in c.events]
+    first_end = order.index(("UtteranceEnd", 0))
+    assert all(u == 0 for _, u in order[:first_end + 1])
+    assert all(u == 1 for _, u in order[first_end + 1:])
+    s.close()
