@@ -66,7 +66,8 @@ clean: ## remove virtualenvs and build outputs
 
 # --- virtualenvs -------------------------------------------------------------
 
-$(VENV)/tools/.ok: tests/requirements.txt $(PROTOS)
+$(VENV)/tools/.ok: tests/requirements.txt $(PROTOS) deploy/setup.sh
+	bash deploy/setup.sh
 	$(PYTHON) -m venv $(VENV)/tools
 	$(VENV)/tools/bin/$(PIP) ruff==0.17.5 -r tests/requirements.txt ./proto
 	touch $@

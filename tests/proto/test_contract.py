@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class EchoTTS(tts_pb2_grpc.TextToSpeechServicer):
-    async def Synthesize(self, request_iterator, context) -> AsyncIterator:  # noqa: N802
+    async def Synthesize(self, request_iterator, context) -> AsyncIterator:
         seq = 0
         async for req in request_iterator:
             kind = req.WhichOneof("request")
@@ -39,14 +39,14 @@ class EchoTTS(tts_pb2_grpc.TextToSpeechServicer):
                     event=tts_pb2.Event(type=tts_pb2.Event.FLUSHED, next_seq=seq)
                 )
 
-    async def ListVoices(self, request, context):  # noqa: N802
+    async def ListVoices(self, request, context):
         return tts_pb2.ListVoicesResponse(
             voices=[tts_pb2.Voice(name="vivian", languages=["chinese"])], native_sample_rate=24000
         )
 
 
 class EchoThinker(thinker_pb2_grpc.ThinkerServicer):
-    async def Chat(self, request, context):  # noqa: N802
+    async def Chat(self, request, context):
         for msg in request.messages:
             for part in msg.parts:
                 yield thinker_pb2.ChatDelta(request_id=request.request_id, text=part.text)
