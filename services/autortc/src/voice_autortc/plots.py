@@ -47,6 +47,7 @@ def reply_plot(path: Path, *, case_id: str, post: np.ndarray, rate: int,
     else:
         ax.text(0.5, 0.5, "no pre-RTC audio", ha="center", transform=ax.transAxes)
     ax.set_ylim(-1.05, 1.05)
+    ax.set_xlim(axes[0].get_xlim())  # same time axis: inserted gaps show as a shift
     ax.set_ylabel("pre")
     ax.set_xlabel("s")
     ax = axes[2]
