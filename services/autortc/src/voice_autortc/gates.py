@@ -98,7 +98,7 @@ GATES: tuple[Gate, ...] = (
          "High frequencies lost: a narrowband path (16 kHz or lower somewhere), a "
          "low-pass resampler, or a low Opus bitrate; publish at 48 kHz."),
     Gate("speed_drift", "ring1", "case", "speed_drift", "<=", 0.02, "",
-         "speed drift |actual/expected - 1|",
+         "speed drift (actual/expected - 1)",
          "The reply plays at the wrong rate: a sample-rate mismatch between the TTS "
          "frames and the AudioSource (e.g. 24 kHz frames published as 16/48 kHz)."),
     Gate("spikes", "ring0", "case", "spikes", "==", 0, "", "spikes / booms",

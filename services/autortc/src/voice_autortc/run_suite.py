@@ -3,7 +3,7 @@
     python -m voice_autortc.run_suite --transport direct --spawn-backends --quick
     python -m voice_autortc.run_suite --transport direct --tts-addr H:P --thinker-addr H:P
     python -m voice_autortc.run_suite --transport livekit            # LIVEKIT_* env
-    python -m voice_autortc.run_suite ... --nightly 20 --compare output/autortc/<run>
+    python -m voice_autortc.run_suite ... --nightly 20 --compare .run/autortc/<run>
 
 One run = one directory `<output_root>/<run trace id>/` with report.md, report.json,
 plots/latency.png and cases/<case>/{input.wav, pre_rtc.wav, post_rtc_full.wav,

@@ -23,7 +23,7 @@ class AutoRTCSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AUTORTC_", extra="ignore", frozen=True)
 
     # Where run directories go (one per run, named by the run's trace id).
-    output_root: Path = Path("output/autortc")
+    output_root: Path = Path(".run/autortc")  # .run/ is git-ignored
     # Python of the TTS / thinker venvs, for --spawn-backends (they carry torch).
     tts_python: str = Field(default_factory=lambda: _venv_python("tts"))
     llm_python: str = Field(default_factory=lambda: _venv_python("llm"))
