@@ -85,6 +85,11 @@ def latency_plot(path: Path, rows: list[dict[str, object]], gate_ms: float) -> P
                       for r in rows])
         ax.barh(names, v, left=left, label=st.removesuffix("_ms"))
         left += v
+    # What the stages do not cover: the VAD hangover and the endpointing delay (mostly).
+    total = np.array([float(x) if isinstance(x := r.get("eot_to_first_audio_ms"), float | int)
+                      else 0.0 for r in rows])
+    ax.barh(names, np.maximum(total - left, 0.0), left=left, color="lightgrey",
+            label="vad + endpointing + rest")
     ax.set_title("agent stages per case (ms)")
     ax.legend(fontsize=7)
     ax.tick_params(axis="y", labelsize=7)
