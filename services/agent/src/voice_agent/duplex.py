@@ -118,8 +118,21 @@ class DuplexController:
             if self._allow and self.state in (DuplexState.SPEAKING, DuplexState.THINKING):
                 self.barge_in()
         elif ev.new_state == "listening" and ev.old_state == "speaking":
-            self._tracker.user_turn_ended(vad_end=time.perf_counter(),
-                                          silence_s=self._vad_silence_s)
+            now = time.perf_counter()
+            self._tracker.user_turn_ended(vad_end=now, silence_s=self._silence_before(now))
+
+    def _silence_before(self, now: float) -> float:
+        """How long ago the user actually stopped: the framework's VAD bookkeeping knows
+        (silence + inference lag, `last_speaking_time`, wall clock) but keeps it private;
+        without it, the configured hangover is the estimate."""
+        activity = getattr(self._session, "_activity", None)
+        recognition = getattr(activity, "_audio_recognition", None)
+        last = getattr(recognition, "last_speaking_time", None)
+        if isinstance(last, float):
+            ago = time.time() - last
+            if 0.0 <= ago < 5.0:
+                return ago
+        return self._vad_silence_s
 
     # --- the cascade --------------------------------------------------------------------------
     def barge_in(self) -> BargeIn:

@@ -90,6 +90,9 @@ class Turn:
         }
 
 
+# An STT request up to this long before the VAD end event belongs to that turn.
+_STT_RACE_S = 0.5
+
 LATENCY_KEYS = ("trace_id", "eot_to_first_audio_ms", "llm_ttft_ms", "tts_ttfa_ms")
 
 
@@ -101,6 +104,7 @@ class TurnTracker:
         self.history: list[dict[str, object]] = []
         self.cancel_to_silence: list[float] = []
         self._on_report = on_report
+        self._stt: tuple[float, float | None] | None = None
 
     # --- turn boundaries ---------------------------------------------------------------
     def user_turn_ended(self, *, vad_end: float, silence_s: float) -> Turn:
@@ -120,16 +124,25 @@ class TurnTracker:
         return self.current
 
     # --- moments reported by the plugins -------------------------------------------------
+    # The STT request and the VAD's end-of-speech event race (two VAD streams run in
+    # the framework): its moments are kept here and adopted by the turn they belong to.
     def stt_started(self) -> None:
-        if self.current is not None and self.current.stt_sent is None:
-            self.current.stt_sent = time.perf_counter()
+        self._stt = (time.perf_counter(), None)
 
     def stt_done(self) -> None:
-        if self.current is not None and self.current.stt_done is None:
-            self.current.stt_done = time.perf_counter()
+        if self._stt is not None:
+            self._stt = (self._stt[0], time.perf_counter())
+
+    def _adopt_stt(self, turn: Turn) -> None:
+        if self._stt is None or turn.vad_end is None or turn.stt_sent is not None:
+            return
+        sent, done = self._stt
+        if sent >= turn.vad_end - _STT_RACE_S:
+            turn.stt_sent, turn.stt_done = max(sent, turn.vad_end), done
 
     def llm_started(self) -> str:
         turn = self.ensure_turn("user")
+        self._adopt_stt(turn)
         if turn.llm_sent is None:
             turn.llm_sent = time.perf_counter()
         return turn.trace_id
