@@ -287,7 +287,11 @@ def ring1(pre: np.ndarray, pre_rate: int, post: np.ndarray, post_rate: int,
     mel_distance = _chunk_distance(a, b)
     hf_pre, hf_post = hf_ratio(pre, pre_rate), hf_ratio(post, post_rate)
     hf_drop_db = 10.0 * np.log10(max(hf_pre, 1e-9) / max(hf_post, 1e-9)) if hf_pre > 0 else 0.0
-    drift = int(b_on.sum()) / int(a_on.sum()) - 1.0 if a_on.any() else 0.0
+    # Audible time in 2 ms windows: fine enough that the edges of an inserted gap (a
+    # delay, not a loss) add almost nothing; a rate change or lost audio shows fully.
+    pre_on = int(np.sum(envelope_db(pre, pre_rate, 2) >= cfg.silence_dbfs))
+    post_on = int(np.sum(envelope_db(post, post_rate, 2) >= cfg.silence_dbfs))
+    drift = post_on / pre_on - 1.0 if pre_on else 0.0
     return {
         "mel_distance_db": round(mel_distance, 3),
         "hf_ratio_pre": round(hf_pre, 4),

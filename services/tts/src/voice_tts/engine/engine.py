@@ -32,7 +32,7 @@ from .api import (
     StepStats,
     UtteranceEnd,
 )
-from .checkpoint import default_dtype, load_model, random_model
+from .checkpoint import load_model, prepare, random_model
 from .config import ModelConfig
 from .model import Qwen3TTS
 from .runner import DecodeRow, PrefillRequest, Runner
@@ -89,7 +89,7 @@ class Engine:
         from .demo_tokenizer import demo_tokenizer
 
         cfg = ModelConfig.from_name(name)
-        model = random_model(cfg, seed).to(device=device, dtype=dtype or default_dtype(device))
+        model = prepare(random_model(cfg, seed), device, dtype)
         tok = TextTokenizer(demo_tokenizer(), cfg.im_start_token_id, cfg.im_end_token_id)
         return cls(model, tok, settings, name=f"preset:{name}")
 
