@@ -96,7 +96,17 @@ def load_model(path: str | Path, device: torch.device | str = "cpu",
         raise ValueError(f"checkpoint {path} lacks weights: {sorted(missing)[:8]}")
     model.load_state_dict(state, strict=True, assign=True)
     _materialize_buffers(model)
-    return model.to(device=device, dtype=dtype or default_dtype(device)).eval()
+    return prepare(model, device, dtype)
+
+
+def prepare(model: Qwen3TTS, device: torch.device | str = "cpu",
+            dtype: torch.dtype | None = None) -> Qwen3TTS:
+    """Move to `device`: talker + code predictor in `dtype` (bf16 on CUDA, float32 on CPU
+    by default), the speech decoder always in float32 (streamed == whole decode needs it:
+    see `model/speech_decoder.py`)."""
+    model = model.to(device=device, dtype=dtype or default_dtype(device))
+    model.speech_decoder.float()
+    return model.eval()
 
 
 def _materialize_buffers(model: Qwen3TTS) -> None:

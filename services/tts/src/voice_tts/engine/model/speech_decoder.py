@@ -26,6 +26,8 @@ Attribute names mirror `decoder.*` of the official speech-tokenizer checkpoint.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -309,7 +311,10 @@ class SpeechDecoder(nn.Module):
     def forward(self, codes: torch.Tensor, st: DecoderState | None = None) -> torch.Tensor:
         """codes (B, 16, T) int -> pcm (B, T * frame_samples). With `st`, continue the stream
         it holds (and advance it); without, decode these frames as a whole utterance."""
-        st = st if st is not None else DecoderState()
+        with _ieee_convs(codes.device):
+            return self._forward(codes, st if st is not None else DecoderState())
+
+    def _forward(self, codes: torch.Tensor, st: DecoderState) -> torch.Tensor:
         st._cursor = 0
         h = self.quantizer.decode(codes)  # (B, codebook_dim, T)
         h = self.pre_conv(h, st).transpose(1, 2)
@@ -322,3 +327,20 @@ class SpeechDecoder(nn.Module):
         h = self.decoder[-1](self.decoder[-2](h), st)
         st.frames += codes.shape[-1]
         return h.clamp(min=-1, max=1).squeeze(1)
+
+
+@contextmanager
+def _ieee_convs(device: torch.device) -> Iterator[None]:
+    """Full-precision cuDNN convolutions for the decoder. Measured on an H100 at the
+    released shape (100 frames, packets 1 then 4, vs one whole decode): float32 with TF32
+    convs 61 dB SNR, without 111 dB; bfloat16 36 dB. So the decoder runs in float32 with
+    TF32 off (process-wide flag, restored after; the engine thread is torch's only user)."""
+    if device.type != "cuda":
+        yield
+        return
+    prev = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = prev
