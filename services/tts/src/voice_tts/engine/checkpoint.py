@@ -37,6 +37,8 @@ IGNORED_PREFIXES: dict[str, tuple[str, ...]] = {
     "model": ("speaker_encoder.",),
     "speech_tokenizer": ("encoder.",),
 }
+# Derived buffers some exports carry; we recompute them.
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
 def default_dtype(device: torch.device | str) -> torch.dtype:
@@ -62,6 +64,8 @@ def map_weights(file: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.
     out: dict[str, torch.Tensor] = {}
     unknown = []
     for name, t in tensors.items():
+        if name.endswith(IGNORED_SUFFIXES):
+            continue
         for (f, src), dst in WEIGHT_PREFIXES.items():
             if f == file and name.startswith(src):
                 out[dst + name[len(src):]] = t
