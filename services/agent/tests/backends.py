@@ -102,12 +102,46 @@ def start_tts(tmp: Path) -> Server:
     return s
 
 
-def start_thinker(tmp: Path) -> Server:
+def start_thinker(tmp: Path, asr_dir: Path | None = None) -> Server:
+    env = {"LLM_ASR_MODEL": str(asr_dir)} if asr_dir is not None else {}
     s = Server("thinker", "voice_llm.server", "llm", "LLM", tmp,
-               LLM_BACKEND="transformers", LLM_MODEL="tiny-random")
+               LLM_BACKEND="transformers", LLM_MODEL="tiny-random", **env)
     s.wait_serving()
     warm_thinker(s.addr)
     return s
+
+
+# A tiny random wav2vec2-CTC (the thinker's own ASR test builds the same): with it as
+# LLM_ASR_MODEL the text-only tiny thinker takes audio parts (ASR step, then the LLM), so
+# the STT plugin's real path runs: utterance audio -> thinker -> text (gibberish).
+_TINY_ASR = """
+import json, sys, torch
+from pathlib import Path
+from transformers import (Wav2Vec2Config, Wav2Vec2CTCTokenizer, Wav2Vec2FeatureExtractor,
+                          Wav2Vec2ForCTC, Wav2Vec2Processor)
+out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
+letters = "abcdefghijklmnopqrstuvwxyz'"
+vocab = {"<pad>": 0, "<unk>": 1, "|": 2, **{c: i + 3 for i, c in enumerate(letters)}}
+(out / "vocab.json").write_text(json.dumps(vocab))
+tok = Wav2Vec2CTCTokenizer(str(out / "vocab.json"), word_delimiter_token="|")
+fe = Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, padding_value=0.0,
+                              do_normalize=True, return_attention_mask=False)
+Wav2Vec2Processor(feature_extractor=fe, tokenizer=tok).save_pretrained(out)
+cfg = Wav2Vec2Config(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1,
+    num_attention_heads=2, intermediate_size=37, conv_dim=(32, 32), conv_stride=(5, 4),
+    conv_kernel=(10, 8), num_feat_extract_layers=2, num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=2, pad_token_id=0, initializer_range=0.5,
+    do_stable_layer_norm=True, feat_extract_norm="layer")
+torch.manual_seed(0)
+Wav2Vec2ForCTC(cfg).eval().save_pretrained(out)
+"""
+
+
+def build_tiny_asr(tmp: Path) -> Path:
+    out = tmp / "tiny-wav2vec2"
+    python = REPO / ".venv" / "llm" / "bin" / "python"
+    subprocess.run([str(python), "-c", _TINY_ASR, str(out)], check=True, timeout=300)
+    return out
 
 
 def warm_thinker(addr: str) -> None:

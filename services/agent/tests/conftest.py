@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .backends import Server, start_thinker, start_tts
+from .backends import Server, build_tiny_asr, start_thinker, start_tts
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +22,8 @@ def tts_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = start_thinker(tmp_path_factory.mktemp("thinker"))
+    """The tiny thinker with its ASR step (a tiny random wav2vec2): it takes audio."""
+    tmp = tmp_path_factory.mktemp("thinker")
+    s = start_thinker(tmp, asr_dir=build_tiny_asr(tmp))
     yield s
     s.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,8 +15,9 @@ from voice.llm.v1 import thinker_pb2
 from voice_agent.metrics import TurnTracker
 from voice_agent.plugins import LLM, STT
 from voice_agent.plugins.llm import build_messages
+from voice_agent.plugins.stt import PLACEHOLDER_PREFIX
 
-from .backends import Server, free_port
+from .backends import Server, espeak, free_port, start_thinker
 
 ONCE = APIConnectOptions(max_retry=0, timeout=10)
 
@@ -98,15 +100,33 @@ def _speechlike(seconds: float = 1.0) -> rtc.AudioFrame:
                           samples_per_channel=len(pcm))
 
 
-async def test_stt_sends_audio_and_names_its_fallback(thinker: Server) -> None:
-    # the tiny transformers thinker is text-only: it refuses audio with INVALID_ARGUMENT
-    strict = STT(addr=thinker.addr, fallback="none")
-    with pytest.raises(APIStatusError) as e:
-        await strict.recognize([_speechlike()], conn_options=ONCE)
-    assert e.value.status_code == 400
-    placeholder = STT(addr=thinker.addr, fallback="placeholder")
-    ev = await placeholder.recognize([_speechlike(1.5)], conn_options=ONCE)
-    assert ev.alternatives[0].text == "[untranscribed speech, 1.5 s]"
-    assert placeholder.audio_rejected == 1
-    await strict.aclose()
-    await placeholder.aclose()
+async def test_stt_transcribes_the_utterance_through_the_thinker(thinker: Server,
+                                                                 tmp_path: Path) -> None:
+    # the session thinker has an ASR step: the audio part is heard, text comes back
+    tracker = TurnTracker()
+    stt = STT(addr=thinker.addr, fallback="none", tracker=tracker)
+    speech = espeak("Good morning, how are you?", tmp_path)
+    frame = rtc.AudioFrame(data=speech.tobytes(), sample_rate=16000, num_channels=1,
+                           samples_per_channel=len(speech))
+    ev = await stt.recognize([frame], conn_options=ONCE)
+    text = ev.alternatives[0].text
+    assert text and not text.startswith(PLACEHOLDER_PREFIX)
+    assert stt.audio_rejected == 0 and tracker._stt is not None and tracker._stt[1] is not None
+    await stt.aclose()
+
+
+async def test_stt_on_a_text_only_thinker_uses_its_named_fallback(tmp_path: Path) -> None:
+    text_only = start_thinker(tmp_path)  # no ASR step: audio is INVALID_ARGUMENT
+    try:
+        strict = STT(addr=text_only.addr, fallback="none")
+        with pytest.raises(APIStatusError) as e:
+            await strict.recognize([_speechlike()], conn_options=ONCE)
+        assert e.value.status_code == 400 and not e.value.retryable
+        placeholder = STT(addr=text_only.addr, fallback="placeholder")
+        ev = await placeholder.recognize([_speechlike(1.5)], conn_options=ONCE)
+        assert ev.alternatives[0].text == "[untranscribed speech, 1.5 s]"
+        assert placeholder.audio_rejected == 1
+        await strict.aclose()
+        await placeholder.aclose()
+    finally:
+        text_only.stop()
