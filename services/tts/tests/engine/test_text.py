@@ -93,3 +93,32 @@ def test_invalid_utf8_and_limits(tok):
     t.push(b"\xe4")
     with pytest.raises(ValueError, match="inside a UTF-8"):
         t.finish()
+
+
+def test_same_ids_as_transformers_qwen2_tokenizer(tmp_path, tok):
+    """Our Qwen2 pipeline (tokenizers, from vocab.json + merges.txt) equals transformers'
+    `Qwen2Tokenizer.from_pretrained` on the same files (run in the oracle venv)."""
+    import json
+    import subprocess
+
+    from voice_tts.engine.demo_tokenizer import write_demo_tokenizer
+    from voice_tts.engine.text import ROLE_PREFIX, TextTokenizer, load_text_tokenizer
+
+    from .lib import oracle_python
+
+    python = oracle_python()
+    if python is None:
+        pytest.skip("no oracle interpreter")
+    write_demo_tokenizer(tmp_path)
+    texts = [ROLE_PREFIX + t for t in TEXTS] + ["assistant\n\nnewline first",
+                                               "assistant\nI'LL WE'VE 12345 x\r\ny"]
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    code = ("import json, sys\nfrom transformers import Qwen2Tokenizer\n"
+            "tok = Qwen2Tokenizer.from_pretrained(sys.argv[1])\n"
+            "texts = json.load(open(sys.argv[2]))\n"
+            "print(json.dumps([tok(t, add_special_tokens=False)['input_ids'] for t in texts]))")
+    out = subprocess.run([str(python), "-c", code, str(tmp_path), str(tmp_path / "texts.json")],
+                         capture_output=True, text=True, timeout=120, check=True)
+    theirs = json.loads(out.stdout.strip().splitlines()[-1])
+    ours = TextTokenizer(load_text_tokenizer(tmp_path), 151644, 151645)
+    assert [ours.encode(t) for t in texts] == theirs
