@@ -102,3 +102,19 @@ async def test_server_down_is_a_connection_error() -> None:
         async for _ in stream:
             pass
     await tts.aclose()
+
+
+async def test_flush_per_sentence_keeps_one_framework_segment(tts_server: Server) -> None:
+    # AGENT_BRIDGE_FLUSH_ON_SENTENCE: several server utterances inside one reply
+    tts = TTS(addr=tts_server.addr, voice="aiden", max_frames=6, flush_on_sentence=True)
+    stream = tts.stream(conn_options=ONCE)
+    for piece in ["Hi! ", "Nice to", " meet you. ", "Bye", " now."]:
+        stream.push_text(piece)
+    stream.end_input()
+    n = 0
+    async with asyncio.timeout(60):
+        async for _ in stream:  # raises on a segment mismatch or missing audio
+            n += 1
+    await tts.aclose()
+    assert n > 0
+    assert "".join(stream.segments) == "Hi! Nice to meet you. Bye now."

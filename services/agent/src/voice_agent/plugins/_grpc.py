@@ -63,8 +63,11 @@ class ChannelCache:
 
 def to_api_error(e: grpc.aio.AioRpcError, what: str) -> Exception:
     """The framework's error for a failed call (`raise to_api_error(e, ...) from None`)."""
-    code = e.code()
-    msg = f"{what}: {code.name}: {e.details()}"
+    return status_error(e.code(), e.details(), what)
+
+
+def status_error(code: grpc.StatusCode, details: str | None, what: str) -> Exception:
+    msg = f"{what}: {code.name}: {details}"
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return APITimeoutError(msg)
     if code == grpc.StatusCode.UNAVAILABLE:

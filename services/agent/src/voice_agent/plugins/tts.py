@@ -37,7 +37,7 @@ from voice.tts.v1 import tts_pb2, tts_pb2_grpc
 
 from ..bridge import BridgeConfig, TextSegmenter
 from ..metrics import TurnTracker
-from ._grpc import ChannelCache, to_api_error
+from ._grpc import ChannelCache, status_error, to_api_error
 
 log = logging.getLogger("voice_agent.tts")
 
@@ -266,8 +266,14 @@ class SynthesizeStream(tts.SynthesizeStream):
             if tracker is not None:
                 tracker.error("tts", e.details())
             raise to_api_error(e, "tts Synthesize") from None
-        except grpc.aio.UsageError:
-            raise APIConnectionError("tts Synthesize: call closed") from None
+        except (asyncio.InvalidStateError, grpc.aio.UsageError):
+            # a write raced the server ending the call: the call's status says why
+            code, details = await call.code(), await call.details()
+            if tracker is not None:
+                tracker.error("tts", details)
+            if code == grpc.StatusCode.OK:
+                raise APIConnectionError("tts Synthesize: call closed early") from None
+            raise status_error(code, details, "tts Synthesize") from None
         finally:
             await utils.aio.gracefully_cancel(*tasks)
             call.cancel()

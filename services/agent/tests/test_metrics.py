@@ -1,0 +1,65 @@
+"""Per-turn tracking: the latency report's schema (the web page's data message) and the
+Prometheus metrics it feeds."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from prometheus_client import REGISTRY
+from voice_agent.metrics import LATENCY_KEYS, TurnTracker
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels or None) or 0.0
+
+
+def test_a_turn_reports_the_latency_message_once() -> None:
+    sent: list[dict[str, object]] = []
+    tracker = TurnTracker(on_report=sent.append)
+    eot0 = sample("agent_eot_to_first_audio_seconds_count")
+    turns0 = sample("agent_turns_total")
+    now = time.perf_counter()
+    turn = tracker.user_turn_ended(vad_end=now, silence_s=0.2)
+    tracker.stt_started()
+    tracker.stt_done()
+    assert tracker.llm_started() == turn.trace_id  # the thinker's request_id
+    tracker.llm_first_token()
+    assert tracker.tts_text_sent() == turn.trace_id  # the TTS SessionConfig.trace_id
+    tracker.tts_audio_received()
+    tracker.audio_published()
+    tracker.audio_published()  # a second frame: no second report
+    assert len(sent) == 1
+    msg = sent[0]
+    assert tuple(msg) == LATENCY_KEYS == ("trace_id", "eot_to_first_audio_ms", "llm_ttft_ms",
+                                          "tts_ttfa_ms")
+    assert msg["trace_id"] == turn.trace_id and len(str(msg["trace_id"])) == 16
+    assert isinstance(msg["eot_to_first_audio_ms"], float)
+    assert msg["eot_to_first_audio_ms"] >= 200.0  # type: ignore[operator]  # the hangover
+    json.dumps(msg)  # the data message is JSON
+    rec = tracker.history[-1]
+    assert rec["stt_ms"] is not None and rec["vad_to_stt_ms"] is not None
+    assert sample("agent_eot_to_first_audio_seconds_count") == eot0 + 1
+    assert sample("agent_turns_total") == turns0 + 1
+
+
+def test_interruptions_and_errors_are_counted() -> None:
+    tracker = TurnTracker()
+    n0 = sample("agent_interruptions_total")
+    c0 = sample("agent_cancel_to_silence_seconds_count")
+    e0 = sample("agent_errors_total", component="tts")
+    tracker.interrupted(0.004)
+    tracker.error("tts", "UNAVAILABLE")
+    assert sample("agent_interruptions_total") == n0 + 1
+    assert sample("agent_cancel_to_silence_seconds_count") == c0 + 1
+    assert sample("agent_errors_total", component="tts") == e0 + 1
+
+
+def test_a_reply_without_an_utterance_opens_its_own_turn() -> None:
+    tracker = TurnTracker()
+    trace = tracker.tts_text_sent()  # e.g. the greeting through the TTS
+    tracker.tts_audio_received()
+    tracker.audio_published()
+    rec = tracker.history[-1]
+    assert rec["trace_id"] == trace and rec["kind"] == "say"
+    assert rec["eot_to_first_audio_ms"] is None and rec["tts_ttfa_ms"] is not None
