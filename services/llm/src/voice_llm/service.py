@@ -90,7 +90,7 @@ class ThinkerService(pb_grpc.ThinkerServicer):
             level = logging.ERROR if code is grpc.StatusCode.INTERNAL else logging.INFO
             log.log(
                 level,
-                "chat rejected",
+                "chat failed",
                 extra={"request_id": rid, "code": code.name, "reason": str(e)},
                 exc_info=code is grpc.StatusCode.INTERNAL,
             )
