@@ -76,7 +76,12 @@ class SamplingTensors:
 def warp_and_sample(scores: torch.Tensor, p: SamplingTensors,
                     noise: torch.Tensor) -> torch.Tensor:
     """scores (B, V) after penalties/masks -> tokens (B,). noise (B, V) ~ Exp(1)."""
-    greedy = scores.argmax(-1)
+    sampled = (warp(scores, p).softmax(-1) / noise).argmax(-1)
+    return torch.where(p.do_sample, sampled, scores.argmax(-1))
+
+
+def warp(scores: torch.Tensor, p: SamplingTensors) -> torch.Tensor:
+    """HF's sampling warpers: temperature -> top-k -> top-p; (B, V) -> (B, V) scores."""
     s = scores / p.temperature[:, None]
     # top-k: keep scores >= the k-th largest (HF keeps ties).
     sorted_desc = s.sort(dim=-1, descending=True).values
@@ -87,9 +92,7 @@ def warp_and_sample(scores: torch.Tensor, p: SamplingTensors,
     cum = sorted_asc.softmax(-1).cumsum(-1)
     remove = cum <= (1 - p.top_p[:, None])
     remove[:, -1] = False
-    s = s.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
-    sampled = (s.softmax(-1) / noise).argmax(-1)
-    return torch.where(p.do_sample, sampled, greedy)
+    return s.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
 
 
 def talker_scores(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor,
