@@ -71,7 +71,8 @@ def _stream(engine, case, seed: int) -> tuple[np.ndarray, np.ndarray]:
         assert done.wait(120), "no UtteranceEnd"
     finally:
         s.close()
-    assert [p.frames for p in packets][:2] == [1, 4][: len(packets[:2])]
+    sizes = [p.frames for p in packets]
+    assert sizes[0] == 1 and all(n == 4 for n in sizes[1:-1]) and sizes[-1] <= 4, sizes
     return np.concatenate([p.codes for p in packets]), np.concatenate([p.pcm for p in packets])
 
 
