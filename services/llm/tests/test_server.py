@@ -139,8 +139,8 @@ async def test_sigterm_drains_then_exits(cache_dir: Path) -> None:
         await wait_serving(addr, proc)
         async with grpc.aio.insecure_channel(addr) as ch:
             stub = pb_grpc.ThinkerStub(ch)
-            # ~300 steps: long enough to still be running when SIGTERM lands.
-            call = stub.Chat(request(user("Keep going."), max_tokens=300, temperature=0.0))
+            # ~800 steps (2 s or more here): still running when SIGTERM lands.
+            call = stub.Chat(request(user("Keep going."), max_tokens=800, temperature=0.0))
             await call.read()
             proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.3)
@@ -150,7 +150,7 @@ async def test_sigterm_drains_then_exits(cache_dir: Path) -> None:
             deltas = []
             while (d := await call.read()) is not grpc.aio.EOF:
                 deltas.append(d)
-            assert deltas[-1].final.completion_tokens == 300, "the in-flight call completed"
+            assert deltas[-1].final.completion_tokens == 800, "the in-flight call completed"
         assert await asyncio.to_thread(proc.wait, 30) == 0
     finally:
         if proc.poll() is None:
