@@ -12,6 +12,8 @@ No fakes: nothing here stands in for the agent, the TTS or the thinker.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +32,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     missing = [p for p in (s.tts_python, s.llm_python) if not Path(p).exists()]
     if missing:
         pytest.fail(f"backend venvs missing: {missing} (run `make venvs` first)")
-    out = tmp_path_factory.mktemp("autortc")
+    # Kept after the run (git-ignored .run/): the report of a failed CI run is the evidence.
+    out = Path(os.environ.get("AUTORTC_E2E_OUT", Path(__file__).resolve().parents[3]
+                              / ".run" / "autortc-e2e"))
+    shutil.rmtree(out / "ci-quick", ignore_errors=True)
     proc = subprocess.run(
         [sys.executable, "-m", "voice_autortc.run_suite", "--transport", "direct",
          "--spawn-backends", "--quick", "--output-root", str(out), "--run-id", "ci-quick",
@@ -61,7 +66,9 @@ def test_clean_cases_pass_transport_and_quality_gates(run: dict[str, Any]) -> No
         assert c["capture_status"] == "OK", (cid, c["error"], c["notes"])
         g = _gates(c)
         bad = {n: g[n] for n in TRANSPORT_GATES if g[n] != "PASS"}
-        assert not bad, (cid, bad, c["metrics"])
+        load = run["report"]["run"]["host_load"]
+        assert not bad, (cid, bad, c["metrics"], f"host load {load}: underruns on a busy "
+                         f"host are real but are the host's; see {run['dir']}/report.md")
         # Nothing between the TTS and the speaker: pre and post must be the same sound.
         assert g["mel_distance"] == "PASS" and g["hf_ratio_drop"] == "PASS", c["metrics"]
         assert g["speed_drift"] == "PASS", c["metrics"]

@@ -69,6 +69,10 @@ def spawn_backends(log_dir: Path, *, tts_python: str, llm_python: str,
     log_dir.mkdir(parents=True, exist_ok=True)
     ports = {k: free_port() for k in ("tts_grpc", "tts_http", "llm_grpc", "llm_http")}
     base = {**os.environ, **(extra_env or {})}
+    # One torch thread per backend: on a small host the TTS, the thinker and the agent
+    # share the cores, and OpenMP threads spinning in one starve the agent's real-time
+    # playout (seen as underruns: audible dropouts on a busy 2-core host).
+    base.setdefault("OMP_NUM_THREADS", "1")
     specs = [
         ("tts", tts_python, "voice_tts.server", ports["tts_http"], {
             "TTS_MODEL": base.get("TTS_MODEL", "preset:tiny"), "TTS_DEVICE": "cpu",
@@ -81,6 +85,7 @@ def spawn_backends(log_dir: Path, *, tts_python: str, llm_python: str,
         ("llm", llm_python, "voice_llm.server", ports["llm_http"], {
             "LLM_BACKEND": base.get("LLM_BACKEND", "transformers"),
             "LLM_MODEL": base.get("LLM_MODEL", "tiny-random"),
+            "LLM_TORCH_THREADS": base.get("LLM_TORCH_THREADS", "1"),
             "LLM_GRPC_PORT": str(ports["llm_grpc"]), "LLM_HTTP_PORT": str(ports["llm_http"]),
         }),
     ]

@@ -58,6 +58,14 @@ def build_json(run: dict[str, Any], verdict: str, agg: dict[str, Any],
     }
 
 
+def _load_line(run: dict[str, Any]) -> list[str]:
+    load = run.get("host_load")
+    if not load:
+        return []
+    return [f"host load (1/5/15 min) at start {load['start']}, at end {load['end']}, "
+            f"{load['cpus']} CPUs: Ring0 underruns on a busy host measure the host.", ""]
+
+
 def _gate_row(g: GateResult) -> str:
     mark = {"PASS": "✅ PASS", "FAIL": "❌ FAIL"}.get(g.status, "⚪ SKIP")
     return f"| {g.title} | {_fmt(g.value)} | {g.op} {_fmt(g.threshold)} {g.unit} | {mark} |"
@@ -72,6 +80,7 @@ def build_markdown(report: dict[str, Any], results: list[CaseResult],
         f"run `{run['trace_id']}` · transport `{run['transport']}` · mode `{run['mode']}` · "
         f"{run['started_at']} · {run['duration_s']:.0f} s · cases {len(results)}",
         "",
+        *_load_line(run),
         f"**PRIMARY KPI** {kpi['name']} = {_fmt(kpi['value'])} ms"
         + (f" (baseline {_fmt(kpi['baseline'])} ms, Δ {_fmt(kpi['delta'])} ms)"
            if kpi["baseline"] is not None else " (no baseline)"),

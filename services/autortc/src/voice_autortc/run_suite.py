@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = s.output_root / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.now(UTC).isoformat(timespec="seconds")
+    load0 = [round(x, 2) for x in os.getloadavg()]
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
         backends = None
@@ -253,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     run = {"trace_id": run_id, "transport": a.transport, "mode": mode,
            "case_file": str(case_path), "started_at": started,
            "duration_s": round(time.monotonic() - t0, 1),
+           # Ring0 on a busy host measures the host: keep its load next to the results.
+           "host_load": {"start": load0, "end": [round(x, 2) for x in os.getloadavg()],
+                         "cpus": os.cpu_count()},
            "gates": {g.name: g.threshold for g in gates}}
     report = build_json(run, verdict, agg, suite_gates, results)
     (run_dir / "plots").mkdir(exist_ok=True)
