@@ -26,7 +26,7 @@ Attribute names mirror `decoder.*` of the official speech-tokenizer checkpoint.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -47,7 +47,7 @@ class DecoderState:
     frames: int = 0  # frames decoded so far (the next frame's RoPE position)
     _cursor: int = 0
 
-    def take(self, make: callable) -> torch.Tensor:
+    def take(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         if self._cursor == len(self.bufs):
             self.bufs.append(make())
         return self.bufs[self._cursor]
