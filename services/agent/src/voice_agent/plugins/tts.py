@@ -28,7 +28,6 @@ from dataclasses import dataclass, field, replace
 import grpc
 from livekit.agents import (
     DEFAULT_API_CONNECT_OPTIONS,
-    APIConnectionError,
     APIConnectOptions,
     tts,
     utils,
@@ -181,12 +180,32 @@ class SynthesizeStream(tts.SynthesizeStream):
         # out of order: an empty utterance is answered at once)
         boundaries: set[int] = set()
 
+        write_failed: list[BaseException] = []
+
         async def _write(req: tts_pb2.SynthesizeRequest) -> None:
-            async with self._write_lock:
-                await call.write(req)
+            # A write that races the server ending the call fails with a local error
+            # (INTERNAL / "already finished"); the receive side then reads the real
+            # status, so a failed write only stops the writing.
+            if write_failed:
+                return
+            try:
+                async with self._write_lock:
+                    await call.write(req)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as e:
+                write_failed.append(e)
+
+        started = asyncio.Event()  # SESSION_STARTED: the server accepted the config
 
         async def _input_task() -> None:
             await _write(self._tts._config(trace_id))
+            # Text waits for SESSION_STARTED (one round trip, spent during the thinker's
+            # TTFT): text written while the server rejects the config races its abort,
+            # and the client then sees INTERNAL instead of the server's reason.
+            waiter = asyncio.ensure_future(started.wait())
+            await asyncio.wait([waiter, recv], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if not started.is_set():
+                return
             segmenter = TextSegmenter(opts.bridge)
             utt = 0  # server utterance id of the text being sent
             utt_has_text = False
@@ -221,8 +240,9 @@ class SynthesizeStream(tts.SynthesizeStream):
                     continue
                 for seg in segmenter.push(data):
                     await send(seg.text, seg.ends_sentence)
-            async with self._write_lock:
-                await call.done_writing()
+            if not write_failed:
+                async with self._write_lock:
+                    await call.done_writing()
             log.debug("tts input done trace_id=%s segments=%s stats=%s", trace_id,
                       len(self.segments), segmenter.stats)
 
@@ -242,7 +262,9 @@ class SynthesizeStream(tts.SynthesizeStream):
                     output_emitter.push(resp.audio.pcm)
                     continue
                 ev = resp.event
-                if ev.type == tts_pb2.Event.FIRST_AUDIO:
+                if ev.type == tts_pb2.Event.SESSION_STARTED:
+                    started.set()
+                elif ev.type == tts_pb2.Event.FIRST_AUDIO:
                     log.debug("tts first audio trace_id=%s utt=%d server_ttfa_ms=%.1f",
                               trace_id, ev.utterance_id, ev.timings.ttfa_ms)
                 elif ev.type == tts_pb2.Event.FLUSHED:
@@ -255,24 +277,26 @@ class SynthesizeStream(tts.SynthesizeStream):
                     log.info("tts stopped trace_id=%s utt=%d", trace_id, ev.utterance_id)
             if seg_open and not self._stopped:
                 output_emitter.end_segment()
+            if write_failed and not self._stopped:
+                raise status_error(grpc.StatusCode.UNAVAILABLE, str(write_failed[0]),
+                                   "tts Synthesize (write)")
 
-        tasks = [
-            asyncio.create_task(_input_task(), name="tts.input"),
-            asyncio.create_task(_recv_task(), name="tts.recv"),
-        ]
+        recv = asyncio.create_task(_recv_task(), name="tts.recv")
+        tasks = [asyncio.create_task(_input_task(), name="tts.input"), recv]
         try:
             await asyncio.gather(*tasks)
-        except grpc.aio.AioRpcError as e:
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as e:
+            # A write can race the server ending the call (then the write fails with
+            # INTERNAL or "already finished"): the call's own status says why it ended.
+            code, details = grpc.StatusCode.UNAVAILABLE, str(e)
+            if isinstance(e, grpc.aio.AioRpcError):
+                code, details = e.code(), e.details()
+            if call.done():
+                final = await call.code()
+                if final != grpc.StatusCode.OK:
+                    code, details = final, await call.details()
             if tracker is not None:
-                tracker.error("tts", e.details())
-            raise to_api_error(e, "tts Synthesize") from None
-        except (asyncio.InvalidStateError, grpc.aio.UsageError):
-            # a write raced the server ending the call: the call's status says why
-            code, details = await call.code(), await call.details()
-            if tracker is not None:
-                tracker.error("tts", details)
-            if code == grpc.StatusCode.OK:
-                raise APIConnectionError("tts Synthesize: call closed early") from None
+                tracker.error("tts", f"{code.name}: {details}")
             raise status_error(code, details, "tts Synthesize") from None
         finally:
             await utils.aio.gracefully_cancel(*tasks)
