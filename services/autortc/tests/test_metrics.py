@@ -87,3 +87,15 @@ def test_underrun_is_transport_not_quality() -> None:
     assert m["spikes"] == 0
     q = ring1(pre, RATE, post, RATE)
     assert q["mel_distance_db"] < 1.0 and q["speed_drift"] < 0.02
+
+
+def test_sender_lateness_replays_the_playout_clock() -> None:
+    from voice_autortc.transports.direct import _sender_lateness
+
+    frame = bytes(960)  # 20 ms at 24 kHz, int16
+    on_time = [(10.0 + i * 0.01, frame) for i in range(50)]  # delivered 2x real time
+    s = _sender_lateness(on_time, play_start=10.0, rate=24000)
+    assert s["sender_late_frames"] == 0 and s["sender_delivery_rtf"] == pytest.approx(0.49)
+    stalled = [*on_time[:10], *[(10.5 + i * 0.01, frame) for i in range(40)]]
+    s = _sender_lateness(stalled, play_start=10.0, rate=24000)
+    assert s["sender_late_frames"] == 1 and s["sender_late_ms"] == pytest.approx(300, abs=1)

@@ -22,6 +22,7 @@ _KEYS_MD = (  # the figures shown per case, in this order
     "tts_first_to_publish_ms", "stt_ms", "cancel_to_silence_ms", "audible_ms", "post_rms",
     "max_gap_ms", "audible_dropouts", "clipping_ratio", "spikes", "inter_arrival_p50_ms",
     "inter_arrival_p95_ms", "mel_distance_db", "hf_ratio_drop_db", "speed_drift",
+    "sender_late_frames", "sender_late_ms", "sender_delivery_rtf",
 )
 
 
@@ -121,6 +122,12 @@ def build_markdown(report: dict[str, Any], results: list[CaseResult],
             lines.append(f"\n> error: {r.capture.error}")
         for n in r.capture.notes:
             lines.append(f"\n> note: {n}")
+        late = r.metrics.get("sender_late_frames")
+        if isinstance(late, float) and late > 0:
+            lines.append(f"\n> sender behind real time: {late:.0f} frame(s) reached the "
+                         f"output after their playout moment ({r.metrics.get('sender_late_ms')}"
+                         f" ms in all): gaps there are the TTS/agent's (or a busy host's), "
+                         f"not the link's.")
         lines += ["", "| gate | value | threshold | status |", "|---|---|---|---|",
                   *[_gate_row(g) for g in r.gates], ""]
         for t in r.capture.transcript:

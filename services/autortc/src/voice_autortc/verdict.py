@@ -67,6 +67,7 @@ def case_metrics(case: Case, cap: Capture, cfg: MetricConfig) -> tuple[Received 
         "stt_ms": _first(cap.agent_turns, "stt_ms"),
         "audio_valid": 0.0,
     }
+    m.update(cap.sender)
     if cap.barge_in and "cancel_to_silence_ms" in cap.barge_in:
         m["cancel_to_silence_ms"] = cap.barge_in["cancel_to_silence_ms"]
     if cap.reply is None:

@@ -41,4 +41,6 @@ class Capture:
     agent_turns: list[dict[str, object]] = field(default_factory=list)
     transcript: list[dict[str, object]] = field(default_factory=list)  # role, text
     barge_in: dict[str, float] | None = None
+    # direct only: was the sender behind real time (see direct._sender_lateness)
+    sender: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

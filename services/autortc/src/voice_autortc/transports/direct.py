@@ -33,7 +33,8 @@ from .base import ERROR, NO_REPLY, OK, POST_SILENT, PRE_MISSING, Capture
 class _Tap:
     """Frames handed to the speaker, grouped into playback segments."""
 
-    segments: list[tuple[float, list[bytes]]] = field(default_factory=list)  # (t_first, pcm)
+    # Each segment: the frames (capture time, pcm) the session handed over, in order.
+    segments: list[list[tuple[float, bytes]]] = field(default_factory=list)
     open: bool = False
     finished: list[tuple[float, bool]] = field(default_factory=list)  # (t, interrupted)
 
@@ -46,9 +47,9 @@ def _install_tap(speaker: Any) -> _Tap:
 
     async def capture_frame(frame: Any) -> None:
         if not tap.open:
-            tap.segments.append((time.perf_counter(), []))
+            tap.segments.append([])
             tap.open = True
-        tap.segments[-1][1].append(bytes(frame.data))
+        tap.segments[-1].append((time.perf_counter(), bytes(frame.data)))
         await capture(frame)
 
     def on_flush() -> None:
@@ -84,10 +85,14 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
     try:
         async with ds:
             await ds.wait_until_quiet(timeout=timeout, quiet_s=0.3)
+            device_start = _mic_clock(ds.mic)
             played = ds.say_user(clip.pcm16())
             barge = asyncio.create_task(_barge_in(ds, case, clip, barge_clip, played, cap))
             start, _end = await played
-            cap.eot = start + clip.end_of_speech_s
+            # EoT on the microphone's device clock (when the user stopped talking), not
+            # when a lagging consumer pulled the frame: the lag is the agent's latency.
+            cap.eot = (device_start if device_start is not None else start) \
+                + clip.end_of_speech_s
             if not await _replied(ds, cap.eot, timeout):
                 cap.notes.append(f"no agent audio within {timeout:.0f} s of the EoT")
             await barge
@@ -107,6 +112,34 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
         cap.barge_in = {"cancel_to_silence_ms": round(b.cancel_to_silence_s * 1000, 2)}
     _slice(cap, ds.speaker, tap, valid_rms)
     return cap
+
+
+def _mic_clock(mic: Any) -> float | None:
+    """Device time of the next frame the microphone will fill (queued speech starts
+    there). Reads the agent's MicrophoneInput clock; None if it has not started."""
+    t0, n, frame_s = getattr(mic, "_t0", None), getattr(mic, "_n", None), \
+        getattr(mic, "_frame_s", None)
+    if t0 is None or n is None or frame_s is None:
+        return None
+    return float(t0 + n * frame_s)
+
+
+def _sender_lateness(seg: list[tuple[float, bytes]], play_start: float,
+                     rate: int) -> dict[str, float]:
+    """Replay the speaker's clock over the frames' capture times: a frame handed over
+    after its playout moment means the sender (TTS + agent) was behind real time, so
+    the gap it caused is the sender's, not the link's. (Direct transport only.)"""
+    clock, late, late_s = play_start, 0, 0.0
+    for t, pcm in seg:
+        if t > clock + 0.005:
+            late += 1
+            late_s += t - clock
+            clock = t
+        clock += len(pcm) / 2 / rate
+    span = seg[-1][0] - seg[0][0]
+    dur = sum(len(p) for _, p in seg) / 2 / rate
+    return {"sender_late_frames": float(late), "sender_late_ms": round(late_s * 1000, 1),
+            "sender_delivery_rtf": round(span / dur, 3) if dur else -1.0}
 
 
 async def _replied(ds: Any, eot: float, timeout: float) -> bool:
@@ -161,9 +194,10 @@ def _slice(cap: Capture, speaker: Any, tap: _Tap, valid_rms: float) -> None:
     cap.first_audible = ticks[loud[0]].at if loud else None
 
     # pre-RTC: the first segment handed to the speaker after EoT is this reply's audio.
-    seg = next((pcm for t, pcm in tap.segments if t >= eot), None)
+    seg = next((s for s in tap.segments if s and s[0][0] >= eot), None)
     if seg:
-        pre = to_float(b"".join(seg))
+        cap.sender = _sender_lateness(seg, cap.reply_start, cap.pre_rate)
+        pre = to_float(b"".join(pcm for _, pcm in seg))
         if cap.barge_in is not None:
             pre = pre[: len(reply)]  # interrupted: only what could be heard is comparable
         cap.pre = pre
