@@ -208,6 +208,8 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
                              "min_duration": s.min_interruption_ms / 1000,
                              "resume_false_interruption": False,
                              "false_interruption_timeout": None},
+            "preemptive_generation": {"enabled": s.preemptive_generation,
+                                      "preemptive_tts": s.preemptive_tts},
         },
         conn_options=SessionConnectOptions(stt_conn_options=once, llm_conn_options=once,
                                            tts_conn_options=once,

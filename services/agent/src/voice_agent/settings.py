@@ -105,6 +105,11 @@ class AgentSettings(BaseSettings):
     min_endpointing_delay_s: float = Field(0.3, ge=0.0, le=10.0)
     # Upper bound on waiting for the end of a turn.
     max_endpointing_delay_s: float = Field(3.0, ge=0.1, le=30.0)
+    # Start the LLM as soon as the transcript is in, during the endpointing delay
+    # (the framework's preemptive generation; cancelled if the user goes on).
+    preemptive_generation: bool = True
+    # Also start the TTS preemptively, so the first frame is ready when the turn ends.
+    preemptive_tts: bool = False
     # Barge-in: user speech during SPEAKING cancels the reply (cascade in duplex.py).
     allow_interruptions: bool = True
     # Speech the VAD must hear during SPEAKING before it counts as a barge-in.
