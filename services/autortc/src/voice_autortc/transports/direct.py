@@ -115,13 +115,14 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
 
 
 def _mic_clock(mic: Any) -> float | None:
-    """Device time of the next frame the microphone will fill (queued speech starts
-    there). Reads the agent's MicrophoneInput clock; None if it has not started."""
+    """Device time at which queued speech starts: the next frame the microphone fills
+    is delivered at t0 + n * frame and holds the 20 ms before that. Reads the agent's
+    MicrophoneInput clock; None if it has not started."""
     t0, n, frame_s = getattr(mic, "_t0", None), getattr(mic, "_n", None), \
         getattr(mic, "_frame_s", None)
     if t0 is None or n is None or frame_s is None:
         return None
-    return float(t0 + n * frame_s)
+    return float(t0 + (n - 1) * frame_s)
 
 
 def _sender_lateness(seg: list[tuple[float, bytes]], play_start: float,
