@@ -74,7 +74,7 @@ async def test_a_user_turn_gets_a_spoken_reply(tts_server: Server, thinker: Serv
     # the tracker's EoT is the VAD's end of speech: a little after the last loud sample
     # (the speech tail decays), never before it
     lag = eot_to_first_audio - turn["eot_to_first_audio_ms"] / 1000  # type: ignore[operator]
-    assert -0.05 < lag < 0.3, lag
+    assert -0.05 < lag < 0.5, lag
     states = [s for _, s in res.transitions]
     i = states.index(DuplexState.THINKING)
     assert states[i:i + 3] == [DuplexState.THINKING, DuplexState.SPEAKING,

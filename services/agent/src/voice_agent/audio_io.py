@@ -169,9 +169,9 @@ class SpeakerOutput(io.AudioOutput):
             if audible:
                 if not self._started:
                     self._started = True
-                    self.on_playback_started(created_at=time.time())
-                    if self._on_first_audio is not None:
+                    if self._on_first_audio is not None:  # before the framework hears of it
                         self._on_first_audio(at)
+                    self.on_playback_started(created_at=time.time())
                 self._played_s += len(chunk) / 2 / self._rate
             self.recording += chunk.ljust(nbytes, b"\0")
             self.ticks.append(Tick(at=at, audible=audible))
