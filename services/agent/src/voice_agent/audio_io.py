@@ -44,7 +44,12 @@ class MicrophoneInput(io.AudioInput):
         self._closed = False
 
     def play(self, pcm: np.ndarray | bytes) -> asyncio.Future[tuple[float, float]]:
-        """Queue speech (int16 mono at `sample_rate`); resolves to (start, end) perf times."""
+        """Queue speech (int16 mono at `sample_rate`); resolves to (start, end) perf times.
+
+        Times are on the delivery clock: frame n is handed to the session at
+        t0 + n * frame and, like a device's, holds the `frame_ms` of audio before that;
+        `start`/`end` are the delivery time of the frame holding the first/last sample
+        plus that sample's offset in it (the sound itself was one frame earlier)."""
         samples = np.frombuffer(pcm, dtype=np.int16) if isinstance(pcm, bytes) else pcm
         fut: asyncio.Future[tuple[float, float]] = asyncio.get_running_loop().create_future()
         self._queue.append((samples.astype(np.int16, copy=False), fut))
