@@ -74,7 +74,7 @@ def _gate_row(g: GateResult) -> str:
 
 def build_markdown(report: dict[str, Any], results: list[CaseResult],
                    suite_gates: list[GateResult], compare_md: str = "") -> str:
-    run, _agg, kpi = report["run"], report["aggregates"], report["primary_kpi"]
+    run, agg, kpi = report["run"], report["aggregates"], report["primary_kpi"]
     lines = [
         f"# AutoRTC report: {report['verdict']}",
         "",
@@ -85,6 +85,8 @@ def build_markdown(report: dict[str, Any], results: list[CaseResult],
         f"**PRIMARY KPI** {kpi['name']} = {_fmt(kpi['value'])} ms"
         + (f" (baseline {_fmt(kpi['baseline'])} ms, Δ {_fmt(kpi['delta'])} ms)"
            if kpi["baseline"] is not None else " (no baseline)"),
+        "",
+        f"retry rate {_fmt(agg.get('retry_rate'))} · errors {_fmt(agg.get('error_cases'))}",
         "",
         "capture_status: " + ", ".join(f"{k} {v}" for k, v in
                                        sorted(report["capture_status"].items())),

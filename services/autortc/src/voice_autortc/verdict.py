@@ -129,6 +129,10 @@ def suite_aggregates(results: list[CaseResult],
                                / len(p0), 4) if p0 else None,
         "p0_cases": float(len(p0)),
         "retried_cases": float(sum(1 for r in results if r.attempts > 1)),
+        # seed 003 (nightly): retry rate <= 5 %, 0 crashes
+        "retry_rate": round(sum(1 for r in results if r.attempts > 1) / len(results), 4)
+        if results else None,
+        "error_cases": float(sum(1 for r in results if r.capture.status == "ERROR")),
         "kpi_regression_ms": None,
         "baseline_kpi_ms": baseline_kpi,
     }
