@@ -186,7 +186,8 @@ def _slice(cap: Capture, speaker: Any, tap: _Tap, valid_rms: float) -> None:
     cap.reply_start = ticks[first].at
     ends = [t for t, _ in tap.finished if t > cap.reply_start]
     cap.reply_end = ends[0] if ends else ticks[-1].at + fs / cap.rate
-    last = max(i for i, t in enumerate(ticks[: len(rec) // fs]) if t.at < cap.reply_end)
+    last = max((i for i, t in enumerate(ticks[: len(rec) // fs]) if t.at < cap.reply_end),
+               default=first)
     reply = rec[first * fs : (last + 1) * fs]
     arrivals = [t.at for t in ticks[first : last + 1]]
     cap.reply = Received(cap.rate, reply, arrivals, fs)
