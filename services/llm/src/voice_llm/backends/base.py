@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
-from voice_llm.chat import AudioClip, ChatJob, ChatMessage, Chunk
+from voice_llm.chat import AudioClip, ChatJob, ChatMessage, Chunk, Role, SamplingOptions
 from voice_llm.errors import InvalidInput
 
 
@@ -75,4 +75,22 @@ def render_prompt(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
     # templates honour it; other templates ignore unknown variables).
     return tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+
+
+def check_prompt_len(n_prompt: int, max_model_len: int) -> None:
+    """A prompt must leave room for at least one reply token."""
+    if n_prompt >= max_model_len:
+        raise InvalidInput(
+            f"the conversation is {n_prompt} tokens; the model takes fewer than "
+            f"{max_model_len} (LLM_MAX_MODEL_LEN): shorten it"
+        )
+
+
+def warmup_job() -> ChatJob:
+    """The short generation a backend runs before health says SERVING."""
+    return ChatJob(
+        "warmup",
+        (ChatMessage(Role.USER, ("hello",)),),
+        SamplingOptions(max_tokens=4, temperature=0.3, top_p=0.9, seed=0),
     )

@@ -25,7 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from voice_llm.backends.base import chat_template_messages, render_prompt
+from voice_llm.backends.base import (
+    chat_template_messages,
+    check_prompt_len,
+    render_prompt,
+    warmup_job,
+)
 from voice_llm.backends.text import IncrementalDetokenizer, StopMatcher
 from voice_llm.chat import ChatJob, Chunk, FinishReason, SamplingOptions
 from voice_llm.errors import Aborted, InvalidInput
@@ -60,15 +65,7 @@ class TransformersBackend:
 
     async def start(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
-        # Warm-up: one short generation through the whole path.
-        from voice_llm.chat import ChatMessage, Role
-
-        warm = ChatJob(
-            "warmup",
-            (ChatMessage(Role.USER, ("hello",)),),
-            SamplingOptions(max_tokens=4, temperature=0.3, top_p=0.9, seed=0),
-        )
-        async for _ in self.generate(warm):
+        async for _ in self.generate(warmup_job()):
             pass
 
     def _load(self) -> None:
@@ -93,13 +90,8 @@ class TransformersBackend:
         messages, _ = chat_template_messages(job.messages)
         prompt_ids = self.tokenizer(render_prompt(self.tokenizer, messages)).input_ids
         n_prompt = len(prompt_ids)
-        room = self._settings.max_model_len - n_prompt
-        if room <= 0:
-            raise InvalidInput(
-                f"the conversation is {n_prompt} tokens; the model takes fewer than "
-                f"{self._settings.max_model_len} (LLM_MAX_MODEL_LEN): shorten it"
-            )
-        max_new = min(job.options.max_tokens, room)
+        check_prompt_len(n_prompt, self._settings.max_model_len)
+        max_new = min(job.options.max_tokens, self._settings.max_model_len - n_prompt)
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()

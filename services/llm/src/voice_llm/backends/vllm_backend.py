@@ -25,7 +25,13 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from voice_llm.backends.base import AUDIO_SENTINEL, chat_template_messages, render_prompt
+from voice_llm.backends.base import (
+    AUDIO_SENTINEL,
+    chat_template_messages,
+    check_prompt_len,
+    render_prompt,
+    warmup_job,
+)
 from voice_llm.chat import SAMPLE_RATE, ChatJob, Chunk, FinishReason
 from voice_llm.errors import Aborted, InvalidInput
 from voice_llm.settings import Settings
@@ -129,14 +135,7 @@ class VllmBackend:
                 "accepts_audio": self.accepts_audio,
             },
         )
-        from voice_llm.chat import ChatMessage, Role, SamplingOptions
-
-        warm = ChatJob(
-            "warmup",
-            (ChatMessage(Role.USER, ("hello",)),),
-            SamplingOptions(max_tokens=4, temperature=0.0, top_p=1.0),
-        )
-        async for _ in self.generate(warm):
+        async for _ in self.generate(warmup_job()):
             pass
 
     def _prompt(self, job: ChatJob) -> tuple[dict[str, Any], int | None]:
@@ -153,11 +152,7 @@ class VllmBackend:
             # The prompt's length is known only after vLLM's processor expands the audio.
             return {"prompt": text, "multi_modal_data": {"audio": audio}}, None
         ids = self.tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) >= self._settings.max_model_len:
-            raise InvalidInput(
-                f"the conversation is {len(ids)} tokens; the model takes fewer than "
-                f"{self._settings.max_model_len} (LLM_MAX_MODEL_LEN): shorten it"
-            )
+        check_prompt_len(len(ids), self._settings.max_model_len)
         return {"prompt_token_ids": ids}, len(ids)
 
     async def generate(self, job: ChatJob) -> AsyncIterator[Chunk]:
