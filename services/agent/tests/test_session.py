@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from voice.llm.v1.thinker_pb2 import ROLE_ASSISTANT, ROLE_USER
 from voice_agent.direct import DirectSession
 from voice_agent.duplex import DuplexState
 from voice_agent.metrics import ERRORS
@@ -58,6 +59,15 @@ async def test_a_user_turn_gets_a_spoken_reply(tts_server: Server, thinker: Serv
         await ds.wait_state(DuplexState.THINKING, timeout=20)
         await ds.wait_until_quiet(timeout=90)
         res = ds.result()
+        # a second turn: the thinker gets the conversation so far (multi-turn context)
+        await ds.say_user(espeak("And tomorrow?", tmp_path))
+        await ds.wait_state(DuplexState.THINKING, timeout=20)
+        await ds.wait_until_quiet(timeout=90)
+        req = ds.pipeline.llm.last_request
+    assert req is not None
+    assert [m.role for m in req.messages] == [ROLE_ASSISTANT, ROLE_USER, ROLE_ASSISTANT,
+                                              ROLE_USER]  # greeting, turn 1, turn 2
+    assert req.system_prompt == ds.settings.system_prompt
     assert greeting_s > 0.5, "the greeting was not spoken"
     # true EoT: the last loud sample of the played clip (espeak ends with silence)
     loud = np.flatnonzero(np.abs(speech.astype(np.int32)) > 500)

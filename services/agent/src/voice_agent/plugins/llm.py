@@ -3,8 +3,9 @@
 The chat context becomes a ChatRequest: system/developer messages are joined into
 `system_prompt`, user/assistant text (and user audio frames, if any) become Messages;
 tool calls are not part of the v1 contract and are skipped. The context is bounded:
-only the last `max_messages` user/assistant messages go out (the framework keeps the
-full history; the thinker sees a window), and it never starts with an assistant turn.
+only the last `max_messages` user/assistant messages go out (the agent trims the stored
+history at twice that), and a window that had to be cut starts with a user turn (a
+whole conversation may start with the assistant's greeting).
 
 Each delta is forwarded as a ChatChunk the moment it arrives; the final message's
 token counts become the chunk's usage. Cancelling the stream (the framework does on
@@ -91,9 +92,10 @@ def build_messages(
                         data=pcm, format=thinker_pb2.AUDIO_FORMAT_PCM_S16LE, sample_rate=16000)))
         if parts:
             msgs.append(thinker_pb2.Message(role=role, parts=parts))
-    msgs = msgs[-max_messages:]
-    while msgs and msgs[0].role == thinker_pb2.ROLE_ASSISTANT and len(msgs) > 1:
-        msgs.pop(0)  # a window starts with the user (the greeting may be first)
+    if len(msgs) > max_messages:
+        msgs = msgs[-max_messages:]
+        while msgs and msgs[0].role == thinker_pb2.ROLE_ASSISTANT and len(msgs) > 1:
+            msgs.pop(0)  # a cut window starts with the user, not half an exchange
     return "\n".join(system), msgs
 
 
@@ -114,6 +116,7 @@ class LLM(llm.LLM):
         self._channels = ChannelCache(addr)
         self._tracker = tracker
         self._streams: weakref.WeakSet[LLMStream] = weakref.WeakSet()
+        self.last_request: thinker_pb2.ChatRequest | None = None  # for logs and tests
 
     @property
     def model(self) -> str:
@@ -176,6 +179,7 @@ class LLMStream(llm.LLMStream):
                                       request_id=request_id)
         if opts.seed is not None:
             req.seed = opts.seed
+        self._llm_.last_request = req
         stub = thinker_pb2_grpc.ThinkerStub(self._llm_._channels.get())
         # A whole reply's deadline, not the connect timeout: replies stream for seconds.
         call = stub.Chat(req, timeout=_REPLY_DEADLINE_S)
