@@ -11,16 +11,14 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     GenerationConfig,
-    PreTrainedTokenizerFast,
     Qwen2AudioConfig,
     Qwen2AudioForConditionalGeneration,
     Qwen2AudioProcessor,
     WhisperFeatureExtractor,
 )
-from voice_llm.tiny_random import _CORPUS, CHAT_TEMPLATE
+from voice_llm.tiny_random import CHAT_TEMPLATE, train_tokenizer
 
 SPECIALS = [
     "<|endoftext|>",
@@ -33,25 +31,7 @@ SPECIALS = [
 
 
 def build_tiny_qwen2_audio(out: Path) -> Path:
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(
-        _CORPUS * 4,
-        trainer=trainers.BpeTrainer(
-            vocab_size=600,
-            special_tokens=SPECIALS,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        ),
-    )
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=SPECIALS[1:],
-    )
-    tok.chat_template = CHAT_TEMPLATE
+    tok = train_tokenizer(SPECIALS)
     # 128 mel bins, 30 s windows: what the Qwen2-Audio encoder expects.
     features = WhisperFeatureExtractor(feature_size=128, sampling_rate=16000)
     Qwen2AudioProcessor(

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 # Bump when the recipe changes, so stale caches are not reused.
 VERSION = "v1"
@@ -73,22 +74,18 @@ def ensure_tiny_random(cache_dir: Path) -> Path:
     return target
 
 
-def _build(out: Path) -> None:
-    import torch
+def train_tokenizer(specials: list[str] = SPECIALS) -> Any:
+    """A byte-level BPE trained on the built-in corpus, with a ChatML template and
+    <|im_end|> as end of turn (specials[0] pads; the rest stay whole)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import (
-        GenerationConfig,
-        PreTrainedTokenizerFast,
-        Qwen3Config,
-        Qwen3ForCausalLM,
-    )
+    from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
-        special_tokens=SPECIALS,
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -96,11 +93,19 @@ def _build(out: Path) -> None:
     tok = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=SPECIALS[1:],
+        pad_token=specials[0],
+        additional_special_tokens=specials[1:],
     )
     tok.chat_template = CHAT_TEMPLATE
     tok.model_max_length = 4096
+    return tok
+
+
+def _build(out: Path) -> None:
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    tok = train_tokenizer()
     tok.save_pretrained(out)
 
     im_end, eot = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
