@@ -16,6 +16,7 @@ from voice_agent.metrics import TurnTracker
 from voice_agent.plugins import LLM, STT
 from voice_agent.plugins.llm import build_messages
 from voice_agent.plugins.stt import PLACEHOLDER_PREFIX
+from voice_agent.plugins.utterances import UtteranceStore
 
 from .backends import Server, espeak, free_port, start_thinker
 
@@ -130,3 +131,20 @@ async def test_stt_on_a_text_only_thinker_uses_its_named_fallback(tmp_path: Path
         await placeholder.aclose()
     finally:
         text_only.stop()
+
+
+def test_utterance_markers_become_audio_parts() -> None:
+    store = UtteranceStore(capacity=2)
+    pcm = b"\x01\x00" * 16000
+    marker = store.put(pcm)
+    assert marker == "[utterance 1, 1.0 s]"
+    ctx = ChatContext.empty()
+    ctx.add_message(role="user", content=marker)
+    ctx.add_message(role="assistant", content=marker)  # only user text is swapped
+    _, msgs = build_messages(ctx, max_messages=8, utterances=store)
+    assert msgs[0].parts[0].audio.data == pcm and msgs[0].parts[0].audio.sample_rate == 16000
+    assert msgs[1].parts[0].text == marker
+    store.put(pcm)
+    store.put(pcm)  # capacity 2: utterance 1 is forgotten, its marker stays text
+    _, msgs = build_messages(ctx, max_messages=8, utterances=store)
+    assert msgs[0].parts[0].text == marker

@@ -235,3 +235,27 @@ async def test_phrase_cache_cuts_first_audio(tts_server: Server, thinker: Server
     print(f"\nsay() -> first audio: live TTS {[round(x * 1000) for x in live]} ms, "
           f"cached {[round(x * 1000) for x in cached]} ms")
     assert max(cached) < min(live)
+
+
+async def test_audio_mode_sends_the_utterance_in_the_reply_request(
+        tts_server: Server, thinker: Server, tmp_path: Path) -> None:
+    # AGENT_STT_MODE=audio: no transcription call; the reply request carries the audio
+    speech = espeak("What is the weather like today?", tmp_path)
+    settings = make_settings(tts_server, thinker, stt_mode="audio")
+    async with DirectSession(settings, greet=False) as ds:
+        await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
+        _, speech_end = await ds.say_user(speech)
+        await ds.wait_state(DuplexState.THINKING, timeout=20)
+        await ds.wait_until_quiet(timeout=90)
+        req = ds.pipeline.llm.last_request
+        res = ds.result()
+    assert req is not None
+    last = req.messages[-1]
+    assert last.role == ROLE_USER and last.parts[0].WhichOneof("part") == "audio"
+    # the VAD's utterance (speech plus its padding), 16 kHz s16le
+    assert 0.5 * len(speech) * 2 < len(last.parts[0].audio.data) < 2.0 * len(speech) * 2
+    assert audible_after(ds, speech_end) > 0.5, "no spoken reply"
+    turn = next(t for t in res.turns if t["kind"] == "user")
+    assert turn["stt_ms"] is not None and turn["stt_ms"] < 50  # type: ignore[operator]
+    assert str(res.chat[0]["text"]).startswith("[utterance ")
+    print(f"\naudio mode: turn={turn}")

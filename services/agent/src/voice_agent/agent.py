@@ -31,6 +31,7 @@ from .bridge import BridgeConfig
 from .duplex import DuplexController
 from .metrics import TurnTracker
 from .plugins import LLM, STT, TTS
+from .plugins.utterances import UtteranceStore
 from .settings import AgentSettings
 
 log = logging.getLogger("voice_agent.agent")
@@ -185,10 +186,12 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     tracker = tracker or TurnTracker()
     cache = cache or PhraseCache()
     s = settings
+    utterances = UtteranceStore(capacity=s.max_context_messages) if s.stt_mode == "audio" else None
     stt_ = STT(addr=s.thinker_addr, instruction=s.stt_instruction, max_tokens=s.stt_max_tokens,
-               fallback=s.stt_fallback, tracker=tracker)
+               fallback=s.stt_fallback, utterances=utterances, tracker=tracker)
     llm_ = LLM(addr=s.thinker_addr, max_tokens=s.llm_max_tokens, temperature=s.llm_temperature,
-               max_messages=s.max_context_messages, seed=s.llm_seed, tracker=tracker)
+               max_messages=s.max_context_messages, seed=s.llm_seed, utterances=utterances,
+               tracker=tracker)
     bridge = BridgeConfig(starter_min_chars=s.bridge_starter_min_chars,
                           starter_max_chars=s.bridge_starter_max_chars,
                           min_chars=s.bridge_min_chars, max_chars=s.bridge_max_chars)

@@ -84,7 +84,9 @@ class Turn:
             "llm_ttft_ms": self.ms(self.llm_sent, self.llm_first),
             "tts_ttfa_ms": self.ms(self.tts_first_text, self.tts_first_audio),
             "kind": self.kind,
-            "vad_to_stt_ms": self.ms(self.vad_end, self.stt_sent),
+            # the STT's own VAD may fire a little before the session's: clamp at 0
+            "vad_to_stt_ms": None if (v := self.ms(self.vad_end, self.stt_sent)) is None
+            else max(0.0, v),
             "stt_ms": self.ms(self.stt_sent, self.stt_done),
             "tts_first_to_publish_ms": self.ms(self.tts_first_audio, self.first_publish),
         }
@@ -109,9 +111,17 @@ class TurnTracker:
     # --- turn boundaries ---------------------------------------------------------------
     def user_turn_ended(self, *, vad_end: float, silence_s: float) -> Turn:
         """VAD end of speech: a new user turn (its reply comes next)."""
-        turn = Turn(trace_id=new_trace_id(), kind="user", eot=vad_end - silence_s,
-                    vad_end=vad_end)
-        self.current = turn
+        cur = self.current
+        if (cur is not None and cur.kind == "user" and not cur.reported and cur.vad_end is None
+                and cur.llm_sent is not None and vad_end - cur.llm_sent < _STT_RACE_S):
+            # the reply already started (preemptive generation on a transcript that beat
+            # this VAD event): it is this turn's reply
+            turn = cur
+        else:
+            turn = Turn(trace_id=new_trace_id(), kind="user")
+            self.current = turn
+        turn.eot, turn.vad_end = vad_end - silence_s, vad_end
+        self._adopt_stt(turn)
         TURNS.inc()
         log.info("turn start trace_id=%s kind=user", turn.trace_id)
         return turn
@@ -138,7 +148,7 @@ class TurnTracker:
             return
         sent, done = self._stt
         if sent >= turn.vad_end - _STT_RACE_S:
-            turn.stt_sent, turn.stt_done = max(sent, turn.vad_end), done
+            turn.stt_sent, turn.stt_done = sent, done
 
     def llm_started(self) -> str:
         turn = self.ensure_turn("user")

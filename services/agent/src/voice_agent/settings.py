@@ -65,6 +65,11 @@ class AgentSettings(BaseSettings):
     fallback_reply: str = "Sorry, I had a problem. Could you say that again?"
 
     # --- STT (utterance audio -> thinker transcription) -------------------------------
+    # "transcribe": the utterance audio goes to the thinker for a transcript, which the
+    # LLM then answers (two thinker calls a turn; the chat context holds words).
+    # "audio": no transcription call; the reply request carries the utterance audio
+    # itself (one call a turn, needs an audio-capable thinker; the context holds markers).
+    stt_mode: Literal["transcribe", "audio"] = "transcribe"
     # Instruction sent with the utterance audio to the thinker.
     stt_instruction: str = (
         "Transcribe the speech in this audio exactly. Reply with the transcript only."

@@ -34,6 +34,7 @@ from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
 
 from ..metrics import TurnTracker
 from ._grpc import ChannelCache, to_api_error
+from .utterances import UtteranceStore
 
 log = logging.getLogger("voice_agent.llm")
 
@@ -64,10 +65,16 @@ def frames_to_pcm16k(frames: list[rtc.AudioFrame]) -> bytes:
     return b"".join(bytes(f.data) for f in out)
 
 
+def _audio_part(pcm: bytes) -> thinker_pb2.Part:
+    return thinker_pb2.Part(audio=thinker_pb2.AudioPart(
+        data=pcm, format=thinker_pb2.AUDIO_FORMAT_PCM_S16LE, sample_rate=16000))
+
+
 def build_messages(
-    chat_ctx: ChatContext, max_messages: int
+    chat_ctx: ChatContext, max_messages: int, utterances: UtteranceStore | None = None
 ) -> tuple[str, list[thinker_pb2.Message]]:
-    """(system prompt, bounded message window) for a ChatRequest."""
+    """(system prompt, bounded message window) for a ChatRequest; user text that is an
+    utterance marker (STT "audio" mode) becomes that utterance's audio."""
     system: list[str] = []
     msgs: list[thinker_pb2.Message] = []
     for item in chat_ctx.items:
@@ -83,13 +90,16 @@ def build_messages(
         parts: list[thinker_pb2.Part] = []
         for c in item.content:
             if isinstance(c, str):
-                if c:
+                stored = (utterances.get(c) if utterances is not None
+                          and role == thinker_pb2.ROLE_USER else None)
+                if stored:
+                    parts.append(_audio_part(stored))
+                elif c:
                     parts.append(thinker_pb2.Part(text=c))
             elif getattr(c, "type", None) == "audio_content" and role == thinker_pb2.ROLE_USER:
                 pcm = frames_to_pcm16k(list(c.frame))
                 if pcm:
-                    parts.append(thinker_pb2.Part(audio=thinker_pb2.AudioPart(
-                        data=pcm, format=thinker_pb2.AUDIO_FORMAT_PCM_S16LE, sample_rate=16000)))
+                    parts.append(_audio_part(pcm))
         if parts:
             msgs.append(thinker_pb2.Message(role=role, parts=parts))
     if len(msgs) > max_messages:
@@ -108,9 +118,11 @@ class LLM(llm.LLM):
         temperature: float = 0.3,
         max_messages: int = 16,
         seed: int | None = None,
+        utterances: UtteranceStore | None = None,
         tracker: TurnTracker | None = None,
     ) -> None:
         super().__init__()
+        self._utterances = utterances
         self._opts = _LLMOptions(addr=addr, max_tokens=max_tokens, temperature=temperature,
                                  max_messages=max_messages, seed=seed)
         self._channels = ChannelCache(addr)
@@ -173,7 +185,8 @@ class LLMStream(llm.LLMStream):
         opts = self._llm_._opts
         tracker = self._llm_._tracker
         request_id = tracker.llm_started() if tracker else utils.shortuuid()
-        system, msgs = build_messages(self._chat_ctx, opts.max_messages)
+        system, msgs = build_messages(self._chat_ctx, opts.max_messages,
+                                      self._llm_._utterances)
         req = thinker_pb2.ChatRequest(messages=msgs, max_tokens=opts.max_tokens,
                                       temperature=opts.temperature, system_prompt=system,
                                       request_id=request_id)

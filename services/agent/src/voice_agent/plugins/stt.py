@@ -5,6 +5,10 @@ Non-streaming (`STTCapabilities(streaming=False)`): the session wraps it with th
 to Thinker.Chat as a 16 kHz PCM audio part with a "transcribe" instruction (seed:
 OmniSTT, P50 104 ms on Qwen3-Omni). temperature 0: a transcript, not a reply.
 
+With an `UtteranceStore` (AGENT_STT_MODE=audio) there is no transcription call at all:
+the utterance is kept and a marker returned at once; the LLM plugin sends the audio
+to the thinker in the reply request itself (see utterances.py).
+
 When the thinker cannot take audio (INVALID_ARGUMENT: a text-only model, such as the
 tiny random transformers thinker in tests) the plugin does what `fallback` says:
 - "none": raise (the framework logs it, the utterance gets no reply);
@@ -34,6 +38,7 @@ from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
 from ..metrics import TurnTracker
 from ._grpc import ChannelCache, to_api_error
 from .llm import frames_to_pcm16k
+from .utterances import UtteranceStore
 
 log = logging.getLogger("voice_agent.stt")
 
@@ -50,6 +55,7 @@ class STT(stt.STT):
         max_tokens: int = 96,
         language: str = "en",
         fallback: str = "none",
+        utterances: UtteranceStore | None = None,
         tracker: TurnTracker | None = None,
     ) -> None:
         super().__init__(
@@ -64,6 +70,8 @@ class STT(stt.STT):
         self._fallback = fallback
         self._channels = ChannelCache(addr)
         self._tracker = tracker
+        # "audio" mode: no transcription call, the LLM plugin sends the audio itself
+        self._utterances = utterances
         self.audio_rejected = 0  # utterances the thinker refused as audio
 
     @property
@@ -88,8 +96,15 @@ class STT(stt.STT):
         request_id = utils.shortuuid()
         if self._tracker is not None:
             self._tracker.stt_started()
-            if self._tracker.current is not None:
-                request_id = f"{self._tracker.current.trace_id}-stt"
+        if self._utterances is not None:
+            if self._tracker is not None:
+                self._tracker.stt_done()
+            return stt.SpeechEvent(
+                type=stt.SpeechEventType.FINAL_TRANSCRIPT, request_id=request_id,
+                alternatives=[stt.SpeechData(language=lang, text=self._utterances.put(pcm),
+                                             end_time=duration)])
+        if self._tracker is not None and self._tracker.current is not None:
+            request_id = f"{self._tracker.current.trace_id}-stt"
         req = thinker_pb2.ChatRequest(
             messages=[thinker_pb2.Message(role=thinker_pb2.ROLE_USER, parts=[
                 thinker_pb2.Part(text=self._instruction),
