@@ -98,3 +98,22 @@ def test_token_and_room_name() -> None:
     assert claims["sub"] == "probe-bot-1" and claims["video"]["room"] == "autortc-x-abc123"
     assert claims["video"]["roomJoin"] is True
     assert room_name("autortc", "case_a", "0123456789abcdef") == "autortc-case_a-abcdef"
+
+
+def test_unreachable_server_is_an_error_capture(tmp_path, monkeypatch) -> None:
+    # The real SDK against a port nobody listens on: the case is an ERROR capture with the
+    # SDK's reason, and the suite still writes its report (exit 1, not a crash).
+    import json
+
+    from voice_autortc.run_suite import main
+
+    monkeypatch.setenv("LIVEKIT_URL", "ws://127.0.0.1:9")
+    monkeypatch.setenv("LIVEKIT_API_KEY", "key")
+    monkeypatch.setenv("LIVEKIT_API_SECRET", "secret-secret-secret-secret-1234")
+    rc = main(["--transport", "livekit", "--case", "endpoint_short_hello", "--retries", "0",
+               "--output-root", str(tmp_path), "--run-id", "lk", "--no-progress"])
+    assert rc == 1
+    rep = json.loads((tmp_path / "lk" / "report.json").read_text())
+    case = rep["cases"][0]
+    assert case["capture_status"] == "ERROR" and "Connect" in case["error"]
+    assert "> error: ConnectError" in (tmp_path / "lk" / "report.md").read_text()
