@@ -92,3 +92,21 @@ def test_compare_flags_regression(tmp_path: Path, capsys) -> None:
     assert compare_main([str(tmp_path / "old"), str(tmp_path / "new")]) == 0
     assert "regression" in capsys.readouterr().out
     assert compare_main([str(tmp_path / "old"), str(tmp_path / "nope")]) == 2
+
+
+def test_sender_late_dropout_gets_the_sender_fix() -> None:
+    pre = speechlike(seed=4)
+    post = pre.copy()
+    post[24000:27600] = 0.0  # 150 ms gap where pre had speech
+    cap = Capture(case_id="endpoint_short_hello", trace_id="t", status=OK, rate=24000,
+                  full=post, reply=received(post), pre=pre, pre_rate=24000, eot=1.0,
+                  first_audible=1.4, sender={"sender_late_frames": 2.0,
+                                             "sender_late_ms": 150.0})
+    r = judge_case(CASES["endpoint_short_hello"], cap, GATES)
+    assert "audible_dropouts" in {g.name for g in r.failed()}
+    verdict, agg, sg = judge_suite([r], GATES)
+    run = {"trace_id": "r", "transport": "direct", "mode": "t", "case_file": "x",
+           "started_at": "now", "duration_s": 1.0, "gates": {}}
+    md = build_markdown(build_json(run, verdict, agg, sg, [r]), [r], sg)
+    assert "endpoint_short_hello (sender late)" in md and "ran behind real time" in md
+    assert "sender behind real time: 2 frame(s)" in md

@@ -150,6 +150,12 @@ def build_markdown(report: dict[str, Any], results: list[CaseResult],
     return "\n".join(lines) + "\n"
 
 
+_TIMING = ("audible_dropouts", "max_gap", "inter_arrival_p95")
+_SENDER_FIX = ("the TTS (or the agent's loop) ran behind real time - check tts_rtf and the "
+               "host's load first; a playout pre-buffer of one packet in the agent hides "
+               "start-up jitter.")
+
+
 def _fixes(results: list[CaseResult], suite_gates: list[GateResult]) -> list[str]:
     out: list[str] = []
     seen: dict[str, list[str]] = {}
@@ -166,11 +172,16 @@ def _fixes(results: list[CaseResult], suite_gates: list[GateResult]) -> list[str
                            f" fault was NOT detected by {', '.join(missed)}: the gate cannot "
                            f"fail as configured; check its threshold.")
             continue
+        late = r.metrics.get("sender_late_frames")
         for g in r.failed():
-            seen.setdefault(g.name, []).append(r.case.id)
+            sender = isinstance(late, float) and late > 0 and g.name in _TIMING
+            seen.setdefault(g.name, []).append(r.case.id + (" (sender late)" if sender else ""))
             fix_text[g.name] = g.fix
     for name, where in seen.items():
         out.append(f"- **{name}** FAIL ({', '.join(where)}): {fix_text[name]}")
+        if any(w.endswith("(sender late)") for w in where):
+            out.append(f"  - where marked (sender late), the frames reached the output after "
+                       f"their playout time: {_SENDER_FIX}")
     return out
 
 
