@@ -22,6 +22,9 @@ LOCAL_DEPS_autortc := -e services/agent
 .PHONY: help up down demo demo-chat test lint proto venvs venvs-mesh bench bench-quick clean
 TEXT ?= Hello! This is the voice stack speaking, one streamed piece at a time.
 ASK ?= Say hello and tell me what you can do.
+DEMO_OUT ?= demo.wav
+CHAT_OUT ?= chat.wav
+DEMO_ARGS ?=
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -34,11 +37,11 @@ down: ## stop what `make up` started
 
 demo: $(VENV)/tts/.ok ## speak TEXT="..." through the running TTS service into demo.wav
 	$(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
-		--text "$(TEXT)" --out demo.wav
+		--text "$(TEXT)" --out $(DEMO_OUT) $(DEMO_ARGS)
 
 demo-chat: $(VENV)/tts/.ok ## ask the thinker ASK="..." and speak its streamed answer into chat.wav
 	$(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
-		--chat "$(ASK)" --thinker 127.0.0.1:$${LLM_GRPC_PORT:-50052} --out chat.wav
+		--chat "$(ASK)" --thinker 127.0.0.1:$${LLM_GRPC_PORT:-50052} --out $(CHAT_OUT) $(DEMO_ARGS)
 
 test: venvs lint ## everything that runs without a GPU, Docker or weights
 	@bash .ci/pytest_all.sh $(SERVICES)

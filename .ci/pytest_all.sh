@@ -4,6 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 failed=()
+# The TTS engine must be proved against the official code, never silently skipped.
+export VOICE_REQUIRE_ORACLE=1
 run() {  # run NAME PYTHON ARGS...
   local name=$1 py=$2; shift 2
   echo "=== pytest: $name"

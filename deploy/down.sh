@@ -2,7 +2,7 @@
 # `make down`: stop what `make up` started (the local mesh, or the compose stack).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -f .run/mesh.json ]; then
+if [ -f "${MESH_RUN_DIR:-.run}/mesh.json" ]; then
   exec "${PYTHON:-python3}" deploy/local/mesh.py down
 fi
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then

@@ -107,6 +107,10 @@ def _healthy(port: int) -> bool:
         return False
 
 
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def _tail(path: Path, n: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
@@ -136,7 +140,7 @@ class Mesh:
             # Own process group: stopping the mesh stops every child's children too.
             s.proc = subprocess.Popen([str(s.python), *s.argv], env=env, cwd=ROOT, stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True)
-            print(f"  starting {s.name:8s} pid {s.proc.pid:<7d} log {s.log.relative_to(ROOT)}",
+            print(f"  starting {s.name:8s} pid {s.proc.pid:<7d} log {_rel(s.log)}",
                   flush=True)
             self._wait_healthy(s)
         self._write_state()
@@ -150,7 +154,7 @@ class Mesh:
             rc = s.proc.poll()
             if rc is not None:
                 raise RuntimeError(f"{s.name} exited with code {rc} during start-up; its log "
-                                   f"({s.log.relative_to(ROOT)}) ends with:\n{_tail(s.log)}")
+                                   f"({_rel(s.log)}) ends with:\n{_tail(s.log)}")
             if _healthy(s.health_port):
                 print(f"  {s.name:8s} healthy in {time.monotonic() - t0:.1f} s", flush=True)
                 return
@@ -221,7 +225,7 @@ def up(args: argparse.Namespace) -> int:
         print("mesh: up. Services:")
         for s in svcs:
             ports = ", ".join(f"{role} {p}" for role, p in s.ports.items())
-            print(f"  {s.name:8s} {ports:28s} log {s.log.relative_to(ROOT)}")
+            print(f"  {s.name:8s} {ports:28s} log {_rel(s.log)}")
         web = next((s.health_port for s in svcs if s.name == "token"), 8080)
         print(f"  web page: http://127.0.0.1:{web}/   stop: Ctrl-C or `make down`", flush=True)
         rc = mesh.watch()

@@ -29,6 +29,9 @@ class EngineSettings:
     # Sessions advanced by one batched talker step; batch_decode=False runs them one by one.
     max_batch: int = 32
     batch_decode: bool = True
+    # CUDA only: capture the decode step as CUDA graphs (batch buckets 1, 2, 4 ... max_batch)
+    # at start-up. False: eager (the reference the graphs are tested against).
+    cuda_graphs: bool = True
     # Prompts (prefills) run per loop iteration, before the batched step.
     max_prefills_per_step: int = 4
     # CPU only: torch intra-op threads (process-wide!). Small models on a busy machine run

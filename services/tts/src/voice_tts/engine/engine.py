@@ -54,6 +54,8 @@ class Engine:
         self.tokenizer = tokenizer
         self.runner = Runner(model, self.settings.max_sessions, self.settings.max_seq_len)
         self.device = self.runner.device
+        if self.settings.cuda_graphs and self.device.type == "cuda":
+            self.runner.enable_graphs(self.settings.max_batch)
         if self.settings.cpu_threads and self.device.type == "cpu":
             torch.set_num_threads(self.settings.cpu_threads)
         self.scheduler = Scheduler(self.settings.max_batch, self.settings.max_prefills_per_step,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .graphs import DecodeGraphs, buckets_for
 from .model import DecoderState, Qwen3TTS
 from .sampling import (
     SamplingParams,
@@ -123,11 +124,38 @@ class Runner:
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         t = self.cfg.talker
-        model.talker.setup_caches(max_sessions, max_seq_len, self.dtype, self.device)
+        # One slot more than sessions: the scratch slot that padding rows of a graphed
+        # batch write to (never read by a real session).
+        self.scratch_slot = max_sessions
+        model.talker.setup_caches(max_sessions + 1, max_seq_len, self.dtype, self.device)
         model.talker.code_predictor.setup_caches(max_sessions, self.dtype, self.device)
         self.max_seq_len = max_seq_len
-        self.seen = torch.zeros(max_sessions, t.vocab_size, dtype=torch.bool, device=self.device)
+        self.seen = torch.zeros(max_sessions + 1, t.vocab_size, dtype=torch.bool,
+                                device=self.device)
         self.suppress = suppress_mask(t.vocab_size, t.codec_eos_token_id, self.device)
+        self.graphs: DecodeGraphs | None = None
+        if self.device.type == "cuda":
+            # cuDNN's SDPA spends ~0.7 ms of CPU per call building its plan: ~100 calls a
+            # step made the step CPU-bound (measured on an H100). Flash/efficient kernels
+            # have no such cost.
+            torch.backends.cuda.enable_cudnn_sdp(False)
+
+    def enable_graphs(self, max_batch: int) -> None:
+        """Capture the decode step for batch buckets 1, 2, 4 ... max_batch (CUDA only)."""
+        self.graphs = DecodeGraphs(self, buckets_for(min(max_batch, self.scratch_slot)))
+        self.graphs.capture()
+
+    def step_tensors(self, st: dict, kv_len: int
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The pure decode step over a dict of tensors (eager, or captured in a graph)."""
+        t = self.cfg.talker
+        frame, codec_track = predict_frame(self.model, st["last_token"], st["past_hidden"],
+                                           st["cp_p"], st["cp_noise"])
+        token, hidden = talker_step(
+            self.model, codec_track, st["text_ids"], st["slots"], st["positions"],
+            st["seen"], st["n_generated"], st["penalty"], st["talker_p"],
+            st["talker_noise"], self.suppress, t.codec_eos_token_id, kv_len)
+        return frame, token, hidden
 
     def _ids(self, ids: list[int]) -> torch.Tensor:
         return torch.tensor([ids], dtype=torch.long, device=self.device)
@@ -200,21 +228,32 @@ class Runner:
                                        (n_cp - 1, v_cp), dev) for r in rows])
         talker_noise = torch.stack([_noise(r.sampling.do_sample, r.generator,
                                            (t.vocab_size,), dev) for r in rows])
+        st = {
+            "last_token": torch.cat([r.last_token for r in rows]),
+            "past_hidden": torch.cat([r.past_hidden for r in rows]),
+            "cp_p": _sampling_tensors(params, True, v_cp, dev), "cp_noise": cp_noise,
+            "text_ids": torch.tensor([r.text_id for r in rows], device=dev),
+            "slots": slots, "positions": positions, "seen": self.seen[slots],
+            "n_generated": torch.tensor([r.n_generated for r in rows], device=dev),
+            "penalty": torch.tensor([p.repetition_penalty for p in params], device=dev),
+            "talker_p": _sampling_tensors(params, False, t.vocab_size, dev),
+            "talker_noise": talker_noise,
+        }
         t0 = time.perf_counter()
-        frame, codec_track = predict_frame(
-            self.model, torch.cat([r.last_token for r in rows]),
-            torch.cat([r.past_hidden for r in rows]),
-            _sampling_tensors(params, True, v_cp, dev), cp_noise)
-        t1 = time.perf_counter()
-        token, hidden = talker_step(
-            self.model, codec_track, torch.tensor([r.text_id for r in rows], device=dev),
-            slots, positions, self.seen[slots],
-            torch.tensor([r.n_generated for r in rows], device=dev),
-            torch.tensor([p.repetition_penalty for p in params], device=dev),
-            _sampling_tensors(params, False, t.vocab_size, dev), talker_noise,
-            self.suppress, t.codec_eos_token_id, int(positions.max()) + 1)
-        self.timing = {"code_predictor_ms": (t1 - t0) * 1e3,
-                       "talker_ms": (time.perf_counter() - t1) * 1e3}
+        if self.graphs is not None and self.graphs.bucket(len(rows)) is not None:
+            frame, token, hidden = self.graphs.run(st)
+            self.timing = {"code_predictor_ms": 0.0,
+                           "talker_ms": (time.perf_counter() - t0) * 1e3}
+        else:
+            frame, codec_track = predict_frame(self.model, st["last_token"],
+                                               st["past_hidden"], st["cp_p"], st["cp_noise"])
+            t1 = time.perf_counter()
+            token, hidden = talker_step(
+                self.model, codec_track, st["text_ids"], slots, positions, st["seen"],
+                st["n_generated"], st["penalty"], st["talker_p"], talker_noise,
+                self.suppress, t.codec_eos_token_id, int(positions.max()) + 1)
+            self.timing = {"code_predictor_ms": (t1 - t0) * 1e3,
+                           "talker_ms": (time.perf_counter() - t1) * 1e3}
         self.seen[slots, token] = True
         return frame, token, hidden
 

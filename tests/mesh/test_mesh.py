@@ -1,0 +1,145 @@
+"""`make up` without Docker: the local mesh starts every service, the demos speak, `make down`
+stops everything and frees every port; a service that cannot start stops the mesh with a
+message naming it and the cause.
+
+Runs the real services from their venvs with tiny random models (the venvs come from
+`make venvs`, which `make test` builds first).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import wave
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PORT_VARS = ("TTS_GRPC_PORT", "TTS_HTTP_PORT", "LLM_GRPC_PORT", "LLM_HTTP_PORT",
+             "TOKEN_HTTP_PORT", "AGENT_HTTP_PORT")
+
+pytestmark = pytest.mark.skipif(
+    not all((ROOT / ".venv" / v / "bin/python").exists() for v in ("tts", "llm", "token", "agent")),
+    reason="service venvs missing (make venvs)")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def port_free(port: int) -> bool:
+    """Bindable as a server binds it (SO_REUSEADDR: TIME_WAIT leftovers don't count)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for every practical purpose.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+@pytest.fixture
+def mesh_env(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, **dict(zip(PORT_VARS, map(str, free_ports(len(PORT_VARS))),
+                                    strict=True))}
+    env["MESH_RUN_DIR"] = str(tmp_path / "run")
+    return env
+
+
+def test_up_demo_down(mesh_env: dict[str, str], tmp_path: Path) -> None:
+    up = subprocess.Popen(["make", "--no-print-directory", "up"], cwd=ROOT, env=mesh_env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            line = up.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "mesh: up" in line:
+                break
+        out = "".join(lines)
+        assert "mesh: up" in out, out
+        assert "local mesh" in out.splitlines()[0] + out.splitlines()[1], "says which path"
+        assert "RANDOM WEIGHTS" in out
+        state = json.loads((Path(mesh_env["MESH_RUN_DIR"]) / "mesh.json").read_text())
+        pids = [s["pid"] for s in state["services"].values()]
+        assert len(pids) == 4 and all(pid_alive(p) for p in pids)
+
+        demo = tmp_path / "demo.wav"
+        r = subprocess.run(["make", "--no-print-directory", "demo", f"DEMO_OUT={demo}",
+                            "TEXT=Hello from the local mesh.",
+                            "DEMO_ARGS=--greedy --max-frames 10"],
+                           cwd=ROOT, env=mesh_env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "TTFA" in r.stdout and "RTF" in r.stdout
+        with wave.open(str(demo)) as w:
+            assert w.getframerate() == 24000 and w.getnframes() == 10 * 1920
+
+        chat = tmp_path / "chat.wav"
+        r = subprocess.run(["make", "--no-print-directory", "demo-chat", f"CHAT_OUT={chat}",
+                            "ASK=Say hi.", "DEMO_ARGS=--max-frames 8"],
+                           cwd=ROOT, env=mesh_env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "thinker:" in r.stdout
+        with wave.open(str(chat)) as w:
+            assert w.getframerate() == 24000 and w.getnframes() > 0
+
+        r = subprocess.run(["make", "--no-print-directory", "down"], cwd=ROOT, env=mesh_env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert up.wait(60) == 0
+        assert not any(pid_alive(p) for p in pids), "a service outlived `make down`"
+        ports = [int(mesh_env[v]) for v in PORT_VARS]
+        taken = [p for p in ports if not port_free(p)]
+        assert not taken, f"ports still taken after `make down`: {taken}"
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, 9)
+
+
+def test_taken_port_stops_the_mesh_with_a_clear_message(mesh_env: dict[str, str]) -> None:
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", int(mesh_env["LLM_GRPC_PORT"])))
+    blocker.listen()
+    try:
+        r = subprocess.run(["python3", "deploy/local/mesh.py", "up"], cwd=ROOT, env=mesh_env,
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        blocker.close()
+    assert r.returncode != 0
+    assert "thinker" in r.stderr and mesh_env["LLM_GRPC_PORT"] in r.stderr and "taken" in r.stderr
+
+
+def test_service_failing_at_start_stops_everything(mesh_env: dict[str, str]) -> None:
+    env = {**mesh_env, "LLM_MAX_CONCURRENT": "not-a-number"}
+    r = subprocess.run(["python3", "deploy/local/mesh.py", "up"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=400)
+    assert r.returncode != 0
+    assert "thinker exited" in r.stderr and "max_concurrent" in r.stderr.lower(), r.stderr
+    # tts had started before the thinker failed: it must be gone, its ports free.
+    assert "mesh: stopped" in r.stdout
+    for v in ("TTS_GRPC_PORT", "TTS_HTTP_PORT"):
+        assert port_free(int(mesh_env[v])), f"{v} still taken"
