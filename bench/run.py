@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
 import threading
 import time
@@ -85,6 +86,8 @@ def run_level(engine: Engine, c: int, frames: int, seed: int) -> dict:
         sess.close()
     engine.on_step = None
     ok = [s for s in streams if s.arrivals]
+    if not ok:
+        raise RuntimeError(f"c={c}: no stream produced audio (see the engine's log above)")
     ttfa = [s.ttfa() for s in ok]
     rtf = [s.rtf() for s in ok]
     late = [s.max_late() for s in ok]
@@ -117,6 +120,7 @@ def main() -> None:
     p.add_argument("--packet-frames", type=int, default=4)
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
     levels = [int(x) for x in args.concurrency.split(",")]
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     t0 = time.perf_counter()

@@ -91,7 +91,7 @@ def warp(scores: torch.Tensor, p: SamplingTensors) -> torch.Tensor:
     sorted_asc, idx = s.sort(dim=-1, descending=False)
     cum = sorted_asc.softmax(-1).cumsum(-1)
     remove = cum <= (1 - p.top_p[:, None])
-    remove[:, -1] = False
+    remove = torch.cat((remove[:, :-1], torch.zeros_like(remove[:, -1:])), dim=-1)
     return s.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
 
 
@@ -104,7 +104,7 @@ def talker_scores(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tenso
     penalized = torch.where(logits < 0, logits * pen, logits / pen)
     scores = torch.where(seen, penalized, logits)
     early = (n_generated < MIN_NEW_TOKENS)[:, None]
-    eos = torch.zeros_like(suppress)
-    eos[eos_id] = True
+    # Built on the device (no host scalar copy: this runs inside a CUDA-graph capture).
+    eos = torch.arange(suppress.shape[0], device=suppress.device) == eos_id
     scores = scores.masked_fill(early & eos[None], float("-inf"))
     return scores.masked_fill(suppress[None], float("-inf"))
