@@ -142,6 +142,10 @@ class TurnTracker:
     def stt_done(self) -> None:
         if self._stt is not None:
             self._stt = (self._stt[0], time.perf_counter())
+            # The turn may have adopted this request before it finished: complete it.
+            turn = self.current
+            if turn is not None and turn.stt_sent == self._stt[0] and turn.stt_done is None:
+                turn.stt_done = self._stt[1]
 
     def _adopt_stt(self, turn: Turn) -> None:
         if self._stt is None or turn.vad_end is None or turn.stt_sent is not None:
