@@ -30,7 +30,6 @@ from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.protocol import CallError, ResolvedConfig, invalid, parse_request
 
 log = logging.getLogger("voice_tts.stream")
-_DRAINED = UtteranceFramer(24000, 20)  # marks an utterance whose final packet was framed
 
 
 @dataclass
@@ -208,7 +207,7 @@ class SynthesizeStream:
             u.framer = UtteranceFramer(st.cfg.sample_rate, st.cfg.frame_ms)
         if p.final:  # the last packet: drain the resampler, pad, flag the last frame
             frames = u.framer.push(p.pcm) + u.framer.finish()
-            u.framer = _DRAINED
+            u.framer = None  # drained: UtteranceEnd has nothing left to flush
         else:
             frames = u.framer.push(p.pcm)
         return self._frames(p.utterance_id, u, frames, timings=p.timings, last=p.final)
@@ -221,7 +220,7 @@ class SynthesizeStream:
             return []
         u = st.utt(e.utterance_id)
         out: list[tts_pb2.SynthesizeResponse] = []
-        if u.framer is not None and u.framer is not _DRAINED:
+        if u.framer is not None:
             out = self._frames(e.utterance_id, u, u.framer.finish(), timings=None, last=True)
         if u.first_text_at is not None and e.frames > 0:
             audio_s = e.frames * 1920 / NATIVE_RATE
