@@ -1,5 +1,6 @@
-"""GPU only (skipped without CUDA; run on the device with `pytest -m gpu`): the CUDA-graph
-decode step equals eager, batched equals solo, and 1,000 sessions leak no GPU memory."""
+"""GPU only (skipped without CUDA; run on the device with `pytest -m gpu`): the Triton
+decode attention equals SDPA, the CUDA-graph decode step equals eager, batched equals
+solo, and 1,000 sessions leak no GPU memory."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ def snr_db(ref: np.ndarray, out: np.ndarray) -> float:
 @pytest.fixture(scope="module")
 def engines() -> dict[str, Engine]:
     out = {}
-    for graphs in (False, True):
+    for graphs in (False, True):  # plain eager vs the production path (compiled + graphs)
         e = Engine.from_preset(PRESET, seed=0, device="cuda", settings=EngineSettings(
-            max_sessions=8, max_batch=8, max_seq_len=512, cuda_graphs=graphs))
+            max_sessions=8, max_batch=8, max_seq_len=512, cuda_graphs=graphs,
+            compile=graphs))
         e.start()
         out["graph" if graphs else "eager"] = e
     yield out
@@ -64,6 +66,28 @@ def run(engine: Engine, texts: list[str], greedy: bool) -> list[np.ndarray]:
     for s in sessions:
         s.close()
     return [np.concatenate(o) for o in outs]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_attention_equals_sdpa(dtype) -> None:
+    from voice_tts.engine.model.decode_attention import decode_attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    s, kvh, h, length, d, b = 9, 8, 16, 300, 128, 5
+    kc = torch.randn(s, kvh, length, d, device="cuda", generator=g).to(dtype)
+    vc = torch.randn(s, kvh, length, d, device="cuda", generator=g).to(dtype)
+    q = torch.randn(b, h, 1, d, device="cuda", generator=g).to(dtype)
+    slots = torch.tensor([3, 0, 8, 3, 5], device="cuda")
+    lengths = torch.tensor([1, 17, 64, 300, 129], device="cuda")
+    out = decode_attention(q, kc, vc, slots, lengths, d ** -0.5).view(b, h, d).double()
+    for i in range(b):
+        n, sl = int(lengths[i]), int(slots[i])
+        k = kc[sl, :, :n].double().repeat_interleave(h // kvh, 0)
+        v = vc[sl, :, :n].double().repeat_interleave(h // kvh, 0)
+        ref = torch.softmax(q[i, :, 0].double()[:, None] @ k.transpose(1, 2) * d ** -0.5,
+                            -1) @ v  # (H, 1, D)
+        err = (out[i] - ref[:, 0]).norm() / ref.norm()
+        assert err < (1e-5 if dtype == torch.float32 else 1e-2), f"row {i}: {err:.2e}"
 
 
 def test_graphs_equal_eager(engines) -> None:

@@ -2,8 +2,8 @@
 
 Greedy (talker and sub-talker), CPU, float32. For every case: codes identical frame by
 frame (all 16 codebooks, same number of frames: EOS and the length cap stop at the same
-frame), and audio (ours: streamed in packets of 1 then 4 frames through the incremental
-decoder; official: one-shot decode) within SNR >= 60 dB and max abs diff <= 1e-4.
+frame), and audio (ours: decoded frame by frame as the engine streams, through the
+incremental decoder; official: one-shot decode) within SNR >= 60 dB and max abs diff <= 1e-4.
 Streaming cases push the text in small random pieces (str and UTF-8-splitting bytes)
 through a session of the threaded engine: `non_streaming_mode=False` of the official
 code. Offline cases use `non_streaming_mode=True`.

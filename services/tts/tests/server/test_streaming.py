@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+import numpy as np
 import pytest
 from voice.tts.v1 import tts_pb2, tts_pb2_grpc
 
@@ -218,5 +219,9 @@ async def test_eight_interleaved_sessions_each_equal_their_solo_run(server) -> N
     together = await asyncio.gather(*(interleaved(i) for i in range(8)))
     assert all(s for s in solo)
     for i in range(8):
-        assert together[i] == solo[i], f"session {i} differs from its solo run"
+        # Same codes, so the same audio up to the float rounding of a batched decoder (a
+        # different code would change whole frames, by far more than 4 LSB).
+        a, b = (np.frombuffer(x, dtype="<i2").astype(int) for x in (together[i], solo[i]))
+        assert len(a) == len(b), f"session {i}: {len(a)} vs {len(b)} samples"
+        assert np.abs(a - b).max() <= 4, f"session {i} differs from its solo run"
     assert len(set(solo)) == 8, "different seeds and texts should give different audio"

@@ -32,8 +32,15 @@ class EngineSettings:
     # CUDA only: capture the decode step as CUDA graphs (batch buckets 1, 2, 4 ... max_batch)
     # at start-up. False: eager (the reference the graphs are tested against).
     cuda_graphs: bool = True
+    # CUDA only: torch.compile the code-predictor and talker parts of the step (fuses their
+    # thousands of small kernels) before capturing them. Costs a minute or two at start-up
+    # (cached on disk by Inductor afterwards).
+    compile: bool = True
+    # The speech decoder's arithmetic: "fp32" (exact: streamed == whole decode at 111 dB),
+    # "tf32" (TF32 convolutions and matmuls, ~61 dB) or "bf16" (~36 dB, fastest).
+    decoder_precision: str = "fp32"
     # Prompts (prefills) run per loop iteration, before the batched step.
-    max_prefills_per_step: int = 4
+    max_prefills_per_step: int = 64
     # CPU only: torch intra-op threads (process-wide!). Small models on a busy machine run
     # far faster with 1 (OpenMP barriers under oversubscription); None leaves torch's default.
     cpu_threads: int | None = None
@@ -43,6 +50,8 @@ class EngineSettings:
             raise ValueError("max_sessions and max_batch must be >= 1")
         if self.first_packet_frames < 1 or self.packet_frames < 1:
             raise ValueError("first_packet_frames and packet_frames must be >= 1")
+        if self.decoder_precision not in ("fp32", "tf32", "bf16"):
+            raise ValueError("decoder_precision must be fp32, tf32 or bf16")
         if self.max_frames < 1 or self.max_seq_len < 64:
             raise ValueError("max_frames must be >= 1 and max_seq_len >= 64")
 
@@ -80,9 +89,13 @@ class UtteranceEnd:
 
 @dataclass
 class StepStats:
+    """One decode step. Part times are GPU time (CUDA events) with CUDA graphs, else host
+    wall-clock (on CUDA without graphs: launch time only)."""
+
     batch_size: int
     step_ms: float
     talker_ms: float
     code_predictor_ms: float
     decoder_ms: float
     prefills: int = 0
+    emit_ms: float = 0.0  # host: packets built and handed to the sinks

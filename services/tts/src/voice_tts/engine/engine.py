@@ -35,7 +35,7 @@ from .api import (
 from .checkpoint import load_model, prepare, random_model
 from .config import ModelConfig
 from .model import Qwen3TTS
-from .runner import DecodeRow, PrefillRequest, Runner
+from .runner import PrefillRequest, Runner
 from .sampling import SamplingParams
 from .scheduler import Need, Scheduler, SessionView
 from .session import Session, Sink, Utterance
@@ -52,8 +52,11 @@ class Engine:
         self.settings.validate()
         self.model, self.cfg = model, model.cfg
         self.tokenizer = tokenizer
+        model.speech_decoder.set_precision(self.settings.decoder_precision)
         self.runner = Runner(model, self.settings.max_sessions, self.settings.max_seq_len)
         self.device = self.runner.device
+        if self.device.type == "cuda" and self.settings.compile:
+            self.runner.compile()
         if self.settings.cuda_graphs and self.device.type == "cuda":
             self.runner.enable_graphs(self.settings.max_batch)
         if self.settings.cpu_threads and self.device.type == "cpu":
@@ -212,16 +215,15 @@ class Engine:
             s, utt = sessions[sid], heads[sid]
             s.finish_head(utt)
             s.emit(utt, UtteranceEnd(utt.id, 0, "eos"))
-        for sid in plan.prefill:
-            self._guarded(sessions[sid], [heads[sid]], self._prefill)
-        decoder_ms = 0.0
+        if plan.prefill:
+            self._guarded([(sessions[sid], heads[sid]) for sid in plan.prefill], self._prefill)
         stats = None
         if plan.decode:
             rows = [(sessions[sid], heads[sid]) for sid in plan.decode]
-            decoder_ms = self._guarded_batch(rows) or 0.0
+            emit_ms = self._guarded(rows, self._decode) or 0.0
             timing = self.runner.timing
             stats = StepStats(len(rows), 0.0, timing["talker_ms"], timing["code_predictor_ms"],
-                              decoder_ms, len(plan.prefill))
+                              timing["decoder_ms"], len(plan.prefill), emit_ms)
         if stats is not None and self.on_step is not None:
             stats.step_ms = (time.perf_counter() - t_start) * 1e3
             try:
@@ -244,37 +246,35 @@ class Engine:
             return Need.DECODE
         return Need.DECODE if utt.steps + 1 < len(committed) - 3 else Need.NOTHING
 
-    def _guarded(self, s: Session, utts: list[Utterance], fn) -> None:
+    def _guarded(self, rows: list[tuple[Session, Utterance]], fn):
+        """fn(rows); if it raises, end those utterances and keep serving the others."""
         try:
-            fn(s, utts[0])
+            return fn(rows)
         except Exception:
-            log.exception("session %d: step failed; ending its utterance", s.id)
-            self._end(s, utts[0], "cancelled")
-
-    def _guarded_batch(self, rows: list[tuple[Session, Utterance]]) -> float | None:
-        try:
-            return self._decode(rows)
-        except Exception:
-            log.exception("batched step failed; ending its utterances")
+            log.exception("%s of sessions %s failed; ending their utterances",
+                          fn.__name__.strip("_"), [s.id for s, _ in rows])
             for s, utt in rows:
                 self._end(s, utt, "cancelled")
             return None
 
-    def _prefill(self, s: Session, utt: Utterance) -> None:
-        committed, _ = utt.stream.snapshot()
-        text_ids = committed[3:]
-        req = PrefillRequest(
-            slot=s.slot, role_ids=committed[:3], codec_prefix=s.voice.codec_prefix,
-            speaker_id=s.voice.speaker_id,
-            text_ids=text_ids if s.params.non_streaming_mode else text_ids[:1],
-            non_streaming=s.params.non_streaming_mode, instruct_ids=s.instruct_ids)
+    def _prefill(self, batch: list[tuple[Session, Utterance]]) -> None:
+        reqs = []
+        for s, utt in batch:
+            committed, _ = utt.stream.snapshot()
+            text_ids = committed[3:]
+            reqs.append((PrefillRequest(
+                slot=s.slot, role_ids=committed[:3], codec_prefix=s.voice.codec_prefix,
+                speaker_id=s.voice.speaker_id,
+                text_ids=text_ids if s.params.non_streaming_mode else text_ids[:1],
+                non_streaming=s.params.non_streaming_mode, instruct_ids=s.instruct_ids),
+                s.params.sampling, s.next_seed()))
         t0 = time.perf_counter()
-        token, hidden, length = self.runner.prefill(req, s.params.sampling, s.generator)
+        lengths = self.runner.prefill(reqs)
         t1 = time.perf_counter()
-        utt.running, utt.prompt_len = True, length
-        utt.last_token, utt.past_hidden, utt.last_active = token, hidden, t1
-        first = utt.first_text or utt.created
-        utt.timings = {"queue_ms": (t0 - first) * 1e3, "prefill_ms": (t1 - t0) * 1e3}
+        for (_, utt), length in zip(batch, lengths, strict=True):
+            utt.running, utt.prompt_len, utt.last_active = True, length, t1
+            first = utt.first_text or utt.created
+            utt.timings = {"queue_ms": (t0 - first) * 1e3, "prefill_ms": (t1 - t0) * 1e3}
 
     def _text_id(self, s: Session, utt: Utterance) -> int:
         committed, _ = utt.stream.snapshot()
@@ -295,51 +295,46 @@ class Engine:
         return min(limit, st.max_seq_len - utt.prompt_len - 1)
 
     def _decode(self, batch: list[tuple[Session, Utterance]]) -> float:
-        rows = [DecodeRow(s.slot, utt.prompt_len + utt.steps, utt.last_token, utt.past_hidden,
-                          self._text_id(s, utt), utt.steps + 1, s.params.sampling, s.generator)
-                for s, utt in batch]
-        frames, tokens, hidden = self.runner.decode(rows)
+        out = self.runner.decode([s.slot for s, _ in batch],
+                                 [self._text_id(s, utt) for s, utt in batch])
         eos = self.cfg.talker.codec_eos_token_id
-        token_list = tokens.tolist()  # the one host sync of the step
         now = time.perf_counter()
-        decoder_ms = 0.0
+        t0 = now
         for i, (s, utt) in enumerate(batch):
             if utt.cancelled:
                 continue
-            utt.pending.append(frames[i])
+            utt.pending.append((out.codes[i], out.pcm[i]))
             utt.steps += 1
-            utt.last_token, utt.past_hidden = tokens[i:i + 1], hidden[i:i + 1]
             utt.last_active = now
             reason = None
-            if token_list[i] == eos:
+            if out.tokens[i] == eos:
                 reason = "eos"
             elif utt.steps >= self._limit(s, utt):
                 reason = "max_frames"
-            decoder_ms += self._emit_packets(s, utt, final=reason is not None)
+            self._emit_packets(s, utt, final=reason is not None)
             if reason is not None:
                 self._end(s, utt, reason)
-        return decoder_ms
+        return (time.perf_counter() - t0) * 1e3
 
-    def _emit_packets(self, s: Session, utt: Utterance, final: bool) -> float:
-        t0 = time.perf_counter()
+    def _emit_packets(self, s: Session, utt: Utterance, final: bool) -> None:
+        """Decoded frames out in packets: `first_packet_frames`, then `packet_frames`."""
         while utt.pending and not utt.cancelled:
             size = self.settings.first_packet_frames if utt.emitted == 0 else \
                 self.settings.packet_frames
             if len(utt.pending) < size and not final:
                 break
             chunk, utt.pending = utt.pending[:size], utt.pending[size:]
-            codes = torch.stack(chunk)  # (T, 16)
-            pcm = self.runner.decode_audio(codes, utt.decoder)
             timings = None
             if utt.emitted == 0:
                 first = utt.first_text or utt.created
                 timings = dict(utt.timings,
                                first_packet_ms=(time.perf_counter() - first) * 1e3)
-            packet = AudioPacket(utt.id, pcm, utt.emitted, len(chunk), timings,
-                                 codes.cpu().numpy(), final=final and not utt.pending)
+            packet = AudioPacket(utt.id, np.concatenate([pcm for _, pcm in chunk]),
+                                 utt.emitted, len(chunk), timings,
+                                 np.stack([codes for codes, _ in chunk]),
+                                 final=final and not utt.pending)
             if s.emit(utt, packet):
                 utt.emitted += len(chunk)
-        return (time.perf_counter() - t0) * 1e3
 
     def _end(self, s: Session, utt: Utterance, reason: str) -> None:
         s.finish_head(utt)

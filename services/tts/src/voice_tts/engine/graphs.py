@@ -1,27 +1,28 @@
-"""CUDA graphs of the decode step, one per batch-size bucket, captured at start-up.
+"""CUDA graphs of the decode step, one set per batch-size bucket, captured at start-up.
 
-Eager, one decode step of the 0.6B model is ~6,500 kernel launches (15 code-predictor
-steps x 5 layers + 28 talker layers + sampling): on an H100 the CPU that launches them,
-not the GPU, sets the pace. A graph replays the whole step (`predict_frame` +
-`talker_step`, both pure functions of tensors) with one launch.
+Eager, one decode step of the 0.6B model is thousands of small kernel launches (15
+code-predictor steps x 5 layers, 28 talker layers, sampling, ~40 speech-decoder layers):
+on an H100 the CPU that launches them, not the GPU, sets the pace. Each part of the step
+(`Runner.step_cp`, `step_talker`, `step_decoder`: pure functions of tensors that read and
+write the per-slot state in place) is captured as one graph, replayed back to back with
+CUDA events between them, so the step costs three launches and reports where its GPU time
+went.
 
-Fixed shapes: the batch is padded up to the next bucket (1, 2, 4, ... max) with rows that
-write only to a scratch KV slot (`Runner.scratch_slot`), and attention always spans the
-whole static cache (`kv_len = max_seq_len`), the positions past each row's own masked
-out. Masked keys add exact zeros, so outputs equal eager up to the order of float sums
-(gated by SNR in tests/engine/test_graphs_gpu.py). Inputs are copied into static buffers
-before `replay()`; outputs are the graph's own buffers, read before the next replay.
+Fixed shapes: a batch of n rows runs in the smallest bucket b >= n (1, 2, 4, ... max);
+rows n..b-1 are padding that point at the scratch slot (`Runner.scratch_slot`), and the
+talker attends over the whole static cache (`kv_len = max_seq_len`), the positions past
+each row's own masked out. Masked keys add exact zeros, so outputs equal eager up to the
+order of float sums (gated by SNR in tests/engine/test_graphs_gpu.py). The only inputs
+are the rows' slots and text ids, one host-to-device copy; outputs are the graphs' own
+buffers, read before the next replay.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import fields
 
 import torch
-
-from .sampling import SamplingTensors
 
 log = logging.getLogger(__name__)
 
@@ -34,86 +35,84 @@ def buckets_for(max_batch: int) -> list[int]:
     return [*out, max_batch]
 
 
+class _Bucket:
+    def __init__(self, b: int, device: torch.device) -> None:
+        self.b = b
+        self.inputs = torch.zeros(2, b, dtype=torch.long, device=device)  # slots, text ids
+        self.graphs: list[torch.cuda.CUDAGraph] = []
+        self.frame = self.token = self.pcm = None
+
+
 class DecodeGraphs:
     def __init__(self, runner, buckets: list[int]) -> None:  # runner: Runner (no cycle)
         self.runner = runner
         self.buckets = sorted(buckets)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.static: dict[int, dict] = {}
-        self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-        self.pool = None
-        self.pad: dict[int, dict] = {}  # per bucket: the inputs of a padding row
+        self._by_size: dict[int, _Bucket] = {}
+        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        self._pad_text = runner.cfg.tts_pad_token_id
 
     def bucket(self, n: int) -> int | None:
         return next((b for b in self.buckets if b >= n), None)
 
-    def _inputs(self, b: int) -> dict:
-        r, cfg = self.runner, self.runner.cfg
-        dev, h = r.device, cfg.talker.hidden_size
-        v, v_cp = cfg.talker.vocab_size, cfg.code_predictor.vocab_size
-        n_cp = cfg.code_predictor.num_code_groups - 1
+    def _parts(self, bk: _Bucket) -> list:
+        r = self.runner
+        slots, text = bk.inputs[0], bk.inputs[1]
 
-        def sampling(vocab: int) -> SamplingTensors:
-            return SamplingTensors(
-                do_sample=torch.zeros(b, dtype=torch.bool, device=dev),
-                temperature=torch.ones(b, dtype=torch.float32, device=dev),
-                top_k=torch.full((b,), vocab, dtype=torch.long, device=dev),
-                top_p=torch.ones(b, dtype=torch.float32, device=dev))
+        def cp() -> None:
+            bk.frame, bk.track = r.step_cp(slots)
 
-        return {
-            "last_token": torch.zeros(b, dtype=torch.long, device=dev),
-            "past_hidden": torch.zeros(b, h, dtype=r.dtype, device=dev),
-            "cp_p": sampling(v_cp),
-            "cp_noise": torch.ones(b, n_cp, v_cp, device=dev),
-            "text_ids": torch.full((b,), cfg.tts_pad_token_id, dtype=torch.long, device=dev),
-            "slots": torch.full((b,), r.scratch_slot, dtype=torch.long, device=dev),
-            "positions": torch.zeros(b, dtype=torch.long, device=dev),
-            "seen": torch.zeros(b, v, dtype=torch.bool, device=dev),
-            "n_generated": torch.zeros(b, dtype=torch.long, device=dev),
-            "penalty": torch.ones(b, dtype=torch.float32, device=dev),
-            "talker_p": sampling(v),
-            "talker_noise": torch.ones(b, v, device=dev),
-        }
+        def talker() -> None:
+            bk.token = r.step_talker(slots, text, bk.track, r.max_seq_len)
+
+        def decoder() -> None:
+            bk.pcm = r.step_decoder(slots, bk.frame)
+
+        return [cp, talker, decoder]
 
     def capture(self) -> None:
         t0 = time.perf_counter()
-        stream = torch.cuda.Stream()
-        for b in reversed(self.buckets):  # largest first: the pool fits every smaller one
-            st = self._inputs(b)
+        r = self.runner
+        pool, stream = None, torch.cuda.Stream()
+        for b in reversed(self.buckets):  # largest first: its pool fits every smaller one
+            bk = _Bucket(b, r.device)
+            bk.inputs[0].fill_(r.scratch_slot)
+            bk.inputs[1].fill_(self._pad_text)
+            parts = self._parts(bk)
             stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
+            with torch.cuda.stream(stream), torch.no_grad():
                 for _ in range(2):  # warm-up: cuBLAS handles, workspaces, autotuning
-                    self.runner.step_tensors(st, self.runner.max_seq_len)
+                    for part in parts:
+                        part()
             torch.cuda.current_stream().wait_stream(stream)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=self.pool):
-                out = self.runner.step_tensors(st, self.runner.max_seq_len)
-            self.pool = g.pool()
-            self.graphs[b], self.static[b], self.outputs[b] = g, st, out
-            self.pad[b] = self._inputs(b)
+            for part in parts:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=pool), torch.no_grad():
+                    part()
+                pool = g.pool()
+                bk.graphs.append(g)
+            self._by_size[b] = bk
         torch.cuda.synchronize()
-        log.info("captured decode graphs for batch %s in %.1f s", self.buckets,
-                 time.perf_counter() - t0)
+        log.info("captured decode graphs for batch %s in %.1f s (%.1f GB reserved)",
+                 self.buckets, time.perf_counter() - t0, torch.cuda.memory_reserved() / 1e9)
 
-    def run(self, inputs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """inputs: the eager step's tensors for n rows -> outputs for those n rows."""
-        n = inputs["slots"].shape[0]
+    def run(self, slots: list[int], text_ids: list[int]
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> (frames (n, 16), tokens (n,), pcm (n, frame_samples)) for these n rows."""
+        n = len(slots)
         b = self.bucket(n)
-        assert b is not None and b in self.graphs, f"no graph for batch {n}"
-        st = self.static[b]
-        fresh = self.pad[b] if n < b else None
-        for key, val in inputs.items():
-            dst = st[key]
-            if isinstance(val, SamplingTensors):
-                for f in fields(SamplingTensors):
-                    d, s = getattr(dst, f.name), getattr(val, f.name)
-                    d[:n].copy_(s)
-                    if fresh is not None:
-                        d[n:].copy_(getattr(fresh[key], f.name)[n:])
-            else:
-                dst[:n].copy_(val)
-                if fresh is not None:
-                    dst[n:].copy_(fresh[key][n:])
-        self.graphs[b].replay()
-        frame, token, hidden = self.outputs[b]
-        return frame[:n].clone(), token[:n].clone(), hidden[:n].clone()
+        assert b is not None, f"no graph for batch {n}"
+        bk = self._by_size[b]
+        pad = b - n
+        host = torch.tensor([slots + [self.runner.scratch_slot] * pad,
+                             text_ids + [self._pad_text] * pad], dtype=torch.long)
+        bk.inputs.copy_(host, non_blocking=True)
+        ev = self._events
+        ev[0].record()
+        for g, e in zip(bk.graphs, ev[1:], strict=True):
+            g.replay()
+            e.record()
+        ev[-1].synchronize()
+        self.runner.timing = {
+            name: ev[i].elapsed_time(ev[i + 1])
+            for i, name in enumerate(("code_predictor_ms", "talker_ms", "decoder_ms"))}
+        return bk.frame[:n], bk.token[:n], bk.pcm[:n]

@@ -1,37 +1,40 @@
 """The model runner: tensors, caches and the steps. It never decides who runs.
 
-Three entry points, each a thin wrapper around a pure function of tensors:
+Everything a session needs between steps lives on the device, one row per engine slot
+(`SlotState`: last codebook-0 token, talker hidden state, position, frame counter, seed,
+sampling parameters, the repetition-penalty "seen" mask; the talker KV cache; the speech
+decoder's streaming state, `DecoderSlots`). So a decode step takes only two small host
+lists (slots, next text-track ids) and is three pure functions of tensors:
 
-- `prefill(req)`: one session's prompt (B=1, T=prompt length) into its talker KV slot,
-  then codebook 0 of frame 0. The prompt is built exactly as the official `generate`
-  builds it (same projection batches, so the same rounding).
-- `decode(rows)`: ONE talker step for B sessions at once (continuous batching): for each
-  row the code predictor completes the frame of the previous codebook-0 token (15 codes,
-  `predict_frame`), the 16 codec embeddings plus the next text-track embedding feed the
-  talker, which samples codebook 0 of the next frame (`talker_step`). Both are pure
-  functions of tensors (no host sync, no branch on tensor values, fixed trip counts):
-  the parts that part 2 captures in CUDA graphs. (CPU wall-clock timings per part; on
-  CUDA they measure launch time unless the caller synchronizes.)
-- `decode_audio(codes, state)`: a packet of frames through the streaming speech decoder.
+- `step_cp(slots)`: the code predictor completes the frame of each row's last codebook-0
+  token (15 codes, `predict_frame`);
+- `step_talker(slots, text_ids, track)`: the 16 codec embeddings plus the next text-track
+  embedding feed the talker, which samples codebook 0 of the next frame (`talker_step`),
+  and writes the rows' state back;
+- `step_decoder(slots, frame)`: the speech decoder turns the completed frame into 1920
+  samples, streaming from each row's own decoder state.
 
-Caches: the talker's static KV cache is indexed by session slot (slots, kv_heads,
-max_seq_len, head_dim); the code predictor's is per frame and indexed by batch row; the
-repetition-penalty "seen" mask is per slot.
+No host sync, no branch on tensor values, fixed trip counts: `graphs.py` captures each
+part as a CUDA graph per batch-size bucket. `prefill(req)` runs one session's prompt
+(B=1, T=prompt length, eager) into its slot, built exactly as the official `generate`
+builds it (same projection batches, so the same rounding).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
 
 from .graphs import DecodeGraphs, buckets_for
-from .model import DecoderState, Qwen3TTS
+from .model import DecoderSlots, Qwen3TTS
 from .sampling import (
+    TALKER_STREAM,
     SamplingParams,
     SamplingTensors,
+    exp_noise,
     suppress_mask,
     talker_scores,
     warp_and_sample,
@@ -50,36 +53,58 @@ class PrefillRequest:
 
 
 @dataclass
-class DecodeRow:
-    """One session's inputs to a talker step (host side)."""
+class StepOutput:
+    """What one decode step gives the engine, on the host, row by row."""
 
-    slot: int
-    position: int  # talker position of this step's input row
-    last_token: torch.Tensor  # (1,) codebook 0 of the frame to complete
-    past_hidden: torch.Tensor  # (1, H) talker hidden state that produced it
-    text_id: int  # next text-track id (text, tts_eos or tts_pad)
-    n_generated: int  # codebook-0 tokens sampled so far in this utterance
-    sampling: SamplingParams
-    generator: torch.Generator
+    codes: np.ndarray  # (B, 16) int64: the frame each row completed
+    tokens: list[int]  # codebook 0 of each row's next frame (codec EOS ends the utterance)
+    pcm: np.ndarray  # (B, frame_samples) float32: the completed frame's audio
 
 
-def _sampling_tensors(params: list[SamplingParams], sub: bool, vocab: int,
-                      device) -> SamplingTensors:
-    def col(name: str) -> list:
-        return [getattr(p, ("subtalker_" if sub else "") + name) for p in params]
+class SlotSampling:
+    """Sampling parameters per slot, (slots,) tensors; `rows(slots)` gathers a batch."""
 
-    top_k = [k if 0 < k < vocab else vocab for k in col("top_k")]
-    return SamplingTensors(
-        do_sample=torch.tensor(col("do_sample"), dtype=torch.bool, device=device),
-        temperature=torch.tensor(col("temperature"), dtype=torch.float32, device=device),
-        top_k=torch.tensor(top_k, dtype=torch.long, device=device),
-        top_p=torch.tensor(col("top_p"), dtype=torch.float32, device=device))
+    def __init__(self, n: int, vocab: int, device) -> None:
+        self.vocab = vocab
+        self.t = SamplingTensors(
+            do_sample=torch.zeros(n, dtype=torch.bool, device=device),
+            temperature=torch.ones(n, dtype=torch.float32, device=device),
+            top_k=torch.full((n,), vocab, dtype=torch.long, device=device),
+            top_p=torch.ones(n, dtype=torch.float32, device=device))
+
+    def set_rows(self, slots: torch.Tensor,
+                 rows: list[tuple[bool, float, int, float]]) -> None:
+        """rows: (do_sample, temperature, top_k (0 = off), top_p) per slot."""
+        do_sample, temperature, top_k, top_p = zip(*rows, strict=True)
+        dev = slots.device
+        self.t.do_sample[slots] = torch.tensor(do_sample, dtype=torch.bool, device=dev)
+        self.t.temperature[slots] = torch.tensor(temperature, dtype=torch.float32, device=dev)
+        self.t.top_k[slots] = torch.tensor([k if 0 < k < self.vocab else self.vocab
+                                            for k in top_k], device=dev)
+        self.t.top_p[slots] = torch.tensor(top_p, dtype=torch.float32, device=dev)
+
+    def rows(self, slots: torch.Tensor) -> SamplingTensors:
+        return SamplingTensors(**{f.name: getattr(self.t, f.name)[slots]
+                                  for f in fields(SamplingTensors)})
 
 
-def _noise(do_sample: bool, gen: torch.Generator, shape: tuple[int, ...], device) -> torch.Tensor:
-    if not do_sample:
-        return torch.ones(shape, device=device)
-    return torch.empty(shape, device=device).exponential_(generator=gen)
+class SlotState:
+    """The talker-side state of every slot between steps (see the module docstring)."""
+
+    def __init__(self, n: int, hidden: int, vocab: int, cp_vocab: int, dtype,
+                 device) -> None:
+        def zeros(*shape, dt=torch.long):
+            return torch.zeros(shape, dtype=dt, device=device)
+
+        self.last_token = zeros(n)
+        self.past_hidden = zeros(n, hidden, dt=dtype)
+        self.position = zeros(n)  # talker position of the next step's input row
+        self.n_generated = zeros(n)  # codebook-0 tokens sampled in this utterance
+        self.seed = zeros(n)
+        self.seen = zeros(n, vocab, dt=torch.bool)
+        self.penalty = torch.ones(n, dtype=torch.float32, device=device)
+        self.talker = SlotSampling(n, vocab, device)
+        self.cp = SlotSampling(n, cp_vocab, device)
 
 
 def predict_frame(model: Qwen3TTS, last_token: torch.Tensor, past_hidden: torch.Tensor,
@@ -123,39 +148,73 @@ class Runner:
         self.model, self.cfg = model, model.cfg
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
-        t = self.cfg.talker
+        t, cp = self.cfg.talker, self.cfg.code_predictor
         # One slot more than sessions: the scratch slot that padding rows of a graphed
-        # batch write to (never read by a real session).
-        self.scratch_slot = max_sessions
-        model.talker.setup_caches(max_sessions + 1, max_seq_len, self.dtype, self.device)
-        model.talker.code_predictor.setup_caches(max_sessions, self.dtype, self.device)
+        # batch read and write (never a real session's).
+        self.scratch_slot = n = max_sessions
+        model.talker.setup_caches(n + 1, max_seq_len, self.dtype, self.device)
+        model.talker.code_predictor.setup_caches(n + 1, self.dtype, self.device)
         self.max_seq_len = max_seq_len
-        self.seen = torch.zeros(max_sessions + 1, t.vocab_size, dtype=torch.bool,
-                                device=self.device)
+        self.state = SlotState(n + 1, t.hidden_size, t.vocab_size, cp.vocab_size, self.dtype,
+                               self.device)
+        self.decoder_slots = DecoderSlots(model.speech_decoder, n + 1, self.device)
         self.suppress = suppress_mask(t.vocab_size, t.codec_eos_token_id, self.device)
+        self._cp_streams = torch.arange(cp.num_code_groups - 1, device=self.device)
+        self._talker_stream = torch.tensor([TALKER_STREAM], device=self.device)
+        self._true = torch.ones((), dtype=torch.bool, device=self.device)
+        self._positions = [0] * (n + 1)  # host mirror of state.position (eager kv_len)
         self.graphs: DecodeGraphs | None = None
+        self.timing: dict[str, float] = {}
         if self.device.type == "cuda":
             # cuDNN's SDPA spends ~0.7 ms of CPU per call building its plan: ~100 calls a
             # step made the step CPU-bound (measured on an H100). Flash/efficient kernels
             # have no such cost.
             torch.backends.cuda.enable_cudnn_sdp(False)
 
+    def compile(self) -> None:
+        """torch.compile the code-predictor and talker parts (CUDA): Inductor fuses the
+        norms, RoPE, residuals and sampling into a few kernels per layer. Dynamic batch
+        size: one compilation serves every graph bucket."""
+        self.step_cp = torch.compile(self.step_cp, dynamic=True)
+        self.step_talker = torch.compile(self.step_talker, dynamic=True)
+
     def enable_graphs(self, max_batch: int) -> None:
         """Capture the decode step for batch buckets 1, 2, 4 ... max_batch (CUDA only)."""
         self.graphs = DecodeGraphs(self, buckets_for(min(max_batch, self.scratch_slot)))
         self.graphs.capture()
 
-    def step_tensors(self, st: dict, kv_len: int
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The pure decode step over a dict of tensors (eager, or captured in a graph)."""
-        t = self.cfg.talker
-        frame, codec_track = predict_frame(self.model, st["last_token"], st["past_hidden"],
-                                           st["cp_p"], st["cp_noise"])
+    # --- the three parts of a decode step (pure functions of tensors) -----------------
+
+    def step_cp(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (frames (B, 16), codec track (B, 1, H)) of each row's pending frame."""
+        s, v_cp = self.state, self.cfg.code_predictor.vocab_size
+        frame_no = s.n_generated[slots] - 1  # the frame being completed
+        noise = exp_noise(s.seed[slots], frame_no, self._cp_streams, v_cp)
+        return predict_frame(self.model, s.last_token[slots], s.past_hidden[slots],
+                             s.cp.rows(slots), noise)
+
+    def step_talker(self, slots: torch.Tensor, text_ids: torch.Tensor,
+                    codec_track: torch.Tensor, kv_len: int) -> torch.Tensor:
+        """-> codebook 0 of each row's next frame (B,); advances the rows' state."""
+        s, t = self.state, self.cfg.talker
+        pos, n = s.position[slots], s.n_generated[slots]
+        noise = exp_noise(s.seed[slots], n, self._talker_stream, t.vocab_size)[:, 0]
         token, hidden = talker_step(
-            self.model, codec_track, st["text_ids"], st["slots"], st["positions"],
-            st["seen"], st["n_generated"], st["penalty"], st["talker_p"],
-            st["talker_noise"], self.suppress, t.codec_eos_token_id, kv_len)
-        return frame, token, hidden
+            self.model, codec_track, text_ids, slots, pos, s.seen[slots], n,
+            s.penalty[slots], s.talker.rows(slots), noise, self.suppress,
+            t.codec_eos_token_id, kv_len)
+        s.last_token.index_copy_(0, slots, token)
+        s.past_hidden.index_copy_(0, slots, hidden)
+        s.position.index_copy_(0, slots, pos + 1)
+        s.n_generated.index_copy_(0, slots, n + 1)
+        s.seen.index_put_((slots, token), self._true)  # a device scalar: graph-safe
+        return token
+
+    def step_decoder(self, slots: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
+        """frames (B, 16) -> float32 PCM (B, frame_samples), streamed per slot."""
+        return self.model.speech_decoder(frame[:, :, None], self.decoder_slots.rows(slots))
+
+    # --- host entry points --------------------------------------------------------------
 
     def _ids(self, ids: list[int]) -> torch.Tensor:
         return torch.tensor([ids], dtype=torch.long, device=self.device)
@@ -191,77 +250,81 @@ class Runner:
         return x
 
     @torch.no_grad()
-    def prefill(self, req: PrefillRequest, sampling: SamplingParams,
-                gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """-> (codebook-0 token of frame 0 (1,), talker hidden (1, H), prompt length)."""
-        x = self.prompt_embeds(req)
-        length = x.shape[1]
-        if length >= self.max_seq_len:
-            raise ValueError(f"prompt of {length} rows does not fit max_seq_len "
-                             f"{self.max_seq_len}")
-        slots = torch.tensor([req.slot], device=self.device)
-        positions = torch.arange(length, device=self.device)[None]
+    def prefill(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> list[int]:
+        """Prompts (request, sampling, noise seed) into their slots: samples codebook 0 of
+        frame 0 and sets each slot's whole state for the decode steps. Prompts of equal
+        length run as one batch. -> the prompt lengths."""
+        embeds = [self.prompt_embeds(req) for req, _, _ in reqs]
+        lengths = [x.shape[1] for x in embeds]
+        for n in lengths:
+            if n >= self.max_seq_len:
+                raise ValueError(f"prompt of {n} rows does not fit max_seq_len "
+                                 f"{self.max_seq_len}")
+        for n in sorted(set(lengths)):
+            group = [i for i, m in enumerate(lengths) if m == n]
+            self._prefill_group([reqs[i] for i in group], torch.cat([embeds[i] for i in group]))
+        return lengths
+
+    def _prefill_group(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]],
+                       x: torch.Tensor) -> None:
+        s, t, dev = self.state, self.cfg.talker, self.device
+        b, length = x.shape[:2]
+        slot_list = [req.slot for req, _, _ in reqs]
+        slots = torch.tensor(slot_list, device=dev)
+        params = [p for _, p, _ in reqs]
+        s.talker.set_rows(slots, [(p.do_sample, p.temperature, p.top_k, p.top_p)
+                                  for p in params])
+        s.cp.set_rows(slots, [(p.subtalker_do_sample, p.subtalker_temperature,
+                               p.subtalker_top_k, p.subtalker_top_p) for p in params])
+        s.penalty[slots] = torch.tensor([p.repetition_penalty for p in params], device=dev)
+        s.seed[slots] = torch.tensor([seed & 0xFFFFFFFF for _, _, seed in reqs], device=dev)
+        s.seen[slots] = False
+        positions = torch.arange(length, device=dev)[None].expand(b, -1)
         logits, hidden = self.model.talker(x, slots, positions, length)
-        self.seen[req.slot] = False
-        t = self.cfg.talker
-        p = torch.tensor([sampling.repetition_penalty], device=self.device)
-        scores = talker_scores(logits[:, -1].float(), self.seen[slots], p,
-                               torch.zeros(1, dtype=torch.long, device=self.device),
+        zero = torch.zeros(b, dtype=torch.long, device=dev)
+        scores = talker_scores(logits[:, -1].float(), s.seen[slots], s.penalty[slots], zero,
                                self.suppress, t.codec_eos_token_id)
-        noise = _noise(sampling.do_sample, gen, (1, t.vocab_size), self.device)
-        token = warp_and_sample(scores, _sampling_tensors([sampling], False, t.vocab_size,
-                                                          self.device), noise)
-        self.seen[req.slot, token] = True
-        return token, hidden[:, -1], length
+        noise = exp_noise(s.seed[slots], zero, self._talker_stream, t.vocab_size)[:, 0]
+        token = warp_and_sample(scores, s.talker.rows(slots), noise)
+        s.seen[slots, token] = True
+        s.last_token[slots] = token
+        s.past_hidden[slots] = hidden[:, -1]
+        s.position[slots] = length
+        s.n_generated[slots] = 1
+        for slot in slot_list:
+            self.decoder_slots.reset(slot)
+            self._positions[slot] = length
 
     @torch.no_grad()
-    def decode(self, rows: list[DecodeRow]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One talker step for `rows` -> (frames (B, 16), next tokens (B,), hidden (B, H))."""
-        dev, t = self.device, self.cfg.talker
-        v_cp, n_cp = self.cfg.code_predictor.vocab_size, self.cfg.code_predictor.num_code_groups
-        slots = torch.tensor([r.slot for r in rows], device=dev)
-        positions = torch.tensor([r.position for r in rows], device=dev)
-        params = [r.sampling for r in rows]
-        # Noise per row from the row's own generator: code predictor first, then talker,
-        # in the order the official step samples them.
-        cp_noise = torch.stack([_noise(r.sampling.subtalker_do_sample, r.generator,
-                                       (n_cp - 1, v_cp), dev) for r in rows])
-        talker_noise = torch.stack([_noise(r.sampling.do_sample, r.generator,
-                                           (t.vocab_size,), dev) for r in rows])
-        st = {
-            "last_token": torch.cat([r.last_token for r in rows]),
-            "past_hidden": torch.cat([r.past_hidden for r in rows]),
-            "cp_p": _sampling_tensors(params, True, v_cp, dev), "cp_noise": cp_noise,
-            "text_ids": torch.tensor([r.text_id for r in rows], device=dev),
-            "slots": slots, "positions": positions, "seen": self.seen[slots],
-            "n_generated": torch.tensor([r.n_generated for r in rows], device=dev),
-            "penalty": torch.tensor([p.repetition_penalty for p in params], device=dev),
-            "talker_p": _sampling_tensors(params, False, t.vocab_size, dev),
-            "talker_noise": talker_noise,
-        }
-        t0 = time.perf_counter()
-        if self.graphs is not None and self.graphs.bucket(len(rows)) is not None:
-            frame, token, hidden = self.graphs.run(st)
-            self.timing = {"code_predictor_ms": 0.0,
-                           "talker_ms": (time.perf_counter() - t0) * 1e3}
+    def decode(self, slots: list[int], text_ids: list[int]) -> StepOutput:
+        """One decode step for the sessions in `slots` (continuous batching: any subset,
+        any order), each fed its next text-track id."""
+        n = len(slots)
+        b = self.graphs.bucket(n) if self.graphs is not None else None
+        if b is not None:
+            frame, token, pcm = self.graphs.run(slots, text_ids)
         else:
-            frame, codec_track = predict_frame(self.model, st["last_token"],
-                                               st["past_hidden"], st["cp_p"], st["cp_noise"])
-            t1 = time.perf_counter()
-            token, hidden = talker_step(
-                self.model, codec_track, st["text_ids"], slots, positions, st["seen"],
-                st["n_generated"], st["penalty"], st["talker_p"], talker_noise,
-                self.suppress, t.codec_eos_token_id, int(positions.max()) + 1)
-            self.timing = {"code_predictor_ms": (t1 - t0) * 1e3,
-                           "talker_ms": (time.perf_counter() - t1) * 1e3}
-        self.seen[slots, token] = True
-        return frame, token, hidden
+            frame, token, pcm = self._eager(slots, text_ids)
+        tokens = token.tolist()  # the one host sync of the step
+        for slot in slots:
+            self._positions[slot] += 1
+        return StepOutput(frame.cpu().numpy(), tokens, pcm.float().cpu().numpy())
 
-    @torch.no_grad()
-    def decode_audio(self, frames: torch.Tensor, state: DecoderState | None) -> np.ndarray:
-        """frames (T, 16) -> float32 PCM (T * frame_samples,); advances `state`."""
-        codes = frames.T[None].to(self.device)  # (1, 16, T)
-        pcm = self.model.speech_decoder(codes, state)
-        return pcm[0].float().cpu().numpy()
+    def _eager(self, slots: list[int], text_ids: list[int]):
+        idx = torch.tensor([slots, text_ids], dtype=torch.long, device=self.device)
+        kv_len = max(self._positions[s] for s in slots) + 1
+        marks = [time.perf_counter()]
+        frame, track = self.step_cp(idx[0])
+        marks.append(time.perf_counter())
+        token = self.step_talker(idx[0], idx[1], track, kv_len)
+        marks.append(time.perf_counter())
+        pcm = self.step_decoder(idx[0], frame)
+        marks.append(time.perf_counter())
+        self.timing = _split(marks)
+        return frame, token, pcm
 
 
+def _split(marks: list[float]) -> dict[str, float]:
+    """Three part timings (ms) from four marks: code predictor, talker, decoder."""
+    names = ("code_predictor_ms", "talker_ms", "decoder_ms")
+    return {k: (b - a) * 1e3 for k, a, b in zip(names, marks, marks[1:], strict=False)}

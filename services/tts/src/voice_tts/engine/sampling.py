@@ -8,10 +8,12 @@ repetition penalty -> min-new-tokens (EOS masked) -> suppress tokens -> [samplin
 temperature -> top-k -> top-p. Greedy takes the argmax after the first three, as HF does.
 
 Sampling draws a categorical sample as argmax(p / E) with E ~ Exp(1) (the exponential
-race, exactly the categorical distribution). The noise E comes from each session's own
-`torch.Generator`, drawn by the runner one row per session, so a session's output does
-not depend on who else is in the batch, and the step itself has no host sync and no
-branch on tensor values (greedy rows select the argmax with `torch.where`).
+race, exactly the categorical distribution). The noise E is a counter-based hash of
+(the utterance's seed, the frame number, the stream, the vocabulary index) computed on
+the device (`exp_noise`): a session's output depends on its seed alone, not on who else
+is in the batch or on the order of steps, and the step has no host sync, no generator
+state and no branch on tensor values (greedy rows take the argmax via `torch.where`), so
+it can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -53,6 +55,27 @@ class SamplingParams:
 
 
 MIN_NEW_TOKENS = 2
+TALKER_STREAM = 15  # noise streams 0..14: the code predictor's heads; 15: the talker
+_M32 = 0xFFFFFFFF
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (two multiply-xorshift rounds) on int64 values < 2**32; the
+    multiplier is < 2**31 so no product overflows int64."""
+    for _ in range(2):
+        x = ((x ^ (x >> 16)) * 0x45D9F3B) & _M32
+    return x ^ (x >> 16)
+
+
+def exp_noise(seed: torch.Tensor, counter: torch.Tensor, streams: torch.Tensor,
+              vocab: int) -> torch.Tensor:
+    """Exp(1) noise (B, S, vocab) for rows with `seed` (B,) and `counter` (B,) (the frame
+    number), in noise streams `streams` (S,). Same inputs, same noise, on any device."""
+    key = _mix(_mix(seed & _M32)[:, None] ^ ((counter[:, None] * 16 + streams) & _M32))
+    idx = torch.arange(vocab, device=seed.device)
+    bits = _mix(_mix(key[..., None] ^ idx) + 0x9E3779B9 & _M32)
+    u = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))  # (0, 1)
+    return -torch.log(u)
 
 
 def suppress_mask(vocab_size: int, eos_id: int, device=None) -> torch.Tensor:

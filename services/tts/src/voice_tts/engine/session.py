@@ -1,7 +1,7 @@
 """Sessions: the streaming API one client (one gRPC call) talks to.
 
-A session owns one engine slot (its talker KV-cache row), a seeded `torch.Generator`
-and a queue of utterances. Text pushed after `flush()` opens the next utterance; the
+A session owns one engine slot (its row of the device state), a seed for its sampling
+noise and a queue of utterances. Text pushed after `flush()` opens the next utterance; the
 engine works on the head of the queue. Client threads only touch the text side (under
 `_lock`); the engine thread owns the generation state of each `Utterance`.
 
@@ -21,10 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
+import numpy as np
 
 from .api import SessionParams
-from .model import DecoderState
 from .text import TextStream, TextTokenizer
 from .voices import ResolvedVoice
 
@@ -44,12 +43,10 @@ class Utterance:
     # --- engine-thread state ---
     running: bool = False
     prompt_len: int = 0
-    last_token: torch.Tensor | None = None
-    past_hidden: torch.Tensor | None = None
     steps: int = 0  # talker decode steps == frames completed
-    pending: list[torch.Tensor] = field(default_factory=list)  # frames not yet decoded
+    # decoded frames not yet sent: (codes (16,), pcm (frame_samples,)) each
+    pending: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     emitted: int = 0  # frames sent as audio
-    decoder: DecoderState = field(default_factory=DecoderState)
     timings: dict[str, float] = field(default_factory=dict)
     last_active: float = 0.0
 
@@ -74,8 +71,7 @@ class Session:
         self.paused = False
         self.seed = params.seed if params.seed is not None else int.from_bytes(
             os.urandom(4), "little")
-        self.generator = torch.Generator(device=engine.device)
-        self.generator.manual_seed(self.seed)
+        self._epoch = 0  # utterances prefilled since the seed was set
 
     # --- client side (any thread) ---------------------------------------------------------
 
@@ -115,12 +111,12 @@ class Session:
         self.engine._wake.set()
 
     def reset(self, seed: int | None = None) -> None:
-        """cancel() plus a fresh generator (the session's seed, or `seed`)."""
+        """cancel() plus the random stream from its start (the session's seed, or `seed`)."""
         with self._emit_lock, self._lock:
             self._drop_all()
             if seed is not None:
                 self.seed = seed
-            self.generator.manual_seed(self.seed)
+            self._epoch = 0
         self.engine._wake.set()
 
     def pause(self) -> None:
@@ -159,6 +155,13 @@ class Session:
         self._utts.clear()
 
     # --- engine side ----------------------------------------------------------------------
+
+    def next_seed(self) -> int:
+        """The noise seed of the next utterance: a hash of (session seed, utterance number
+        since the seed was set), so utterances differ and `reset()` replays them."""
+        with self._lock:
+            epoch, self._epoch = self._epoch, self._epoch + 1
+        return (self.seed * 0x9E3779B1 + epoch * 0x85EBCA6B) & 0x7FFFFFFF
 
     def head(self) -> Utterance | None:
         with self._lock:

@@ -6,7 +6,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .code_predictor import CodePredictor
-from .speech_decoder import DecoderState, SpeechDecoder
+from .speech_decoder import DecoderSlots, DecoderState, SpeechDecoder
 from .talker import Talker
 
 
@@ -21,4 +21,5 @@ class Qwen3TTS(nn.Module):
         self.speech_decoder = SpeechDecoder(cfg.speech_decoder)
 
 
-__all__ = ["CodePredictor", "DecoderState", "Qwen3TTS", "SpeechDecoder", "Talker"]
+__all__ = ["CodePredictor", "DecoderSlots", "DecoderState", "Qwen3TTS", "SpeechDecoder",
+           "Talker"]

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import decode_attention
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
@@ -77,12 +79,17 @@ class KVCache(nn.Module):
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device),
                              persistent=False)
 
-    def update(self, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
-               v: torch.Tensor, kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """k, v (B, kv_heads, T, D) at positions (B, T) -> cached (B, kv_heads, kv_len, D)."""
+    def write(self, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
+              v: torch.Tensor) -> None:
+        """k, v (B, kv_heads, T, D) into rows `slots` at positions (B, T)."""
         b_idx = slots[:, None].expand_as(positions)  # (B, T)
         self.k[b_idx, :, positions] = k.transpose(1, 2)  # index_put takes (B, T, H, D)
         self.v[b_idx, :, positions] = v.transpose(1, 2)
+
+    def update(self, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor, kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """write(), then -> the rows' cache (B, kv_heads, kv_len, D)."""
+        self.write(slots, positions, k, v)
         return self.k[slots, :, :kv_len], self.v[slots, :, :kv_len]
 
 
@@ -144,9 +151,17 @@ class DecoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 cache: KVCache, slots: torch.Tensor, positions: torch.Tensor,
                 mask: torch.Tensor, kv_len: int) -> torch.Tensor:
-        q, k, v = self.self_attn.qkv(self.input_layernorm(x), cos, sin)
-        k, v = cache.update(slots, positions, k, v, kv_len)
-        x = x + self.self_attn.attend(q, k, v, mask)
+        attn = self.self_attn
+        q, k, v = attn.qkv(self.input_layernorm(x), cos, sin)
+        if q.shape[2] == 1 and q.is_cuda and decode_attention.AVAILABLE:
+            # One query row per sequence on CUDA: read the cache in place (see module).
+            cache.write(slots, positions, k, v)
+            out = decode_attention.decode_attention(q, cache.k, cache.v, slots,
+                                                    positions[:, 0] + 1, attn.head_dim ** -0.5)
+            x = x + attn.o_proj(out)
+        else:
+            k, v = cache.update(slots, positions, k, v, kv_len)
+            x = x + attn.attend(q, k, v, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 

@@ -17,8 +17,9 @@ Decoding a whole utterance is the same code with one packet, so "streaming == of
 holds by construction up to float rounding (tests: max abs diff <= 1e-4, SNR >= 60 dB vs
 the official one-shot decode). The official `chunked_decode` re-decodes 300-frame chunks
 with 25 frames of left context instead; for utterances under 300 frames (24 s) both are a
-single forward. State is a `DecoderState` per session (B rows decoding the same number of
-frames can share one step).
+single forward. State is a `DecoderState` (one stream of B rows, grown as it goes) or, in
+the engine, rows of a `DecoderSlots` (one row per session slot, fixed tensors: a batch of
+sessions decodes its next frame in one call, captured in a CUDA graph).
 
 Attribute names mirror `decoder.*` of the official speech-tokenizer checkpoint.
 """
@@ -40,12 +41,16 @@ from .layers import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 
 @dataclass
 class DecoderState:
-    """Streaming state of one decode stream (B rows). `bufs` is filled in call order by
-    the stateful ops on the first packet and updated in place of the list afterwards."""
+    """Streaming state of one decode stream (B rows in step). `bufs` is filled in call
+    order by the stateful ops on the first packet and updated in place of the list
+    afterwards."""
 
     bufs: list[torch.Tensor] = field(default_factory=list)
     frames: int = 0  # frames decoded so far (the next frame's RoPE position)
     _cursor: int = 0
+
+    def begin(self) -> None:
+        self._cursor = 0
 
     def take(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         if self._cursor == len(self.bufs):
@@ -56,6 +61,63 @@ class DecoderState:
         self.bufs[self._cursor] = t
         self._cursor += 1
 
+    def positions(self, b: int, t: int, device: torch.device) -> torch.Tensor:
+        return torch.arange(self.frames, self.frames + t, device=device)[None].expand(b, -1)
+
+    def advance(self, t: int) -> None:
+        self.frames += t
+
+
+class DecoderSlots:
+    """The streaming state of many streams, one row per engine slot, in fixed tensors:
+    a batched decode of any set of slots is a pure function of tensors (gather the rows'
+    state, decode, scatter it back), so it can be captured in a CUDA graph. Buffer shapes
+    are found by one probe decode. Rows that repeat a slot (graph padding) may only use a
+    scratch slot: their write-backs race."""
+
+    def __init__(self, decoder: SpeechDecoder, slots: int, device: torch.device) -> None:
+        probe = DecoderState()
+        dtype = next(decoder.parameters()).dtype
+        with torch.no_grad():
+            decoder(torch.zeros(1, decoder.cfg.num_quantizers, 1, dtype=torch.long,
+                                device=device), probe)
+        self.bufs = [torch.zeros((slots, *b.shape[1:]), dtype=dtype, device=device)
+                     for b in probe.bufs]
+        self.frames = torch.zeros(slots, dtype=torch.long, device=device)
+
+    def reset(self, slot: int) -> None:
+        """A new utterance in `slot`: zero history (the official zero padding)."""
+        torch._foreach_zero_([b[slot] for b in self.bufs])
+        self.frames[slot] = 0
+
+    def rows(self, slots: torch.Tensor) -> SlotRows:
+        return SlotRows(self, slots)
+
+
+class SlotRows:
+    """A `DecoderState` over rows `slots` of a `DecoderSlots`."""
+
+    def __init__(self, pool: DecoderSlots, slots: torch.Tensor) -> None:
+        self.pool, self.slots, self._cursor = pool, slots, 0
+
+    def begin(self) -> None:
+        self._cursor = 0
+
+    def take(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        return self.pool.bufs[self._cursor][self.slots]
+
+    def put(self, t: torch.Tensor) -> None:
+        self.pool.bufs[self._cursor].index_copy_(0, self.slots, t)
+        self._cursor += 1
+
+    def positions(self, b: int, t: int, device: torch.device) -> torch.Tensor:
+        return self.pool.frames[self.slots][:, None] + torch.arange(t, device=device)
+
+    def advance(self, t: int) -> None:
+        self.pool.frames.index_copy_(0, self.slots, self.pool.frames[self.slots] + t)
+
+
+StreamState = DecoderState | SlotRows
 
 class CausalConv(nn.Module):
     """Official `Qwen3TTSTokenizerV2CausalConvNet` (stride 1 only: all the decoder uses)."""
@@ -66,7 +128,7 @@ class CausalConv(nn.Module):
         self.conv = nn.Conv1d(cin, cout, kernel, dilation=dilation, groups=groups)
         self.pad = (kernel - 1) * dilation
 
-    def forward(self, x: torch.Tensor, st: DecoderState) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, st: StreamState) -> torch.Tensor:
         if self.pad == 0:
             return self.conv(x)
         prev = st.take(lambda: x.new_zeros(x.shape[0], x.shape[1], self.pad))
@@ -84,7 +146,7 @@ class CausalTransConv(nn.Module):
         self.stride, self.trim = stride, kernel - stride
         self.overlap = math.ceil(kernel / stride) - 1  # input frames carried over
 
-    def forward(self, x: torch.Tensor, st: DecoderState) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, st: StreamState) -> torch.Tensor:
         t = x.shape[-1]
         if self.overlap:
             prev = st.take(lambda: x.new_zeros(x.shape[0], x.shape[1], self.overlap))
@@ -117,7 +179,7 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
 
-    def forward(self, x: torch.Tensor, st: DecoderState) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, st: StreamState) -> torch.Tensor:
         h = self.dwconv(x, st).permute(0, 2, 1)
         h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
         return x + (self.gamma * h).permute(0, 2, 1)
@@ -131,7 +193,7 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv(dim, dim, 1)
 
-    def forward(self, x: torch.Tensor, st: DecoderState) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, st: StreamState) -> torch.Tensor:
         return x + self.conv2(self.act2(self.conv1(self.act1(x), st)), st)
 
 
@@ -143,7 +205,7 @@ class DecoderBlock(nn.Module):
         self.block = nn.ModuleList([SnakeBeta(cin), CausalTransConv(cin, cout, 2 * rate, rate)]
                                    + [ResidualUnit(cout, d) for d in (1, 3, 9)])
 
-    def forward(self, x: torch.Tensor, st: DecoderState) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, st: StreamState) -> torch.Tensor:
         x = self.block[1](self.block[0](x), st)
         for unit in self.block[2:]:
             x = unit(x, st)
@@ -186,7 +248,7 @@ class ResidualVQ(nn.Module):
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes (B, n_q, T) -> (B, io_dim, T)."""
-        q = torch.zeros([1], device=codes.device)[0]
+        q = torch.zeros([1], device=codes.device, dtype=self.output_proj.weight.dtype)[0]
         for i, layer in enumerate(self.vq.layers):
             q = q + layer._codebook.decode(codes[:, i]).transpose(1, 2)
         return self.output_proj(q)
@@ -225,17 +287,17 @@ class WindowAttention(nn.Module):
         self.window = cfg.sliding_window
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                mask: torch.Tensor, st: DecoderState) -> torch.Tensor:
+                mask: torch.Tensor, st: StreamState) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, k, cos, sin)
         w = self.window - 1
-        kv = st.take(lambda: k.new_zeros(2, b, self.kv_heads, w, self.head_dim))
-        k = torch.cat((kv[0], k), dim=2)  # (B, KVH, w + T, D)
-        v = torch.cat((kv[1], v), dim=2)
-        st.put(torch.stack((k[:, :, -w:], v[:, :, -w:])))
+        kv = st.take(lambda: k.new_zeros(b, 2, self.kv_heads, w, self.head_dim))
+        k = torch.cat((kv[:, 0], k), dim=2)  # (B, KVH, w + T, D)
+        v = torch.cat((kv[:, 1], v), dim=2)
+        st.put(torch.stack((k[:, :, -w:], v[:, :, -w:]), dim=1))
         rep = self.heads // self.kv_heads
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -254,7 +316,7 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
         self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
 
-    def forward(self, x, cos, sin, mask, st: DecoderState) -> torch.Tensor:
+    def forward(self, x, cos, sin, mask, st: StreamState) -> torch.Tensor:
         h = self.self_attn(self.input_layernorm(x), cos, sin, mask, st)
         x = x + self.self_attn_layer_scale.scale * h
         h = self.mlp(self.post_attention_layernorm(x))
@@ -272,19 +334,18 @@ class PreTransformer(nn.Module):
                              persistent=False)
         self.window = cfg.sliding_window
 
-    def forward(self, x: torch.Tensor, st: DecoderState) -> torch.Tensor:
-        """x (B, T, latent) -> (B, T, latent); frames st.frames .. st.frames + T - 1."""
+    def forward(self, x: torch.Tensor, st: StreamState) -> torch.Tensor:
+        """x (B, T, latent) -> (B, T, latent), the next T frames of each row's stream."""
         b, t, _ = x.shape
         x = self.input_proj(x)
-        start = st.frames
-        positions = torch.arange(start, start + t, device=x.device)[None].expand(b, -1)
+        positions = st.positions(b, t, x.device)  # (B, T) absolute frame numbers
         cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
         w = self.window - 1
         # Key m of [window buffer (w), new (t)] has absolute position start - w + m.
-        q_pos = torch.arange(start, start + t, device=x.device)[:, None]
-        k_pos = torch.arange(start - w, start + t, device=x.device)[None, :]
+        q_pos = positions[:, :, None]  # (B, T, 1)
+        k_pos = positions[:, :1, None] - w + torch.arange(w + t, device=x.device)  # (B, 1, w+T)
         mask = (k_pos >= 0) & (k_pos <= q_pos) & (q_pos - k_pos < self.window)
-        mask = mask[None, None]  # (1, 1, T, w + T)
+        mask = mask[:, None]  # (B, 1, T, w + T)
         for layer in self.layers:
             x = layer(x, cos, sin, mask, st)
         return self.output_proj(self.norm(x))
@@ -308,14 +369,21 @@ class SpeechDecoder(nn.Module):
             + [DecoderBlock(cfg, i) for i in range(len(cfg.upsample_rates))]
             + [SnakeBeta(out_dim), CausalConv(out_dim, 1, 7)])
 
-    def forward(self, codes: torch.Tensor, st: DecoderState | None = None) -> torch.Tensor:
-        """codes (B, 16, T) int -> pcm (B, T * frame_samples). With `st`, continue the stream
-        it holds (and advance it); without, decode these frames as a whole utterance."""
-        with _ieee_convs(codes.device):
-            return self._forward(codes, st if st is not None else DecoderState())
+    allow_tf32 = False
 
-    def _forward(self, codes: torch.Tensor, st: DecoderState) -> torch.Tensor:
-        st._cursor = 0
+    def set_precision(self, precision: str) -> None:
+        """"fp32" (default, exact), "tf32" or "bf16": see `_precision` and EngineSettings."""
+        self.allow_tf32 = precision == "tf32"
+        self.to(torch.bfloat16 if precision == "bf16" else torch.float32)
+
+    def forward(self, codes: torch.Tensor, st: StreamState | None = None) -> torch.Tensor:
+        """codes (B, 16, T) int -> pcm (B, T * frame_samples) float32. With `st`, continue the
+        stream it holds (and advance it); without, decode these frames as a whole utterance."""
+        with _precision(codes.device, self.allow_tf32):
+            return self._forward(codes, st if st is not None else DecoderState()).float()
+
+    def _forward(self, codes: torch.Tensor, st: StreamState) -> torch.Tensor:
+        st.begin()
         h = self.quantizer.decode(codes)  # (B, codebook_dim, T)
         h = self.pre_conv(h, st).transpose(1, 2)
         h = self.pre_transformer(h, st).permute(0, 2, 1)  # (B, latent, T)
@@ -325,22 +393,23 @@ class SpeechDecoder(nn.Module):
         for block in self.decoder[1:-2]:
             h = block(h, st)
         h = self.decoder[-1](self.decoder[-2](h), st)
-        st.frames += codes.shape[-1]
+        st.advance(codes.shape[-1])
         return h.clamp(min=-1, max=1).squeeze(1)
 
 
 @contextmanager
-def _ieee_convs(device: torch.device) -> Iterator[None]:
-    """Full-precision cuDNN convolutions for the decoder. Measured on an H100 at the
-    released shape (100 frames, packets 1 then 4, vs one whole decode): float32 with TF32
-    convs 61 dB SNR, without 111 dB; bfloat16 36 dB. So the decoder runs in float32 with
-    TF32 off (process-wide flag, restored after; the engine thread is torch's only user)."""
+def _precision(device: torch.device, tf32: bool) -> Iterator[None]:
+    """The decoder's TF32 setting for cuDNN convolutions and matmuls. Measured on an H100
+    at the released shape (100 frames, packets 1 then 4, vs one whole decode): float32
+    with TF32 convs 61 dB SNR, without 111 dB; bfloat16 36 dB. By default the decoder runs
+    in float32 with TF32 off (process-wide flags, restored after; the engine thread is
+    torch's only user)."""
     if device.type != "cuda":
         yield
         return
-    prev = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
+    prev = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = tf32
     try:
         yield
     finally:
-        torch.backends.cudnn.allow_tf32 = prev
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = prev
