@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call: install carried wheels, then engine bench (0.6B, 1.7B), the peer, and
-# the gRPC service, all on the same GPU in the same run. Results under $OUT (or bench/out).
+# One device call: install carried wheels, GPU tests, then the engine bench (0.6B; 1.7B and
+# decoder-precision variants on request), the peer, and the gRPC service, all on the same
+# GPU in the same run. Results under $OUT (or bench/out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}; mkdir -p "$OUT"
@@ -11,20 +12,25 @@ if [ -d .whl ]; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 FRAMES=${FRAMES:-120}
-python3 -m bench.run --preset 0.6b --frames "$FRAMES" --concurrency "${LEVELS:-1,4,16,32,64}" \
-  --out "$OUT/engine_0.6b.json" 2>&1 | tee "$OUT/engine_0.6b.log"
+if [ -n "${WITH_TESTS:-}" ]; then
+  timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider services/tts/tests/engine/test_graphs_gpu.py 2>&1 | tail -8 | tee "$OUT/gpu_tests.log"
+fi
+for prec in ${PRECISIONS:-fp32}; do
+  python3 -m bench.run --preset 0.6b --frames "$FRAMES" --concurrency "${LEVELS:-1,4,16,32,64,128,256}" \
+    --decoder-precision "$prec" --out "$OUT/engine_0.6b_$prec.json" 2>&1 | grep -v Warning | tee "$OUT/engine_0.6b_$prec.log" | grep -v '^{"conc'
+done
 if [ -n "${WITH_17B:-}" ]; then
   python3 -m bench.run --preset 1.7b --frames "$FRAMES" --concurrency 1,16,64 \
-    --out "$OUT/engine_1.7b.json" 2>&1 | tee "$OUT/engine_1.7b.log"
+    --out "$OUT/engine_1.7b.json" 2>&1 | grep -v Warning | tee "$OUT/engine_1.7b.log" | grep -v '^{"conc'
 fi
-if [ -f .peer/faster_qwen3_tts_bench.py ]; then
+if [ -n "${WITH_PEER:-1}" ] && [ -f .peer/faster_qwen3_tts_bench.py ]; then
   timeout 300 python3 .peer/faster_qwen3_tts_bench.py "$FRAMES" 2>&1 | grep -v Warning | tee "$OUT/peer.log"
 fi
 if [ -n "${WITH_GRPC:-}" ]; then
   TTS_MODEL=preset:0.6b TTS_DEVICE=cuda TTS_MAX_SESSIONS=64 TTS_HTTP_PORT=0 \
     python3 -m voice_tts.server > "$OUT/server.log" 2>&1 &
   srv=$!
-  for _ in $(seq 120); do grep -q "TTS serving" "$OUT/server.log" && break; sleep 1; done
+  for _ in $(seq 300); do grep -q "TTS serving" "$OUT/server.log" && break; sleep 1; done
   python3 -m bench.grpc_bench --concurrency 1,16 2>&1 | tee "$OUT/grpc.log"
   kill $srv; wait $srv
 fi
