@@ -120,7 +120,6 @@ def main() -> None:
     p.add_argument("--first-packet-frames", type=int, default=1)
     p.add_argument("--packet-frames", type=int, default=4)
     p.add_argument("--decoder-precision", default="fp32", choices=["fp32", "tf32", "bf16"])
-    p.add_argument("--no-compile", action="store_true", help="skip torch.compile of the step")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
@@ -133,7 +132,6 @@ def main() -> None:
                                     first_packet_frames=args.first_packet_frames,
                                     packet_frames=args.packet_frames,
                                     decoder_precision=args.decoder_precision,
-                                    compile=not args.no_compile,
                                     max_seq_len=args.frames + 256))
     # Fixed-length streams: never sample codec EOS (the bench's equivalent of the peer's
     # min_new_tokens = max_new_tokens).
@@ -141,7 +139,7 @@ def main() -> None:
     engine.start()
     build_s = time.perf_counter() - t0
     print(json.dumps({"stage": "build", "s": round(build_s, 1), "preset": args.preset,
-                      "decoder_precision": args.decoder_precision, "compile": not args.no_compile,
+                      "decoder_precision": args.decoder_precision,
                       "device": str(args.device), "torch": torch.__version__,
                       "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else ""}),
           flush=True)
@@ -166,7 +164,6 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump({"preset": args.preset, "device": args.device, "build_s": build_s,
                        "decoder_precision": args.decoder_precision,
-                       "compile": not args.no_compile,
                        "results": results}, f, indent=2)
 
 

@@ -27,10 +27,9 @@ def snr_db(ref: np.ndarray, out: np.ndarray) -> float:
 @pytest.fixture(scope="module")
 def engines() -> dict[str, Engine]:
     out = {}
-    for graphs in (False, True):  # plain eager vs the production path (compiled + graphs)
+    for graphs in (False, True):
         e = Engine.from_preset(PRESET, seed=0, device="cuda", settings=EngineSettings(
-            max_sessions=8, max_batch=8, max_seq_len=512, cuda_graphs=graphs,
-            compile=graphs))
+            max_sessions=8, max_batch=8, max_seq_len=512, cuda_graphs=graphs))
         e.start()
         out["graph" if graphs else "eager"] = e
     yield out

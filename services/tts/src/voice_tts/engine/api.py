@@ -32,10 +32,6 @@ class EngineSettings:
     # CUDA only: capture the decode step as CUDA graphs (batch buckets 1, 2, 4 ... max_batch)
     # at start-up. False: eager (the reference the graphs are tested against).
     cuda_graphs: bool = True
-    # CUDA only: torch.compile the code-predictor and talker parts of the step (fuses their
-    # thousands of small kernels) before capturing them. Costs a minute or two at start-up
-    # (cached on disk by Inductor afterwards).
-    compile: bool = True
     # The speech decoder's arithmetic: "fp32" (exact: streamed == whole decode at 111 dB),
     # "tf32" (TF32 convolutions and matmuls, ~61 dB) or "bf16" (~36 dB, fastest).
     decoder_precision: str = "fp32"

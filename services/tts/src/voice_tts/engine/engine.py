@@ -55,8 +55,6 @@ class Engine:
         model.speech_decoder.set_precision(self.settings.decoder_precision)
         self.runner = Runner(model, self.settings.max_sessions, self.settings.max_seq_len)
         self.device = self.runner.device
-        if self.device.type == "cuda" and self.settings.compile:
-            self.runner.compile()
         if self.settings.cuda_graphs and self.device.type == "cuda":
             self.runner.enable_graphs(self.settings.max_batch)
         if self.settings.cpu_threads and self.device.type == "cpu":
