@@ -30,9 +30,11 @@ log = logging.getLogger("voice_tts.server")
 
 def load_engine(settings: TTSSettings) -> Engine:
     """The engine the settings name: a checkpoint directory or a random-weight preset."""
-    es = EngineSettings(max_sessions=settings.max_sessions,
+    es = EngineSettings(max_sessions=settings.max_sessions, max_batch=settings.max_sessions,
                         first_packet_frames=settings.first_packet_frames,
-                        packet_frames=settings.packet_frames)
+                        packet_frames=settings.packet_frames,
+                        decoder_precision=(settings.decoder_precision
+                                           if settings.device.startswith("cuda") else "fp32"))
     dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
     if settings.model.startswith("preset:"):
         name = settings.model.removeprefix("preset:")
