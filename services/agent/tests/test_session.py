@@ -38,10 +38,10 @@ def make_settings(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
 
 
 def long_reply(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
-    # seed 1 at temperature 0.3: the tiny thinker writes to max_tokens (seconds on CPU),
+    # seed 1 at temperature 0.3: the tiny thinker writes to max_tokens (1000: seconds on CPU),
     # and the TTS keeps speaking while text flows: the call is live during SPEAKING
     # (60 codec frames = 4.8 s: the noise reply is capped, the tests need not hear it all)
-    return make_settings(tts, thinker, llm_max_tokens=400, llm_temperature=0.3, llm_seed=1,
+    return make_settings(tts, thinker, llm_max_tokens=1000, llm_temperature=0.3, llm_seed=1,
                          tts_max_frames=60, **kw)
 
 
