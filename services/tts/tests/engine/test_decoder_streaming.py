@@ -12,7 +12,7 @@ import pytest
 import torch
 from voice_tts.engine.checkpoint import random_model
 from voice_tts.engine.config import ModelConfig
-from voice_tts.engine.model import DecoderState
+from voice_tts.engine.model import DecoderSlots, DecoderState
 
 from .lib import snr_db
 
@@ -48,3 +48,25 @@ def test_batch_rows_are_independent(decoder):
         batch = decoder(codes)
         solo = torch.cat([decoder(codes[i:i + 1]) for i in range(3)])
     assert torch.allclose(batch, solo, atol=1e-5)
+
+
+def test_slot_rows_batched_frame_by_frame_equal_whole(decoder):
+    """The engine's way: sessions in arbitrary slots, joining at different frames, decoded
+    one frame per step in one batch; a slot reused after reset starts from silence."""
+    codes = torch.randint(0, 2048, (3, 16, 90), generator=torch.Generator().manual_seed(5))
+    slots, start = [4, 0, 2], [0, 3, 40]  # row r joins at step start[r]
+    pool = DecoderSlots(decoder, 5, torch.device("cpu"))
+    pool.reset(torch.tensor([4]))  # resetting one slot leaves the others as they are
+    out: list[list[torch.Tensor]] = [[], [], []]
+    with torch.no_grad():
+        for step in range(90):
+            rows = [r for r in range(3) if start[r] <= step]
+            frame = torch.stack([codes[r, :, step - start[r]] for r in rows])[..., None]
+            pcm = decoder(frame, pool.rows(torch.tensor([slots[r] for r in rows])))
+            for i, r in enumerate(rows):
+                out[r].append(pcm[i])
+        for r in range(3):
+            got = torch.cat(out[r]).numpy()
+            whole = decoder(codes[r:r + 1, :, :90 - start[r]])[0].numpy()
+            assert got.shape == whole.shape
+            assert np.abs(got - whole).max() <= 1e-4 and snr_db(whole, got) >= 60, f"row {r}"

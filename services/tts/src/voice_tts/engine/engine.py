@@ -297,7 +297,6 @@ class Engine:
                                  [self._text_id(s, utt) for s, utt in batch])
         eos = self.cfg.talker.codec_eos_token_id
         now = time.perf_counter()
-        t0 = now
         for i, (s, utt) in enumerate(batch):
             if utt.cancelled:
                 continue
@@ -312,7 +311,7 @@ class Engine:
             self._emit_packets(s, utt, final=reason is not None)
             if reason is not None:
                 self._end(s, utt, reason)
-        return (time.perf_counter() - t0) * 1e3
+        return (time.perf_counter() - now) * 1e3
 
     def _emit_packets(self, s: Session, utt: Utterance, final: bool) -> None:
         """Decoded frames out in packets: `first_packet_frames`, then `packet_frames`."""

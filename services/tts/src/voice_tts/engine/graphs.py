@@ -25,6 +25,7 @@ import time
 import torch
 
 log = logging.getLogger(__name__)
+PARTS = ("code_predictor_ms", "talker_ms", "decoder_ms")  # the step's parts, in order
 
 
 def buckets_for(max_batch: int) -> list[int]:
@@ -112,7 +113,6 @@ class DecodeGraphs:
             g.replay()
             e.record()
         ev[-1].synchronize()
-        self.runner.timing = {
-            name: ev[i].elapsed_time(ev[i + 1])
-            for i, name in enumerate(("code_predictor_ms", "talker_ms", "decoder_ms"))}
+        self.runner.timing = {name: ev[i].elapsed_time(ev[i + 1])
+                              for i, name in enumerate(PARTS)}
         return bk.frame[:n], bk.token[:n], bk.pcm[:n]

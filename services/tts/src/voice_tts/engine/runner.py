@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from .graphs import DecodeGraphs, buckets_for
+from .graphs import PARTS, DecodeGraphs, buckets_for
 from .model import DecoderSlots, Qwen3TTS
 from .sampling import (
     TALKER_STREAM,
@@ -288,8 +288,8 @@ class Runner:
         s.past_hidden[slots] = hidden[:, -1]
         s.position[slots] = length
         s.n_generated[slots] = 1
+        self.decoder_slots.reset(slots)
         for slot in slot_list:
-            self.decoder_slots.reset(slot)
             self._positions[slot] = length
 
     @torch.no_grad()
@@ -305,7 +305,7 @@ class Runner:
         tokens = token.tolist()  # the one host sync of the step
         for slot in slots:
             self._positions[slot] += 1
-        return StepOutput(frame.cpu().numpy(), tokens, pcm.float().cpu().numpy())
+        return StepOutput(frame.cpu().numpy(), tokens, pcm.cpu().numpy())
 
     def _eager(self, slots: list[int], text_ids: list[int]):
         idx = torch.tensor([slots, text_ids], dtype=torch.long, device=self.device)
@@ -317,11 +317,6 @@ class Runner:
         marks.append(time.perf_counter())
         pcm = self.step_decoder(idx[0], frame)
         marks.append(time.perf_counter())
-        self.timing = _split(marks)
+        self.timing = {name: (b - a) * 1e3
+                       for name, a, b in zip(PARTS, marks, marks[1:], strict=True)}
         return frame, token, pcm
-
-
-def _split(marks: list[float]) -> dict[str, float]:
-    """Three part timings (ms) from four marks: code predictor, talker, decoder."""
-    names = ("code_predictor_ms", "talker_ms", "decoder_ms")
-    return {k: (b - a) * 1e3 for k, a, b in zip(names, marks, marks[1:], strict=False)}

@@ -41,8 +41,8 @@ from .layers import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 
 @dataclass
 class DecoderState:
-    """Streaming state of one decode stream (B rows in step). `bufs` is filled in call
-    order by the stateful ops on the first packet and updated in place of the list
+    """Streaming state of one decode stream (B rows decoding in lockstep). `bufs` is filled
+    in call order by the stateful ops on the first packet and updated in place of the list
     afterwards."""
 
     bufs: list[torch.Tensor] = field(default_factory=list)
@@ -85,10 +85,10 @@ class DecoderSlots:
                      for b in probe.bufs]
         self.frames = torch.zeros(slots, dtype=torch.long, device=device)
 
-    def reset(self, slot: int) -> None:
-        """A new utterance in `slot`: zero history (the official zero padding)."""
-        torch._foreach_zero_([b[slot] for b in self.bufs])
-        self.frames[slot] = 0
+    def reset(self, slots: torch.Tensor) -> None:
+        """New utterances in `slots`: zero history (the official zero padding)."""
+        for b in (*self.bufs, self.frames):
+            b.index_fill_(0, slots, 0)
 
     def rows(self, slots: torch.Tensor) -> SlotRows:
         return SlotRows(self, slots)
@@ -118,6 +118,7 @@ class SlotRows:
 
 
 StreamState = DecoderState | SlotRows
+
 
 class CausalConv(nn.Module):
     """Official `Qwen3TTSTokenizerV2CausalConvNet` (stride 1 only: all the decoder uses)."""
