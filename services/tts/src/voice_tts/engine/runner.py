@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -318,5 +319,5 @@ class Runner:
         pcm = self.step_decoder(idx[0], frame)
         marks.append(time.perf_counter())
         self.timing = {name: (b - a) * 1e3
-                       for name, a, b in zip(PARTS, marks, marks[1:], strict=True)}
+                       for name, (a, b) in zip(PARTS, pairwise(marks), strict=True)}
         return frame, token, pcm
