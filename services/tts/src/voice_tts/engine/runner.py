@@ -23,12 +23,14 @@ builds it (same projection batches, so the same rounding).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from itertools import pairwise
 
 import numpy as np
 import torch
 
+from . import kernels
 from .graphs import PARTS, DecodeGraphs, buckets_for
 from .model import DecoderSlots, Qwen3TTS
 from .sampling import (
@@ -109,39 +111,37 @@ class SlotState:
 
 
 def predict_frame(model: Qwen3TTS, last_token: torch.Tensor, past_hidden: torch.Tensor,
-                  cp_p: SamplingTensors,
-                  cp_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                  sample: Callable[[int, torch.Tensor], torch.Tensor],
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Code predictor for B rows: [talker hidden, embedding of codebook 0], then 14 single
-    steps. last_token (B,), past_hidden (B, H), cp_noise (B, 15, V_cp) -> (frame codes
-    (B, 16), sum of the frame's 16 codec embeddings (B, 1, H): the talker's codec track)."""
+    steps; `sample(i, logits (B, V_cp))` picks codebook i + 1. last_token (B,), past_hidden
+    (B, H) -> (frame codes (B, 16), sum of the frame's 16 codec embeddings (B, 1, H): the
+    talker's codec track)."""
     talker, cp = model.talker, model.talker.code_predictor
     first = talker.codec_embed(last_token)[:, None]  # (B, 1, H)
     x = torch.cat((past_hidden[:, None], first), dim=1)  # (B, 2, H)
-    pos = torch.arange(2, device=x.device)[None].expand(x.shape[0], -1)
-    codes, embeds = [last_token], [first]
+    codes, embeds, start = [last_token], [first], 0
     for i in range(cp.cfg.num_code_groups - 1):
-        logits = cp(x, pos, head=i).float()
-        code = warp_and_sample(logits, cp_p, cp_noise[:, i])
+        code = sample(i, cp(x, start, head=i))
         codes.append(code)
         x = cp.model.codec_embedding[i](code)[:, None]  # (B, 1, H)
         embeds.append(x)
-        pos = pos[:, -1:] + 1
+        start = i + 2
     # Same reduction as the official step: stack the 16 embeddings, sum over the stack.
     return torch.stack(codes, dim=1), torch.cat(embeds, dim=1).sum(1, keepdim=True)
 
 
 def talker_step(model: Qwen3TTS, codec_track: torch.Tensor, text_ids: torch.Tensor,
-                slots: torch.Tensor, positions: torch.Tensor, seen: torch.Tensor,
-                n_generated: torch.Tensor, penalty: torch.Tensor, talker_p: SamplingTensors,
-                talker_noise: torch.Tensor, suppress: torch.Tensor, eos_id: int,
-                kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+                slots: torch.Tensor, positions: torch.Tensor, kv_len: int,
+                sample: Callable[[torch.Tensor], torch.Tensor],
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """One talker step for B rows: codec track (B, 1, H) + text track of text_ids (B,) at
-    positions (B,) -> (codebook-0 token of the next frame (B,), hidden state (B, H))."""
+    positions (B,); `sample(logits (B, V))` picks codebook 0 -> (codebook-0 token of the
+    next frame (B,), hidden state (B, H))."""
     talker = model.talker
     x = codec_track + talker.text_embed(text_ids[:, None])
     logits, hidden = talker(x, slots, positions[:, None], kv_len)
-    scores = talker_scores(logits[:, -1].float(), seen, penalty, n_generated, suppress, eos_id)
-    return warp_and_sample(scores, talker_p, talker_noise), hidden[:, -1]
+    return sample(logits[:, -1]), hidden[:, -1]
 
 
 class Runner:
@@ -166,6 +166,13 @@ class Runner:
         self._positions = [0] * (n + 1)  # host mirror of state.position (eager kv_len)
         self.graphs: DecodeGraphs | None = None
         self.timing: dict[str, float] = {}
+        # The fused Triton path (engine/kernels) wherever it can run: CUDA.
+        self.fused = kernels.active(self.state.seed)
+        if self.fused:
+            for layer in (*model.talker.model.layers, *model.talker.code_predictor.model.layers):
+                layer.fuse_projections()
+            self._talker_masks = kernels.TalkerMasks(self.state.seen, self.state.penalty,
+                                                     self.suppress, t.codec_eos_token_id)
         if self.device.type == "cuda":
             # cuDNN's SDPA spends ~0.7 ms of CPU per call building its plan: ~100 calls a
             # step made the step CPU-bound (measured on an H100). Flash/efficient kernels
@@ -185,22 +192,37 @@ class Runner:
 
     def step_cp(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (frames (B, 16), codec track (B, 1, H)) of each row's pending frame."""
-        s, v_cp = self.state, self.cfg.code_predictor.vocab_size
-        frame_no = s.n_generated[slots] - 1  # the frame being completed
-        noise = exp_noise(s.seed[slots], frame_no, self._cp_streams, v_cp)
-        return predict_frame(self.model, s.last_token[slots], s.past_hidden[slots],
-                             s.cp.rows(slots), noise)
+        s = self.state
+        if self.fused:  # the frame being completed is n_generated - 1
+            def sample(i: int, logits: torch.Tensor) -> torch.Tensor:
+                return kernels.sample(logits, slots, s.cp.t, s.seed, s.n_generated, -1, i)
+        else:
+            noise = exp_noise(s.seed[slots], s.n_generated[slots] - 1, self._cp_streams,
+                              self.cfg.code_predictor.vocab_size)
+            p = s.cp.rows(slots)
+
+            def sample(i: int, logits: torch.Tensor) -> torch.Tensor:
+                return warp_and_sample(logits.float(), p, noise[:, i])
+        return predict_frame(self.model, s.last_token[slots], s.past_hidden[slots], sample)
 
     def step_talker(self, slots: torch.Tensor, text_ids: torch.Tensor,
                     codec_track: torch.Tensor, kv_len: int) -> torch.Tensor:
         """-> codebook 0 of each row's next frame (B,); advances the rows' state."""
         s, t = self.state, self.cfg.talker
         pos, n = s.position[slots], s.n_generated[slots]
-        noise = exp_noise(s.seed[slots], n, self._talker_stream, t.vocab_size)[:, 0]
-        token, hidden = talker_step(
-            self.model, codec_track, text_ids, slots, pos, s.seen[slots], n,
-            s.penalty[slots], s.talker.rows(slots), noise, self.suppress,
-            t.codec_eos_token_id, kv_len)
+        if self.fused:
+            def sample(logits: torch.Tensor) -> torch.Tensor:
+                return kernels.sample(logits, slots, s.talker.t, s.seed, s.n_generated, 0,
+                                      TALKER_STREAM, self._talker_masks)
+        else:
+            noise = exp_noise(s.seed[slots], n, self._talker_stream, t.vocab_size)[:, 0]
+
+            def sample(logits: torch.Tensor) -> torch.Tensor:
+                scores = talker_scores(logits.float(), s.seen[slots], s.penalty[slots], n,
+                                       self.suppress, t.codec_eos_token_id)
+                return warp_and_sample(scores, s.talker.rows(slots), noise)
+        token, hidden = talker_step(self.model, codec_track, text_ids, slots, pos, kv_len,
+                                    sample)
         s.last_token.index_copy_(0, slots, token)
         s.past_hidden.index_copy_(0, slots, hidden)
         s.position.index_copy_(0, slots, pos + 1)

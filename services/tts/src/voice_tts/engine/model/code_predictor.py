@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..config import CodePredictorConfig
-from .layers import DecoderLayer, KVCache, RMSNorm, causal_mask, rope_cos_sin, rope_inv_freq
+from .layers import DecoderLayer, KVCache, RMSNorm, rope_cos_sin, rope_inv_freq, run_layers
 
 
 class CodePredictorBackbone(nn.Module):
@@ -55,15 +55,21 @@ class CodePredictor(nn.Module):
         self.caches = nn.ModuleList(
             KVCache(max_batch, self.cfg.num_key_value_heads, self.frame_len,
                     self.cfg.head_dim, dtype, device) for _ in self.model.layers)
+        # Every row of a frame is at the same positions 0..15: one RoPE table, sliced per
+        # step (views, no kernels).
+        self._rows = torch.arange(max_batch, device=device)
+        self._positions = torch.arange(self.frame_len, device=device)[None]
+        self._cos, self._sin = rope_cos_sin(self.inv_freq.to(device), self._positions, dtype)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, head: int) -> torch.Tensor:
-        """x (B, T, talker_hidden) at positions (B, T) -> logits of lm_head[head] (B, vocab)
-        at the last row. Rows 0..B-1 of the cache are used."""
+    def forward(self, x: torch.Tensor, start: int, head: int) -> torch.Tensor:
+        """x (B, T, talker_hidden) at frame positions start..start+T-1 -> logits of
+        lm_head[head] (B, vocab) at the last row. Rows 0..B-1 of the cache are used."""
         assert self.caches is not None, "call setup_caches() first"
         x = self.small_to_mtp_projection(x)
-        rows = torch.arange(x.shape[0], device=x.device)
-        cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
-        mask = causal_mask(positions, self.frame_len)
-        for layer, cache in zip(self.model.layers, self.caches, strict=True):
-            x = layer(x, cos, sin, cache, rows, positions, mask, self.frame_len)
-        return self.lm_head[head](self.model.norm(x[:, -1]))
+        b, t = x.shape[:2]
+        at = slice(start, start + t)
+        hidden = run_layers(self.model.layers, self.caches, self.model.norm, x,
+                            self._cos[:, at].expand(b, -1, -1),
+                            self._sin[:, at].expand(b, -1, -1), self._rows[:b],
+                            self._positions[:, at].expand(b, -1), self.frame_len)
+        return self.lm_head[head](hidden[:, -1])

@@ -12,6 +12,11 @@ identical cos/sin tables is the identity. So the talker's rotary embedding is ex
 
 Static KV cache: `KVCache` holds (slots, kv_heads, max_len, head_dim) buffers, written in
 place at each row's own positions, so decode shapes never change (CUDA-graph friendly).
+
+Two paths run the same layers (`run_layers`): these modules op for op (CPU: the oracle's
+numerics), and on CUDA the fused Triton kernels of `engine/kernels` over fused q|k|v and
+gate|up weights (`fuse_projections`), carrying the residual stream beside the layer
+output as vLLM does so each residual add rides in the next norm's kernel.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import decode_attention
+from .. import kernels
 
 
 class RMSNorm(nn.Module):
@@ -79,17 +84,13 @@ class KVCache(nn.Module):
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device),
                              persistent=False)
 
-    def write(self, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
-              v: torch.Tensor) -> None:
-        """k, v (B, kv_heads, T, D) into rows `slots` at positions (B, T)."""
+    def update(self, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor, kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v (B, kv_heads, T, D) into rows `slots` at positions (B, T) -> the rows'
+        cache (B, kv_heads, kv_len, D)."""
         b_idx = slots[:, None].expand_as(positions)  # (B, T)
         self.k[b_idx, :, positions] = k.transpose(1, 2)  # index_put takes (B, T, H, D)
         self.v[b_idx, :, positions] = v.transpose(1, 2)
-
-    def update(self, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
-               v: torch.Tensor, kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """write(), then -> the rows' cache (B, kv_heads, kv_len, D)."""
-        self.write(slots, positions, k, v)
         return self.k[slots, :, :kv_len], self.v[slots, :, :kv_len]
 
 
@@ -104,6 +105,11 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=bias)
         self.q_norm = RMSNorm(head_dim, eps) if qk_norm else nn.Identity()
         self.k_norm = RMSNorm(head_dim, eps) if qk_norm else nn.Identity()
+        self.qkv_weight: torch.Tensor | None = None  # fuse_projections()
+
+    def fuse_projections(self) -> None:
+        """One (q|k|v) weight for one matmul; the three projections become views of it."""
+        self.qkv_weight = _fuse(self.q_proj, self.k_proj, self.v_proj)
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         b, t, _ = x.shape
@@ -132,9 +138,27 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_up_weight: torch.Tensor | None = None  # fuse_projections()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    def fuse_projections(self) -> None:
+        self.gate_up_weight = _fuse(self.gate_proj, self.up_proj)
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(kernels.silu_mul(F.linear(x, self.gate_up_weight)))
+
+
+def _fuse(*linears: nn.Linear) -> torch.Tensor:
+    """Concatenate bias-free Linear weights along the output dim; each module's weight
+    becomes a view of the result (no second copy in memory, checkpoints still load)."""
+    assert all(lin.bias is None for lin in linears)
+    w = torch.cat([lin.weight.detach() for lin in linears])
+    for lin, part in zip(linears, w.split([lin.out_features for lin in linears]),
+                         strict=True):
+        lin.weight.data = part
+    return w
 
 
 class DecoderLayer(nn.Module):
@@ -153,16 +177,49 @@ class DecoderLayer(nn.Module):
                 mask: torch.Tensor, kv_len: int) -> torch.Tensor:
         attn = self.self_attn
         q, k, v = attn.qkv(self.input_layernorm(x), cos, sin)
-        if q.shape[2] == 1 and q.is_cuda and decode_attention.AVAILABLE:
-            # One query row per sequence on CUDA: read the cache in place (see module).
-            cache.write(slots, positions, k, v)
-            out = decode_attention.decode_attention(q, cache.k, cache.v, slots,
-                                                    positions[:, 0] + 1, attn.head_dim ** -0.5)
-            x = x + attn.o_proj(out)
-        else:
-            k, v = cache.update(slots, positions, k, v, kv_len)
-            x = x + attn.attend(q, k, v, mask)
+        k, v = cache.update(slots, positions, k, v, kv_len)
+        x = x + attn.attend(q, k, v, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    @property
+    def fused(self) -> bool:
+        return self.mlp.gate_up_weight is not None
+
+    def fuse_projections(self) -> None:
+        self.self_attn.fuse_projections()
+        self.mlp.fuse_projections()
+
+    def forward_fused(self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor,
+                      sin: torch.Tensor, cache: KVCache, slots: torch.Tensor,
+                      positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same layer in fused kernels. The input is `x + residual` (residual None:
+        x alone); returns (this layer's MLP output, the residual stream before it)."""
+        attn, norm = self.self_attn, self.input_layernorm
+        h, residual = kernels.rms_norm(x, norm.weight, norm.eps, residual)
+        q = kernels.qk_norm_rope_write(
+            F.linear(h, attn.qkv_weight), attn.q_norm.weight, attn.k_norm.weight,
+            attn.q_norm.eps, cos, sin, cache.k, cache.v, slots, positions, attn.heads)
+        out = attn.o_proj(kernels.attention(q, cache.k, cache.v, slots, positions,
+                                            attn.head_dim ** -0.5))
+        norm = self.post_attention_layernorm
+        h, residual = kernels.rms_norm(out, norm.weight, norm.eps, residual)
+        return self.mlp.forward_fused(h), residual
+
+
+def run_layers(layers: nn.ModuleList, caches: nn.ModuleList, norm: RMSNorm, x: torch.Tensor,
+               cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor,
+               positions: torch.Tensor, kv_len: int) -> torch.Tensor:
+    """x (B, T, hidden) at positions (B, T) through the layers and the final norm, each
+    row reading and writing cache slot slots[b]."""
+    if layers[0].fused and kernels.active(x):
+        residual = None
+        for layer, cache in zip(layers, caches, strict=True):
+            x, residual = layer.forward_fused(x, residual, cos, sin, cache, slots, positions)
+        return kernels.rms_norm(x, norm.weight, norm.eps, residual)[0]
+    mask = causal_mask(positions, kv_len)
+    for layer, cache in zip(layers, caches, strict=True):
+        x = layer(x, cos, sin, cache, slots, positions, mask, kv_len)
+    return norm(x)
 
 
 def causal_mask(positions: torch.Tensor, kv_len: int) -> torch.Tensor:

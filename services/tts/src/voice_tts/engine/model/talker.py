@@ -17,7 +17,7 @@ from torch import nn
 
 from ..config import TalkerConfig
 from .code_predictor import CodePredictor
-from .layers import DecoderLayer, KVCache, RMSNorm, causal_mask, rope_cos_sin, rope_inv_freq
+from .layers import DecoderLayer, KVCache, RMSNorm, rope_cos_sin, rope_inv_freq, run_layers
 
 
 class TextProjection(nn.Module):
@@ -77,8 +77,6 @@ class Talker(nn.Module):
         """x (B, T, hidden) at positions (B, T) -> (logits (B, T, vocab), hidden (B, T, H))."""
         assert self.caches is not None, "call setup_caches() first"
         cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
-        mask = causal_mask(positions, kv_len)
-        for layer, cache in zip(self.model.layers, self.caches, strict=True):
-            x = layer(x, cos, sin, cache, slots, positions, mask, kv_len)
-        hidden = self.model.norm(x)
+        hidden = run_layers(self.model.layers, self.caches, self.model.norm, x, cos, sin,
+                            slots, positions, kv_len)
         return self.codec_head(hidden), hidden

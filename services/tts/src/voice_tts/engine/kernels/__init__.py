@@ -1,0 +1,64 @@
+"""Triton kernels of the decode path (CUDA; interpreted on CPU in the tests).
+
+The plain-PyTorch modules issue ~55 kernels per decoder layer (RMSNorm alone is six
+element-wise ops, RoPE ten, the cache write an index_put each for k and v) and ~20 per
+sampled token. The code predictor runs 15 tokens x 5 layers per frame, so a graphed step
+was bound by kernel count, not by math (13 of 22 ms at batch 1 on an H100). These kernels
+fuse each of those groups into one launch, with the same roundings as the module they
+replace (every intermediate the reference rounds to the model dtype is rounded here too):
+
+- `rms_norm`: [residual add +] RMSNorm (`layer_ops`);
+- `qk_norm_rope_write`: per-head q/k RMSNorm, RoPE, and the k/v cache write (`layer_ops`);
+- `silu_mul`: the MLP's SiLU(gate) * up on the fused gate|up projection (`layer_ops`);
+- `attention`: causal attention of each query row over its slot's cache, read in place
+  (`cache_attention`);
+- `sample`: repetition penalty, masks, temperature, top-k, top-p and the seeded
+  exponential race of `sampling.py` in one pass over the vocabulary (`sampling`).
+
+`active(x)` says whether the fused path runs for tensors like x: on CUDA when Triton is
+installed, and on CPU only where a test asks for it (`interpret_on_cpu`), under
+TRITON_INTERPRET=1, to check the kernels against the reference modules without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import torch
+
+try:
+    import triton  # noqa: F401
+except ImportError:  # CPU-only installs: the plain-PyTorch path is used
+    AVAILABLE = False
+else:
+    AVAILABLE = True
+
+_on_cpu = False
+
+
+def active(x: torch.Tensor) -> bool:
+    return AVAILABLE and (x.is_cuda or (_on_cpu and x.device.type == "cpu"))
+
+
+@contextlib.contextmanager
+def interpret_on_cpu() -> Iterator[None]:
+    """Run the fused path on CPU tensors through Triton's interpreter (tests only)."""
+    global _on_cpu
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("set TRITON_INTERPRET=1 before triton is imported")
+    _on_cpu = True
+    try:
+        yield
+    finally:
+        _on_cpu = False
+
+
+if AVAILABLE:
+    from .cache_attention import attention
+    from .layer_ops import qk_norm_rope_write, rms_norm, silu_mul
+    from .sampling import TalkerMasks, sample
+
+    __all__ = ["AVAILABLE", "TalkerMasks", "active", "attention", "interpret_on_cpu",
+               "qk_norm_rope_write", "rms_norm", "sample", "silu_mul"]
