@@ -9,6 +9,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 # A pinned torch takes the CPU wheel on this kind of machine; an unpinned one pulls CUDA.
 TORCH ?= torch==2.13.0
+# Triton for the TTS tests: its interpreter runs the engine's CUDA kernels on CPU tensors.
+TRITON ?= triton==3.8.0
 VENV := .venv
 PIP := pip install -q --disable-pip-version-check
 PROTOS := $(shell find proto -name '*.proto' -o -name setup.py -o -name pyproject.toml | sort)
@@ -18,6 +20,8 @@ TORCH_SERVICES := tts llm
 PROTO_SERVICES := tts llm agent autortc
 # Local packages a service's venv needs besides its own (AutoRTC drives the agent).
 LOCAL_DEPS_autortc := -e services/agent
+# Extra packages of a service's test venv.
+EXTRA_tts := $(TRITON)
 
 .PHONY: test-vllm help up down demo demo-chat test lint proto venvs venvs-mesh bench bench-quick clean
 TEXT ?= Hello! This is the voice stack speaking, one streamed piece at a time.
@@ -95,7 +99,7 @@ $(VENV)/$(1)/.ok: services/$(1)/pyproject.toml $(if $(LOCAL_DEPS_$(1)),services/
 	@if [ -x services/$(1)/setup.sh ] || [ -f services/$(1)/setup.sh ]; then bash services/$(1)/setup.sh; fi
 	$(PYTHON) -m venv $(VENV)/$(1)
 	$(if $(filter $(1),$(TORCH_SERVICES)),$(VENV)/$(1)/bin/$(PIP) $(TORCH))
-	$(VENV)/$(1)/bin/$(PIP) $(if $(filter $(1),$(PROTO_SERVICES)),./proto) $(LOCAL_DEPS_$(1)) -e 'services/$(1)[test]'
+	$(VENV)/$(1)/bin/$(PIP) $(if $(filter $(1),$(PROTO_SERVICES)),./proto) $(LOCAL_DEPS_$(1)) -e 'services/$(1)[test]' $(EXTRA_$(1))
 	touch $$@
 endef
 $(foreach s,$(SERVICES),$(eval $(call service_venv,$(s))))
