@@ -13,7 +13,9 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 FRAMES=${FRAMES:-120}
 if [ -n "${WITH_TESTS:-}" ]; then
-  timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider services/tts/tests/engine/test_graphs_gpu.py 2>&1 | tail -8 | tee "$OUT/gpu_tests.log"
+  # test_kernels.py runs its CPU-interpreter checks compiled here.
+  timeout 420 python3 -m pytest -q -p no:cacheprovider services/tts/tests/engine/test_kernels.py \
+    services/tts/tests/engine/test_graphs_gpu.py 2>&1 | tail -12 | tee "$OUT/gpu_tests.log"
 fi
 for prec in ${PRECISIONS:-fp32}; do
   python3 -m bench.run --preset 0.6b --frames "$FRAMES" --concurrency "${LEVELS:-1,4,16,32,64,128,256}" \

@@ -1,6 +1,7 @@
-"""GPU only (skipped without CUDA; run on the device with `pytest -m gpu`): the Triton
-decode attention equals SDPA, the CUDA-graph decode step equals eager, batched equals
-solo, and 1,000 sessions leak no GPU memory."""
+"""GPU only (skipped without CUDA; run on the device, `WITH_TESTS=1 bash bench/gpu.sh`): the
+Triton cache attention equals SDPA, the fused kernels round like the modules in bf16 and
+keep the reference's codes in float32, the CUDA-graph decode step equals eager, batched
+equals solo, and 1,000 sessions leak no GPU memory."""
 
 from __future__ import annotations
 
@@ -68,25 +69,77 @@ def run(engine: Engine, texts: list[str], greedy: bool) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_decode_attention_equals_sdpa(dtype) -> None:
-    from voice_tts.engine.model.decode_attention import decode_attention
+def test_cache_attention_equals_sdpa(dtype) -> None:
+    from voice_tts.engine.kernels import attention
 
     g = torch.Generator(device="cuda").manual_seed(0)
     s, kvh, h, length, d, b = 9, 8, 16, 300, 128, 5
     kc = torch.randn(s, kvh, length, d, device="cuda", generator=g).to(dtype)
     vc = torch.randn(s, kvh, length, d, device="cuda", generator=g).to(dtype)
-    q = torch.randn(b, h, 1, d, device="cuda", generator=g).to(dtype)
+    q = torch.randn(b, 1, h, d, device="cuda", generator=g).to(dtype)
     slots = torch.tensor([3, 0, 8, 3, 5], device="cuda")
     lengths = torch.tensor([1, 17, 64, 300, 129], device="cuda")
-    out = decode_attention(q, kc, vc, slots, lengths, d ** -0.5).view(b, h, d).double()
+    out = attention(q, kc, vc, slots, (lengths - 1)[:, None], d ** -0.5)
+    out = out.view(b, h, d).double()
     for i in range(b):
         n, sl = int(lengths[i]), int(slots[i])
         k = kc[sl, :, :n].double().repeat_interleave(h // kvh, 0)
         v = vc[sl, :, :n].double().repeat_interleave(h // kvh, 0)
-        ref = torch.softmax(q[i, :, 0].double()[:, None] @ k.transpose(1, 2) * d ** -0.5,
+        ref = torch.softmax(q[i, 0].double()[:, None] @ k.transpose(1, 2) * d ** -0.5,
                             -1) @ v  # (H, 1, D)
         err = (out[i] - ref[:, 0]).norm() / ref.norm()
         assert err < (1e-5 if dtype == torch.float32 else 1e-2), f"row {i}: {err:.2e}"
+
+
+def test_fused_bf16_ops_round_like_the_modules() -> None:
+    """bf16 (which Triton's CPU interpreter cannot check): the fused norm and MLP give the
+    modules' values up to one bf16 rounding step of the float32 sums."""
+    from voice_tts.engine import kernels
+    from voice_tts.engine.model.layers import MLP, RMSNorm
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    norm = RMSNorm(1024, 1e-6).cuda().bfloat16()
+    norm.weight.data = torch.randn(1024, device="cuda", generator=g).bfloat16()
+    x, r = (torch.randn(64, 1024, device="cuda", generator=g).bfloat16() for _ in range(2))
+    y, h = kernels.rms_norm(x, norm.weight, norm.eps, r)
+    assert torch.equal(h, x + r)
+    ref = norm(x + r).float()
+    assert ((y.float() - ref).abs() <= ref.abs() * 2**-7 + 1e-6).float().mean() == 1
+    assert (y == norm(x + r)).float().mean() > 0.99
+    mlp = MLP(1024, 3072).cuda().bfloat16()
+    ref = mlp(y)
+    mlp.fuse_projections()
+    out = mlp.forward_fused(y)
+    assert (out - ref).float().norm() / ref.float().norm() < 1e-2
+
+
+def test_fused_engine_equals_reference_float32(monkeypatch) -> None:
+    """The real 0.6B shapes in float32: the fused path keeps the reference's greedy codes."""
+    from voice_tts.engine import kernels
+
+    def engine() -> Engine:
+        e = Engine.from_preset(PRESET, seed=0, device="cuda", dtype=torch.float32,
+                               settings=EngineSettings(max_sessions=2, max_batch=2,
+                                                       max_seq_len=512, cuda_graphs=False))
+        e.start()
+        return e
+
+    fused = engine()
+    assert fused.runner.fused
+    try:
+        out = run(fused, TEXTS[:2], greedy=True)
+    finally:
+        fused.shutdown()
+    monkeypatch.setattr(kernels, "active", lambda x: False)
+    ref_engine = engine()
+    assert not ref_engine.runner.fused
+    try:
+        ref = run(ref_engine, TEXTS[:2], greedy=True)
+    finally:
+        ref_engine.shutdown()
+    for a, b in zip(out, ref, strict=True):
+        assert len(a) == len(b)
+        assert snr_db(b, a) >= 60, f"SNR {snr_db(b, a):.1f} dB"
 
 
 def test_graphs_equal_eager(engines) -> None:
