@@ -7,6 +7,10 @@ checked on the GPU only (test_graphs_gpu.py)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,3 +173,13 @@ def test_fused_engine_equals_reference_engine(sampling: SamplingParams) -> None:
     ref_pcm, ref_codes = _synthesize(sampling, fused=False)
     np.testing.assert_array_equal(codes, ref_codes)
     np.testing.assert_allclose(pcm, ref_pcm, atol=1e-5)
+
+
+def test_kernels_compile_for_hopper() -> None:
+    """The interpreter does not type-check like the compiler: compile every kernel for
+    sm_90 (no GPU needed) in a process with the interpreter off."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("compile_kernels.py"))],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count(" ok") == 14, proc.stdout

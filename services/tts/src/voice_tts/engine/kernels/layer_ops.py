@@ -24,7 +24,7 @@ def _rms_norm(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, sx, sr, sy, sh, eps,
     row = tl.program_id(0).to(tl.int64)
     c = tl.arange(0, BLOCK)
     mask = c < N
-    dt: tl.constexpr = y_ptr.dtype.element_ty
+    dt = y_ptr.dtype.element_ty
     x = tl.load(x_ptr + row * sx + c, mask=mask, other=0.0).to(tl.float32)
     if ADD:  # x + residual, rounded like the reference's add, kept as the new residual
         x = _rnd(x + tl.load(r_ptr + row * sr + c, mask=mask, other=0.0).to(tl.float32), dt)
@@ -56,7 +56,7 @@ def _qk_norm_rope_write(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, slots_ptr, po
                         D: tl.constexpr, NH_PAD: tl.constexpr):
     m = tl.program_id(0)  # one token row: all its q, k and v heads, as (heads, D/2) halves
     b, t = m // T, m % T
-    dt: tl.constexpr = q_ptr.dtype.element_ty
+    dt = q_ptr.dtype.element_ty
     hd = tl.arange(0, NH_PAD)[:, None]  # head index: q heads, then k heads, then v heads
     half = tl.arange(0, D // 2)[None, :]
     is_q, is_k = hd < H, (hd >= H) & (hd < H + KVH)
@@ -115,7 +115,7 @@ def _silu_mul(gu_ptr, y_ptr, s_gu, s_y, N: tl.constexpr, BLOCK: tl.constexpr):
     row, blk = tl.program_id(0).to(tl.int64), tl.program_id(1)
     c = blk * BLOCK + tl.arange(0, BLOCK)
     mask = c < N
-    dt: tl.constexpr = y_ptr.dtype.element_ty
+    dt = y_ptr.dtype.element_ty
     g = tl.load(gu_ptr + row * s_gu + c, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(gu_ptr + row * s_gu + N + c, mask=mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + row * s_y + c, (_rnd(g / (1.0 + tl.exp(-g)), dt) * u).to(dt), mask=mask)

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ..sampling import MIN_NEW_TOKENS, SamplingTensors
 
-_M32: tl.constexpr = 0xFFFFFFFF
+_M32 = tl.constexpr(0xFFFFFFFF)
 
 
 @triton.jit
