@@ -42,6 +42,8 @@ def main() -> None:
         compile_for_hopper(layer_ops._qk_norm_rope_write, ptrs,
                            dict(H=16, KVH=8, D=128, NH_PAD=32))
         compile_for_hopper(layer_ops._silu_mul, ptrs, dict(N=3072, BLOCK=1024))
+        compile_for_hopper(layer_ops._snake_beta, {**ptrs, "a_ptr": ptrs["x_ptr"],
+                                                   "b_ptr": ptrs["x_ptr"]}, dict(BLOCK=1024))
         compile_for_hopper(cache_attention._attention, ptrs, dict(
             REP=2, REP_PAD=16, D=128, BLOCK_N=64, PREC="ieee" if dt == "fp32" else "tf32"))
         for v, masks in ((2048, False), (3072, True)):  # code predictor, talker

@@ -10,6 +10,7 @@ replace (every intermediate the reference rounds to the model dtype is rounded h
 - `rms_norm`: [residual add +] RMSNorm (`layer_ops`);
 - `qk_norm_rope_write`: per-head q/k RMSNorm, RoPE, and the k/v cache write (`layer_ops`);
 - `silu_mul`: the MLP's SiLU(gate) * up on the fused gate|up projection (`layer_ops`);
+- `snake_beta`: the speech decoder's SnakeBeta activation (`layer_ops`);
 - `attention`: causal attention of each query row over its slot's cache, read in place
   (`cache_attention`);
 - `sample`: repetition penalty, masks, temperature, top-k, top-p and the seeded
@@ -57,8 +58,8 @@ def interpret_on_cpu() -> Iterator[None]:
 
 if AVAILABLE:
     from .cache_attention import attention
-    from .layer_ops import qk_norm_rope_write, rms_norm, silu_mul
+    from .layer_ops import qk_norm_rope_write, rms_norm, silu_mul, snake_beta
     from .sampling import TalkerMasks, sample
 
     __all__ = ["AVAILABLE", "TalkerMasks", "active", "attention", "interpret_on_cpu",
-               "qk_norm_rope_write", "rms_norm", "sample", "silu_mul"]
+               "qk_norm_rope_write", "rms_norm", "sample", "silu_mul", "snake_beta"]

@@ -130,3 +130,28 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     _silu_mul[(gu.shape[0], triton.cdiv(n, block))](gu, y, gu.stride(0), y.stride(0), N=n,
                                                      BLOCK=block)
     return y.view(*gate_up.shape[:-1], n)
+
+
+@triton.jit
+def _snake_beta(x_ptr, a_ptr, b_ptr, y_ptr, C, T, BLOCK: tl.constexpr):
+    row, blk = tl.program_id(0).to(tl.int64), tl.program_id(1)  # row: (batch, channel)
+    c = row % C
+    t = blk * BLOCK + tl.arange(0, BLOCK)
+    mask = t < T
+    dt = y_ptr.dtype.element_ty
+    x = tl.load(x_ptr + row * T + t, mask=mask, other=0.0).to(tl.float32)
+    alpha = _rnd(tl.exp(tl.load(a_ptr + c).to(tl.float32)), dt)
+    inv = _rnd(1.0 / _rnd(_rnd(tl.exp(tl.load(b_ptr + c).to(tl.float32)), dt) + 1e-9, dt), dt)
+    s = _rnd(tl.sin(_rnd(x * alpha, dt)), dt)
+    tl.store(y_ptr + row * T + t, (x + _rnd(inv * _rnd(s * s, dt), dt)).to(dt), mask=mask)
+
+
+def snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """The speech decoder's SnakeBeta, x + 1 / (e^beta + 1e-9) * sin(e^alpha * x)^2, with
+    per-channel alpha, beta (C,) on x (B, C, T): nine element-wise ops in one launch."""
+    x = x.contiguous()
+    b, c, t = x.shape
+    y = torch.empty_like(x)
+    block = min(1024, triton.next_power_of_2(t))
+    _snake_beta[(b * c, triton.cdiv(t, block))](x, alpha, beta, y, c, t, BLOCK=block)
+    return y

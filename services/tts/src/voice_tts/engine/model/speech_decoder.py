@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import kernels
 from ..config import SpeechDecoderConfig
 from .layers import MLP, RMSNorm, apply_rope, rope_cos_sin, rope_inv_freq
 
@@ -166,6 +167,8 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if kernels.active(x):
+            return kernels.snake_beta(x, self.alpha, self.beta)
         alpha = torch.exp(self.alpha.unsqueeze(0).unsqueeze(-1))
         beta = torch.exp(self.beta.unsqueeze(0).unsqueeze(-1))
         return x + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)
