@@ -70,8 +70,8 @@ def count(preset: str, fused: bool) -> dict[str, dict[str, int]]:
             slots = torch.tensor([0])
             text = torch.tensor([engine.cfg.tts_pad_token_id])
             out, state = {}, {}
-            steps = {"code_predictor": lambda: state.update(zip(("frame", "track"),
-                                                                r.step_cp(slots))),
+            steps = {"code_predictor": lambda: state.update(zip(
+                         ("frame", "track"), r.step_cp(slots), strict=True)),
                      "talker": lambda: r.step_talker(slots, text, state["track"], 256),
                      "decoder": lambda: r.step_decoder(slots, state["frame"])}
             for part in PARTS:
