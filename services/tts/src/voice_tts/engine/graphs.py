@@ -9,10 +9,10 @@ CUDA events between them, so the step costs three launches and reports where its
 went.
 
 Fixed shapes: a batch of n rows runs in the smallest bucket b >= n (1, 2, 4, ... max);
-rows n..b-1 are padding that point at the scratch slot (`Runner.scratch_slot`), and the
-talker attends over the whole static cache (`kv_len = max_seq_len`), the positions past
-each row's own masked out. Masked keys add exact zeros, so outputs equal eager up to the
-order of float sums (gated by SNR in tests/engine/test_graphs_gpu.py). The only inputs
+rows n..b-1 are padding that point at the scratch slot (`Runner.scratch_slot`). Each row
+attends to its own cache positions only (the fused attention reads 0..position in place),
+so outputs equal eager up to the order of float sums (gated by SNR in
+tests/engine/test_graphs_gpu.py). The only inputs
 are the rows' slots and text ids, one host-to-device copy; outputs are the graphs' own
 buffers, read before the next replay.
 """

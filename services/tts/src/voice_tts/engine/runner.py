@@ -15,8 +15,8 @@ lists (slots, next text-track ids) and is three pure functions of tensors:
   samples, streaming from each row's own decoder state.
 
 No host sync, no branch on tensor values, fixed trip counts: `graphs.py` captures each
-part as a CUDA graph per batch-size bucket. `prefill(req)` runs one session's prompt
-(B=1, T=prompt length, eager) into its slot, built exactly as the official `generate`
+part as a CUDA graph per batch-size bucket. `prefill(reqs)` runs prompts (eager, one
+batch per prompt length) into their slots, each built exactly as the official `generate`
 builds it (same projection batches, so the same rounding).
 """
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import partial
 from itertools import pairwise
 
 import numpy as np
@@ -208,21 +209,10 @@ class Runner:
     def step_talker(self, slots: torch.Tensor, text_ids: torch.Tensor,
                     codec_track: torch.Tensor, kv_len: int) -> torch.Tensor:
         """-> codebook 0 of each row's next frame (B,); advances the rows' state."""
-        s, t = self.state, self.cfg.talker
+        s = self.state
         pos, n = s.position[slots], s.n_generated[slots]
-        if self.fused:
-            def sample(logits: torch.Tensor) -> torch.Tensor:
-                return kernels.sample(logits, slots, s.talker.t, s.seed, s.n_generated, 0,
-                                      TALKER_STREAM, self._talker_masks)
-        else:
-            noise = exp_noise(s.seed[slots], n, self._talker_stream, t.vocab_size)[:, 0]
-
-            def sample(logits: torch.Tensor) -> torch.Tensor:
-                scores = talker_scores(logits.float(), s.seen[slots], s.penalty[slots], n,
-                                       self.suppress, t.codec_eos_token_id)
-                return warp_and_sample(scores, s.talker.rows(slots), noise)
         token, hidden = talker_step(self.model, codec_track, text_ids, slots, pos, kv_len,
-                                    sample)
+                                    partial(self._sample_talker, slots, n))
         s.last_token.index_copy_(0, slots, token)
         s.past_hidden.index_copy_(0, slots, hidden)
         s.position.index_copy_(0, slots, pos + 1)
@@ -233,6 +223,19 @@ class Runner:
     def step_decoder(self, slots: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
         """frames (B, 16) -> float32 PCM (B, frame_samples), streamed per slot."""
         return self.model.speech_decoder(frame[:, :, None], self.decoder_slots.rows(slots))
+
+    def _sample_talker(self, slots: torch.Tensor, n: torch.Tensor,
+                       logits: torch.Tensor) -> torch.Tensor:
+        """Codebook 0 from logits (B, V) of rows whose utterances have sampled n (B,) =
+        state.n_generated[slots] tokens (the fused kernel reads it there)."""
+        s, t = self.state, self.cfg.talker
+        if self.fused:
+            return kernels.sample(logits, slots, s.talker.t, s.seed, s.n_generated, 0,
+                                  TALKER_STREAM, self._talker_masks)
+        scores = talker_scores(logits.float(), s.seen[slots], s.penalty[slots], n,
+                               self.suppress, t.codec_eos_token_id)
+        noise = exp_noise(s.seed[slots], n, self._talker_stream, t.vocab_size)[:, 0]
+        return warp_and_sample(scores, s.talker.rows(slots), noise)
 
     # --- host entry points --------------------------------------------------------------
 
@@ -287,7 +290,7 @@ class Runner:
 
     def _prefill_group(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]],
                        x: torch.Tensor) -> None:
-        s, t, dev = self.state, self.cfg.talker, self.device
+        s, dev = self.state, self.device
         b, length = x.shape[:2]
         slot_list = [req.slot for req, _, _ in reqs]
         slots = torch.tensor(slot_list, device=dev)
@@ -299,13 +302,10 @@ class Runner:
         s.penalty[slots] = torch.tensor([p.repetition_penalty for p in params], device=dev)
         s.seed[slots] = torch.tensor([seed & 0xFFFFFFFF for _, _, seed in reqs], device=dev)
         s.seen[slots] = False
+        s.n_generated[slots] = 0
         positions = torch.arange(length, device=dev)[None].expand(b, -1)
         logits, hidden = self.model.talker(x, slots, positions, length)
-        zero = torch.zeros(b, dtype=torch.long, device=dev)
-        scores = talker_scores(logits[:, -1].float(), s.seen[slots], s.penalty[slots], zero,
-                               self.suppress, t.codec_eos_token_id)
-        noise = exp_noise(s.seed[slots], zero, self._talker_stream, t.vocab_size)[:, 0]
-        token = warp_and_sample(scores, s.talker.rows(slots), noise)
+        token = self._sample_talker(slots, s.n_generated[slots], logits[:, -1])
         s.seen[slots, token] = True
         s.last_token[slots] = token
         s.past_hidden[slots] = hidden[:, -1]
