@@ -14,8 +14,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 FRAMES=${FRAMES:-120}
 if [ -n "${WITH_TESTS:-}" ]; then
   # test_kernels.py runs its CPU-interpreter checks compiled here.
-  timeout 420 python3 -m pytest -q -p no:cacheprovider services/tts/tests/engine/test_kernels.py \
-    services/tts/tests/engine/test_graphs_gpu.py 2>&1 | tail -12 | tee "$OUT/gpu_tests.log"
+  timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider ${GPU_TESTS:-services/tts/tests/engine/test_kernels.py \
+    services/tts/tests/engine/test_graphs_gpu.py} > "$OUT/gpu_tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log"
 fi
 for prec in ${PRECISIONS:-fp32}; do
   python3 -m bench.run --preset 0.6b --frames "$FRAMES" --concurrency "${LEVELS:-1,4,16,32,64,128,256}" \

@@ -56,7 +56,8 @@ class Engine:
         self.runner = Runner(model, self.settings.max_sessions, self.settings.max_seq_len)
         self.device = self.runner.device
         if self.settings.cuda_graphs and self.device.type == "cuda":
-            self.runner.enable_graphs(self.settings.max_batch)
+            self.runner.enable_graphs(self.settings.max_batch,
+                                       self.settings.max_prefills_per_step)
         if self.settings.cpu_threads and self.device.type == "cpu":
             torch.set_num_threads(self.settings.cpu_threads)
         self.scheduler = Scheduler(self.settings.max_batch, self.settings.max_prefills_per_step,
@@ -213,11 +214,16 @@ class Engine:
             s, utt = sessions[sid], heads[sid]
             s.finish_head(utt)
             s.emit(utt, UtteranceEnd(utt.id, 0, "eos"))
+        decode = list(plan.decode)
         if plan.prefill:
             self._guarded([(sessions[sid], heads[sid]) for sid in plan.prefill], self._prefill)
+            # Fresh prompts take their first step now, not one iteration later (TTFA).
+            room = self.settings.max_batch - len(decode)
+            decode += [sid for sid in plan.prefill if heads[sid].running and
+                       self._need(sessions[sid], heads[sid]) is Need.DECODE][:max(room, 0)]
         stats = None
-        if plan.decode:
-            rows = [(sessions[sid], heads[sid]) for sid in plan.decode]
+        if decode:
+            rows = [(sessions[sid], heads[sid]) for sid in decode]
             emit_ms = self._guarded(rows, self._decode) or 0.0
             timing = self.runner.timing
             stats = StepStats(len(rows), 0.0, timing["talker_ms"], timing["code_predictor_ms"],

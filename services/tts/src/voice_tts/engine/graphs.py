@@ -26,6 +26,9 @@ import torch
 
 log = logging.getLogger(__name__)
 PARTS = ("code_predictor_ms", "talker_ms", "decoder_ms")  # the step's parts, in order
+# Prompt-length buckets of the prefill graphs: a streaming prompt is ~10 rows, a voice
+# instruction adds its tokens; longer prompts (offline text) run eagerly.
+PROMPT_BUCKETS = (16, 32, 64, 128)
 
 
 def buckets_for(max_batch: int) -> list[int]:
@@ -51,6 +54,7 @@ class DecodeGraphs:
         self._by_size: dict[int, _Bucket] = {}
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         self._pad_text = runner.cfg.tts_pad_token_id
+        self.pool = None  # the memory pool every graph shares (parts run one at a time)
 
     def bucket(self, n: int) -> int | None:
         return next((b for b in self.buckets if b >= n), None)
@@ -92,6 +96,7 @@ class DecodeGraphs:
                 pool = g.pool()
                 bk.graphs.append(g)
             self._by_size[b] = bk
+        self.pool = pool
         torch.cuda.synchronize()
         log.info("captured decode graphs for batch %s in %.1f s (%.1f GB reserved)",
                  self.buckets, time.perf_counter() - t0, torch.cuda.memory_reserved() / 1e9)
@@ -116,3 +121,72 @@ class DecodeGraphs:
         self.runner.timing = {name: ev[i].elapsed_time(ev[i + 1])
                               for i, name in enumerate(PARTS)}
         return bk.frame[:n], bk.token[:n], bk.pcm[:n]
+
+
+class PrefillGraphs:
+    """`Runner.prefill_rows` as a CUDA graph per (batch, prompt length) bucket: a prefill
+    costs one host-to-device copy and one replay instead of ~400 eager launches (the
+    prompt embedding, 28 talker layers, sampling, the state writes), which sets TTFA and
+    how long a mass join holds up the running streams.
+
+    Input buffer per bucket, int64 (b, 2 + 2L): [slot, last row, L text ids, L codec ids];
+    padding rows point at the scratch slot, padding ids are -1 (absent: zero rows)."""
+
+    def __init__(self, runner, batches: list[int], lengths: list[int], pool) -> None:
+        self.runner, self.batches, self.lengths, self.pool = runner, batches, lengths, pool
+        self._buf: dict[tuple[int, int], torch.Tensor] = {}
+        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.replays = 0
+
+    def length_bucket(self, n: int) -> int | None:
+        return next((x for x in self.lengths if x >= n), None)
+
+    def fn(self, buf: torch.Tensor, length: int):
+        """The captured work for one bucket's input buffer (eager when called directly)."""
+        ids = buf[:, 2:].view(-1, 2, length).transpose(0, 1)
+        # The Triton kernels index slots by row: give them a contiguous copy.
+        return lambda: self.runner.prefill_rows(buf[:, 0].contiguous(), ids, buf[:, 1])
+
+    def capture(self) -> None:
+        t0 = time.perf_counter()
+        r, stream = self.runner, torch.cuda.Stream()
+        for b in reversed(self.batches):
+            for length in reversed(self.lengths):
+                buf = torch.full((b, 2 + 2 * length), -1, dtype=torch.long, device=r.device)
+                buf[:, 0], buf[:, 1] = r.scratch_slot, 0
+                fn = self.fn(buf, length)
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream), torch.no_grad():
+                    fn()  # warm-up: allocator, cuBLAS, Triton autotune
+                torch.cuda.current_stream().wait_stream(stream)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=self.pool), torch.no_grad():
+                    fn()
+                self.pool = g.pool()
+                self._buf[b, length], self._graphs[b, length] = buf, g
+        torch.cuda.synchronize()
+        log.info("captured prefill graphs for batch %s x prompt rows %s in %.1f s",
+                 self.batches, self.lengths, time.perf_counter() - t0)
+
+    def inputs(self, b: int, slots: list[int], ids: list[tuple[list[int], list[int]]],
+               last: list[int]) -> torch.Tensor:
+        """A bucket's input buffer (host) for these rows, padded to b rows."""
+        length = len(ids[0][0])
+        host = torch.full((b, 2 + 2 * length), -1, dtype=torch.long)
+        host[:, 0], host[:, 1] = self.runner.scratch_slot, 0
+        n = len(slots)
+        host[:n, 0], host[:n, 1] = torch.tensor(slots), torch.tensor(last)
+        host[:n, 2:] = torch.tensor([text + codec for text, codec in ids])
+        return host
+
+    def run(self, slots: list[int], ids: list[tuple[list[int], list[int]]],
+            last: list[int]) -> bool:
+        """Prefill these rows (ids padded to one bucket length); False when no graph fits."""
+        length = len(ids[0][0])
+        b = next((x for x in self.batches if x >= len(slots)), None)
+        if b is None or (b, length) not in self._graphs:
+            return False
+        self._buf[b, length].copy_(self.inputs(b, slots, ids, last))
+        self._graphs[b, length].replay()
+        self.replays += 1
+        return True

@@ -15,9 +15,9 @@ lists (slots, next text-track ids) and is three pure functions of tensors:
   samples, streaming from each row's own decoder state.
 
 No host sync, no branch on tensor values, fixed trip counts: `graphs.py` captures each
-part as a CUDA graph per batch-size bucket. `prefill(reqs)` runs prompts (eager, one
-batch per prompt length) into their slots, each built exactly as the official `generate`
-builds it (same projection batches, so the same rounding).
+part as a CUDA graph per batch-size bucket. `prefill(reqs)` runs prompts into their slots
+(`prefill_rows`: one batch per prompt length, or per length bucket as a CUDA graph), each
+laid out as the official `generate` lays it out (`prompt_rows`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from . import kernels
-from .graphs import PARTS, DecodeGraphs, buckets_for
+from .graphs import PARTS, PROMPT_BUCKETS, DecodeGraphs, PrefillGraphs, buckets_for
 from .model import DecoderSlots, Qwen3TTS
 from .sampling import (
     TALKER_STREAM,
@@ -145,6 +145,27 @@ def talker_step(model: Qwen3TTS, codec_track: torch.Tensor, text_ids: torch.Tens
     return sample(logits[:, -1]), hidden[:, -1]
 
 
+def prompt_rows(cfg, req: PrefillRequest) -> tuple[list[int], list[int]]:
+    """The official prompt layout (`Qwen3TTSForConditionalGeneration.generate`) as two id
+    rows: each prompt row is text_embed(text id) + codec_embed(codec id), -1 = absent."""
+    t = cfg.talker
+    codec = [*req.codec_prefix, *([] if req.speaker_id is None else [req.speaker_id]),
+             t.codec_pad_id, t.codec_bos_id]
+    text = [*req.role_ids, *[cfg.tts_pad_token_id] * (len(codec) - 2), cfg.tts_bos_token_id]
+    codecs = [-1] * len(req.role_ids) + codec[:-1]
+    if not req.non_streaming:
+        text.append(req.text_ids[0])
+        codecs.append(codec[-1])
+    else:
+        n = len(req.text_ids)
+        text += [*req.text_ids, cfg.tts_eos_token_id, cfg.tts_pad_token_id]
+        codecs += [t.codec_pad_id] * (n + 1) + [t.codec_bos_id]
+    if req.instruct_ids:
+        text = [*req.instruct_ids, *text]
+        codecs = [-1] * len(req.instruct_ids) + codecs
+    return text, codecs
+
+
 class Runner:
     def __init__(self, model: Qwen3TTS, max_sessions: int, max_seq_len: int) -> None:
         self.model, self.cfg = model, model.cfg
@@ -165,7 +186,9 @@ class Runner:
         self._talker_stream = torch.tensor([TALKER_STREAM], device=self.device)
         self._true = torch.ones((), dtype=torch.bool, device=self.device)
         self._positions = [0] * (n + 1)  # host mirror of state.position (eager kv_len)
+        self._arange = torch.arange(max(max_seq_len, n + 1), device=self.device)
         self.graphs: DecodeGraphs | None = None
+        self.prefill_graphs: PrefillGraphs | None = None
         self.timing: dict[str, float] = {}
         # The fused Triton path (engine/kernels) wherever it can run: CUDA.
         self.fused = kernels.active(self.state.seed)
@@ -184,10 +207,15 @@ class Runner:
             # which picked a decoder 1.6x slower at batch 32 than at 64 (H100).
             torch.backends.cudnn.benchmark = True
 
-    def enable_graphs(self, max_batch: int) -> None:
-        """Capture the decode step for batch buckets 1, 2, 4 ... max_batch (CUDA only)."""
+    def enable_graphs(self, max_batch: int, max_prefills: int) -> None:
+        """Capture the decode step for batch buckets 1, 2, 4 ... max_batch and the prefill
+        per (batch, prompt length) bucket (CUDA only)."""
         self.graphs = DecodeGraphs(self, buckets_for(min(max_batch, self.scratch_slot)))
         self.graphs.capture()
+        self.prefill_graphs = PrefillGraphs(
+            self, buckets_for(min(max_prefills, self.scratch_slot)),
+            [n for n in PROMPT_BUCKETS if n < self.max_seq_len], self.graphs.pool)
+        self.prefill_graphs.capture()
 
     # --- the three parts of a decode step (pure functions of tensors) -----------------
 
@@ -239,81 +267,79 @@ class Runner:
 
     # --- host entry points --------------------------------------------------------------
 
-    def _ids(self, ids: list[int]) -> torch.Tensor:
-        return torch.tensor([ids], dtype=torch.long, device=self.device)
-
     @torch.no_grad()
-    def prompt_embeds(self, req: PrefillRequest) -> torch.Tensor:
-        """(1, L, H): the official prompt layout (see `Qwen3TTSForConditionalGeneration.
-        generate`), with the same projection batches."""
-        c, t = self.cfg, self.cfg.talker
+    def embed_prompts(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (2, B, L) from `prompt_rows` -> prompt rows (B, L, H): the projected text
+        embedding plus the codec embedding, each where its id is >= 0 (the official
+        `generate` adds exactly these two per row; absent ones are exact zeros here)."""
         talker = self.model.talker
-        tts_bos, tts_eos, tts_pad = talker.text_embed(
-            self._ids([c.tts_bos_token_id, c.tts_eos_token_id, c.tts_pad_token_id])
-        ).chunk(3, dim=1)
-        parts = [talker.codec_embed(self._ids(req.codec_prefix))]
-        if req.speaker_id is not None:
-            parts.append(talker.codec_embed(
-                torch.tensor(req.speaker_id, device=self.device)).view(1, 1, -1))
-        parts.append(talker.codec_embed(self._ids([t.codec_pad_id, t.codec_bos_id])))
-        codec = torch.cat(parts, dim=1)
-        role = talker.text_embed(self._ids(req.role_ids))
-        body = torch.cat((tts_pad.expand(-1, codec.shape[1] - 2, -1), tts_bos), dim=1)
-        x = torch.cat((role, body + codec[:, :-1]), dim=1)
-        if not req.non_streaming:
-            x = torch.cat((x, talker.text_embed(self._ids(req.text_ids[:1])) + codec[:, -1:]),
-                          dim=1)
-        else:
-            n = len(req.text_ids)
-            text = torch.cat((talker.text_embed(self._ids(req.text_ids)), tts_eos), dim=1)
-            x = torch.cat((x, text + talker.codec_embed(self._ids([t.codec_pad_id] * (n + 1))),
-                           tts_pad + talker.codec_embed(self._ids([t.codec_bos_id]))), dim=1)
-        if req.instruct_ids:
-            x = torch.cat((talker.text_embed(self._ids(req.instruct_ids)), x), dim=1)
-        return x
+        text, codec = ids[0], ids[1]
+        t = talker.text_embed(text.clamp(min=0)) * (text >= 0).unsqueeze(-1).to(self.dtype)
+        c = talker.codec_embed(codec.clamp(min=0)) * (codec >= 0).unsqueeze(-1).to(self.dtype)
+        return t + c
+
+    def prefill_rows(self, slots: torch.Tensor, ids: torch.Tensor, last: torch.Tensor) -> None:
+        """Prompts (2, B, L) into slots (B,), each row's prompt ending at row last (B,):
+        samples codebook 0 of frame 0 and sets the slots' whole decode state. Rows past
+        `last` are padding: they write cache positions the first decode steps overwrite
+        before any query can read them. Pure tensor work (graph-capturable)."""
+        s = self.state
+        b, length = ids.shape[1:]
+        s.seen.index_fill_(0, slots, False)
+        s.n_generated.index_fill_(0, slots, 0)
+        positions = self._arange[:length][None].expand(b, -1)
+        logits, hidden = self.model.talker(self.embed_prompts(ids), slots, positions, length)
+        rows = self._arange[:b]
+        token = self._sample_talker(slots, s.n_generated[slots], logits[rows, last])
+        s.seen.index_put_((slots, token), self._true)
+        s.last_token.index_copy_(0, slots, token)
+        s.past_hidden.index_copy_(0, slots, hidden[rows, last])
+        s.position.index_copy_(0, slots, last + 1)
+        s.n_generated.index_fill_(0, slots, 1)
+        self.decoder_slots.reset(slots)
 
     @torch.no_grad()
     def prefill(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> list[int]:
-        """Prompts (request, sampling, noise seed) into their slots: samples codebook 0 of
-        frame 0 and sets each slot's whole state for the decode steps. Prompts of equal
-        length run as one batch. -> the prompt lengths."""
-        embeds = [self.prompt_embeds(req) for req, _, _ in reqs]
-        lengths = [x.shape[1] for x in embeds]
+        """Prompts (request, sampling, noise seed) into their slots. Prompts run as one
+        batch per length (on CUDA: per length bucket, a captured graph where one exists).
+        -> the prompt lengths."""
+        rows = [prompt_rows(self.cfg, req) for req, _, _ in reqs]
+        lengths = [len(text) for text, _ in rows]
         for n in lengths:
             if n >= self.max_seq_len:
                 raise ValueError(f"prompt of {n} rows does not fit max_seq_len "
                                  f"{self.max_seq_len}")
-        for n in sorted(set(lengths)):
-            group = [i for i, m in enumerate(lengths) if m == n]
-            self._prefill_group([reqs[i] for i in group], torch.cat([embeds[i] for i in group]))
+        groups: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            key = self.prefill_graphs.length_bucket(n) if self.prefill_graphs else None
+            groups.setdefault(key or n, []).append(i)
+        for length, group in sorted(groups.items()):
+            self._set_sampling([reqs[i] for i in group])
+            slots = [reqs[i][0].slot for i in group]
+            padded = [(t + [-1] * (length - len(t)), c + [-1] * (length - len(c)))
+                      for t, c in (rows[i] for i in group)]
+            last = [lengths[i] - 1 for i in group]
+            if self.prefill_graphs is None or not self.prefill_graphs.run(slots, padded, last):
+                dev = self.device
+                self.prefill_rows(torch.tensor(slots, device=dev),
+                                  torch.tensor(padded, device=dev).transpose(0, 1),
+                                  torch.tensor(last, device=dev))
+            for slot, n in zip(slots, (lengths[i] for i in group), strict=True):
+                self._positions[slot] = n
         return lengths
 
-    def _prefill_group(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]],
-                       x: torch.Tensor) -> None:
-        s, dev = self.state, self.device
-        b, length = x.shape[:2]
-        slot_list = [req.slot for req, _, _ in reqs]
-        slots = torch.tensor(slot_list, device=dev)
+    def _set_sampling(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> None:
+        s = self.state
+        slots = torch.tensor([req.slot for req, _, _ in reqs], device=self.device)
         params = [p for _, p, _ in reqs]
         s.talker.set_rows(slots, [(p.do_sample, p.temperature, p.top_k, p.top_p)
                                   for p in params])
         s.cp.set_rows(slots, [(p.subtalker_do_sample, p.subtalker_temperature,
                                p.subtalker_top_k, p.subtalker_top_p) for p in params])
-        s.penalty[slots] = torch.tensor([p.repetition_penalty for p in params], device=dev)
-        s.seed[slots] = torch.tensor([seed & 0xFFFFFFFF for _, _, seed in reqs], device=dev)
-        s.seen[slots] = False
-        s.n_generated[slots] = 0
-        positions = torch.arange(length, device=dev)[None].expand(b, -1)
-        logits, hidden = self.model.talker(x, slots, positions, length)
-        token = self._sample_talker(slots, s.n_generated[slots], logits[:, -1])
-        s.seen[slots, token] = True
-        s.last_token[slots] = token
-        s.past_hidden[slots] = hidden[:, -1]
-        s.position[slots] = length
-        s.n_generated[slots] = 1
-        self.decoder_slots.reset(slots)
-        for slot in slot_list:
-            self._positions[slot] = length
+        s.penalty[slots] = torch.tensor([p.repetition_penalty for p in params],
+                                        device=self.device)
+        s.seed[slots] = torch.tensor([seed & 0xFFFFFFFF for _, _, seed in reqs],
+                                     device=self.device)
 
     @torch.no_grad()
     def decode(self, slots: list[int], text_ids: list[int]) -> StepOutput:
