@@ -18,7 +18,7 @@ if [ -n "${WITH_TESTS:-}" ]; then
     services/tts/tests/engine/test_graphs_gpu.py} > "$OUT/gpu_tests.log" 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log"
 fi
-for prec in ${PRECISIONS:-fp32}; do
+for prec in ${PRECISIONS:-auto}; do
   python3 -m bench.run --preset 0.6b --frames "$FRAMES" --concurrency "${LEVELS:-1,4,16,32,64,128,256}" \
     --decoder-precision "$prec" --out "$OUT/engine_0.6b_$prec.json" 2>&1 | grep -v Warning | tee "$OUT/engine_0.6b_$prec.log" | grep -v '^{"conc'
 done

@@ -124,7 +124,8 @@ def main() -> None:
     p.add_argument("--concurrency", default="1,4,16,32,64")
     p.add_argument("--first-packet-frames", type=int, default=1)
     p.add_argument("--packet-frames", type=int, default=4)
-    p.add_argument("--decoder-precision", default="fp32", choices=["fp32", "tf32", "bf16"])
+    p.add_argument("--decoder-precision", default="auto",
+                   choices=["auto", "fp32", "tf32", "bf16"])
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")

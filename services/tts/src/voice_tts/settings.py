@@ -39,9 +39,9 @@ class TTSSettings(BaseSettings):
     # Codec frames in the first packet (each 80 ms) and in every later packet.
     first_packet_frames: int = Field(1, ge=1, le=16)
     packet_frames: int = Field(4, ge=1, le=64)
-    # Speech decoder arithmetic: fp32 (exact), tf32 or bf16 (about 2x the real-time
-    # streams of fp32 on an H100; 36 dB from exact, inaudible). GPU only; CPU stays fp32.
-    decoder_precision: Literal["fp32", "tf32", "bf16"] = "fp32"
+    # Speech decoder arithmetic: auto (bf16 on CUDA, fp32 on CPU), fp32 (exact), tf32 or
+    # bf16 (2x the real-time streams of fp32 on an H100; 36 dB from exact). CPU stays fp32.
+    decoder_precision: Literal["auto", "fp32", "tf32", "bf16"] = "auto"
     # Seconds a client may take to send its SessionConfig.
     config_timeout_s: float = Field(10.0, gt=0)
     # Audio a slow reader may leave unread before the engine pauses its session.

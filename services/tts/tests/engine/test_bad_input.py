@@ -7,6 +7,8 @@ import threading
 import pytest
 from voice_tts.engine import (
     AudioPacket,
+    Engine,
+    EngineSettings,
     SamplingParams,
     SessionParams,
     UnknownVoice,
@@ -85,3 +87,16 @@ def test_unknown_voice_language_and_bad_params(tiny_engine):
     assert tiny_engine.active_sessions == 0
     # Case-insensitive, as the official validation.
     tiny_engine.open_session(SessionParams(voice="Vivian", language="English"), print).close()
+
+
+def test_decoder_precision_auto_and_unknown() -> None:
+    """auto keeps the exact fp32 speech decoder on a CPU; an unknown precision is refused
+    before anything is built."""
+    import torch
+
+    engine = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=1))
+    assert engine.settings.decoder_precision == "auto"
+    assert next(engine.model.speech_decoder.parameters()).dtype == torch.float32
+    engine.shutdown()
+    with pytest.raises(ValueError, match="decoder_precision"):
+        EngineSettings(decoder_precision="fp8").validate()

@@ -30,7 +30,8 @@ def engines() -> dict[str, Engine]:
     out = {}
     for graphs in (False, True):
         e = Engine.from_preset(PRESET, seed=0, device="cuda", settings=EngineSettings(
-            max_sessions=8, max_batch=8, max_seq_len=512, cuda_graphs=graphs))
+            max_sessions=8, max_batch=8, max_seq_len=512, cuda_graphs=graphs,
+            decoder_precision="fp32"))
         e.start()
         out["graph" if graphs else "eager"] = e
     yield out
@@ -120,7 +121,8 @@ def test_fused_engine_equals_reference_float32(monkeypatch) -> None:
     def engine() -> Engine:
         e = Engine.from_preset(PRESET, seed=0, device="cuda", dtype=torch.float32,
                                settings=EngineSettings(max_sessions=2, max_batch=2,
-                                                       max_seq_len=512, cuda_graphs=False))
+                                                       max_seq_len=512, cuda_graphs=False,
+                                                       decoder_precision="fp32"))
         e.start()
         return e
 
@@ -155,7 +157,7 @@ def test_batched_equals_solo() -> None:
     """float32, so that a batch's different GEMM shapes cannot flip a greedy argmax."""
     e = Engine.from_preset(PRESET, seed=0, device="cuda", dtype=torch.float32,
                            settings=EngineSettings(max_sessions=4, max_batch=4,
-                                                   max_seq_len=512))
+                                                   max_seq_len=512, decoder_precision="fp32"))
     e.start()
     try:
         together = run(e, TEXTS, greedy=True)

@@ -52,7 +52,10 @@ class Engine:
         self.settings.validate()
         self.model, self.cfg = model, model.cfg
         self.tokenizer = tokenizer
-        model.speech_decoder.set_precision(self.settings.decoder_precision)
+        precision = self.settings.decoder_precision
+        if precision == "auto":
+            precision = "bf16" if next(model.parameters()).is_cuda else "fp32"
+        model.speech_decoder.set_precision(precision)
         self.runner = Runner(model, self.settings.max_sessions, self.settings.max_seq_len)
         self.device = self.runner.device
         if self.settings.cuda_graphs and self.device.type == "cuda":
