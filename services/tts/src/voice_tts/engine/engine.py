@@ -223,7 +223,7 @@ class Engine:
             # Fresh prompts take their first step now, not one iteration later (TTFA).
             room = self.settings.max_batch - len(decode)
             decode += [sid for sid in plan.prefill if heads[sid].running and
-                       self._need(sessions[sid], heads[sid]) is Need.DECODE][:max(room, 0)]
+                       self._need(sessions[sid], heads[sid]) is Need.DECODE][:room]
         stats = None
         if decode:
             rows = [(sessions[sid], heads[sid]) for sid in decode]

@@ -39,6 +39,32 @@ def buckets_for(max_batch: int) -> list[int]:
     return [*out, max_batch]
 
 
+def fit(buckets: list[int], n: int) -> int | None:
+    """The smallest bucket that holds n (buckets ascending), None when none does."""
+    return next((b for b in buckets if b >= n), None)
+
+
+def capture_graphs(fns: list, pool, warmups: int = 1) -> list[torch.cuda.CUDAGraph]:
+    """Warm fns up on a side stream (allocator, cuBLAS workspaces, Triton autotuning), then
+    capture each as a graph in order, all in one memory pool (`pool`: None = a new one;
+    the graphs' pool is `graphs[-1].pool()`). They must replay in that order, one at a time."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.no_grad():
+        for _ in range(warmups):
+            for fn in fns:
+                fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graphs = []
+    for fn in fns:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=pool), torch.no_grad():
+            fn()
+        pool = g.pool()
+        graphs.append(g)
+    return graphs
+
+
 class _Bucket:
     def __init__(self, b: int, device: torch.device) -> None:
         self.b = b
@@ -57,7 +83,7 @@ class DecodeGraphs:
         self.pool = None  # the memory pool every graph shares (parts run one at a time)
 
     def bucket(self, n: int) -> int | None:
-        return next((b for b in self.buckets if b >= n), None)
+        return fit(self.buckets, n)
 
     def _parts(self, bk: _Bucket) -> list:
         r = self.runner
@@ -77,26 +103,13 @@ class DecodeGraphs:
     def capture(self) -> None:
         t0 = time.perf_counter()
         r = self.runner
-        pool, stream = None, torch.cuda.Stream()
         for b in reversed(self.buckets):  # largest first: its pool fits every smaller one
             bk = _Bucket(b, r.device)
             bk.inputs[0].fill_(r.scratch_slot)
             bk.inputs[1].fill_(self._pad_text)
-            parts = self._parts(bk)
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream), torch.no_grad():
-                for _ in range(2):  # warm-up: cuBLAS handles, workspaces, autotuning
-                    for part in parts:
-                        part()
-            torch.cuda.current_stream().wait_stream(stream)
-            for part in parts:
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=pool), torch.no_grad():
-                    part()
-                pool = g.pool()
-                bk.graphs.append(g)
+            bk.graphs = capture_graphs(self._parts(bk), self.pool, warmups=2)
+            self.pool = bk.graphs[-1].pool()
             self._by_size[b] = bk
-        self.pool = pool
         torch.cuda.synchronize()
         log.info("captured decode graphs for batch %s in %.1f s (%.1f GB reserved)",
                  self.buckets, time.perf_counter() - t0, torch.cuda.memory_reserved() / 1e9)
@@ -139,7 +152,7 @@ class PrefillGraphs:
         self.replays = 0
 
     def length_bucket(self, n: int) -> int | None:
-        return next((x for x in self.lengths if x >= n), None)
+        return fit(self.lengths, n)
 
     def fn(self, buf: torch.Tensor, length: int):
         """The captured work for one bucket's input buffer (eager when called directly)."""
@@ -149,19 +162,12 @@ class PrefillGraphs:
 
     def capture(self) -> None:
         t0 = time.perf_counter()
-        r, stream = self.runner, torch.cuda.Stream()
+        r = self.runner
         for b in reversed(self.batches):
             for length in reversed(self.lengths):
                 buf = torch.full((b, 2 + 2 * length), -1, dtype=torch.long, device=r.device)
                 buf[:, 0], buf[:, 1] = r.scratch_slot, 0
-                fn = self.fn(buf, length)
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream), torch.no_grad():
-                    fn()  # warm-up: allocator, cuBLAS, Triton autotune
-                torch.cuda.current_stream().wait_stream(stream)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=self.pool), torch.no_grad():
-                    fn()
+                [g] = capture_graphs([self.fn(buf, length)], self.pool)
                 self.pool = g.pool()
                 self._buf[b, length], self._graphs[b, length] = buf, g
         torch.cuda.synchronize()
@@ -183,7 +189,7 @@ class PrefillGraphs:
             last: list[int]) -> bool:
         """Prefill these rows (ids padded to one bucket length); False when no graph fits."""
         length = len(ids[0][0])
-        b = next((x for x in self.batches if x >= len(slots)), None)
+        b = fit(self.batches, len(slots))
         if b is None or (b, length) not in self._graphs:
             return False
         self._buf[b, length].copy_(self.inputs(b, slots, ids, last))

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from . import kernels
+from .config import ModelConfig
 from .graphs import PARTS, PROMPT_BUCKETS, DecodeGraphs, PrefillGraphs, buckets_for
 from .model import DecoderSlots, Qwen3TTS
 from .sampling import (
@@ -145,7 +146,7 @@ def talker_step(model: Qwen3TTS, codec_track: torch.Tensor, text_ids: torch.Tens
     return sample(logits[:, -1]), hidden[:, -1]
 
 
-def prompt_rows(cfg, req: PrefillRequest) -> tuple[list[int], list[int]]:
+def prompt_rows(cfg: ModelConfig, req: PrefillRequest) -> tuple[list[int], list[int]]:
     """The official prompt layout (`Qwen3TTSForConditionalGeneration.generate`) as two id
     rows: each prompt row is text_embed(text id) + codec_embed(codec id), -1 = absent."""
     t = cfg.talker
@@ -314,23 +315,22 @@ class Runner:
             key = self.prefill_graphs.length_bucket(n) if self.prefill_graphs else None
             groups.setdefault(key or n, []).append(i)
         for length, group in sorted(groups.items()):
-            self._set_sampling([reqs[i] for i in group])
             slots = [reqs[i][0].slot for i in group]
+            slots_t = torch.tensor(slots, device=self.device)
+            self._set_sampling(slots_t, [reqs[i] for i in group])
             padded = [(t + [-1] * (length - len(t)), c + [-1] * (length - len(c)))
                       for t, c in (rows[i] for i in group)]
             last = [lengths[i] - 1 for i in group]
             if self.prefill_graphs is None or not self.prefill_graphs.run(slots, padded, last):
-                dev = self.device
-                self.prefill_rows(torch.tensor(slots, device=dev),
-                                  torch.tensor(padded, device=dev).transpose(0, 1),
-                                  torch.tensor(last, device=dev))
+                self.prefill_rows(slots_t, torch.tensor(padded, device=self.device)
+                                  .transpose(0, 1), torch.tensor(last, device=self.device))
             for slot, n in zip(slots, (lengths[i] for i in group), strict=True):
                 self._positions[slot] = n
         return lengths
 
-    def _set_sampling(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> None:
+    def _set_sampling(self, slots: torch.Tensor,
+                      reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> None:
         s = self.state
-        slots = torch.tensor([req.slot for req, _, _ in reqs], device=self.device)
         params = [p for _, p, _ in reqs]
         s.talker.set_rows(slots, [(p.do_sample, p.temperature, p.top_k, p.top_p)
                                   for p in params])
