@@ -1,9 +1,12 @@
 """The engine: sessions in, audio packets out, one background thread running the steps.
 
 Each loop iteration is vLLM's three calls: `schedule()` (scheduler.py: who needs what,
-plain data) -> `execute` (runner.py: prompts, then one batched talker step over every
-ready session, then the speech decoder for sessions whose next packet is complete) ->
-`update` (here: append frames, stop checks, packets and ends to the sinks).
+plain data) -> `execute` (runner.py: prompts, then one batched step over every ready
+session: code predictor, talker, speech decoder) -> `update` (here: stop checks from the
+step's tokens; frames, packets and ends from its audio). On CUDA the audio of a step is
+read one iteration later, after the next step is launched: its speech decoder runs
+beside that step (`runner.Step`), so an utterance that ends is marked (`ending`) and
+ends when its last audio is out.
 
 What the engine waits for (see README): a streaming utterance starts (prefill) once its
 first text token is *stable* (the first word is followed by another character, or
@@ -19,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +39,7 @@ from .api import (
 from .checkpoint import load_model, prepare, random_model
 from .config import ModelConfig
 from .model import Qwen3TTS
-from .runner import PrefillRequest, Runner
+from .runner import PrefillRequest, Runner, Step
 from .sampling import SamplingParams
 from .scheduler import Need, Scheduler, SessionView
 from .session import Session, Sink, Utterance
@@ -75,6 +79,8 @@ class Engine:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # The last launched step, until its audio is out: (rows, step).
+        self._in_flight: tuple[list[tuple[Session, Utterance]], Step] | None = None
         self.on_step = None  # callable(StepStats) | None
 
     # --- construction ---------------------------------------------------------------------
@@ -191,7 +197,7 @@ class Engine:
 
     def run_once(self) -> bool:
         """One engine iteration; returns False when there was nothing to do."""
-        with self._step_lock:
+        with self._step_lock, self.runner.on_stream():
             return self._iteration()
 
     def _iteration(self) -> bool:
@@ -211,7 +217,7 @@ class Engine:
             heads[s.id] = utt
             views.append(SessionView(s.id, self._need(s, utt), utt.last_active or utt.created))
         plan = self.scheduler.schedule(views)
-        if plan.idle:
+        if plan.idle and self._in_flight is None:
             return busy
         for sid in plan.end_empty:
             s, utt = sessions[sid], heads[sid]
@@ -224,25 +230,30 @@ class Engine:
             room = self.settings.max_batch - len(decode)
             decode += [sid for sid in plan.prefill if heads[sid].running and
                        self._need(sessions[sid], heads[sid]) is Need.DECODE][:room]
-        stats = None
-        if decode:
-            rows = [(sessions[sid], heads[sid]) for sid in decode]
-            emit_ms = self._guarded(rows, self._decode) or 0.0
-            timing = self.runner.timing
-            stats = StepStats(len(rows), 0.0, timing["talker_ms"], timing["code_predictor_ms"],
-                              timing["decoder_ms"], len(plan.prefill), emit_ms)
-        if stats is not None and self.on_step is not None:
-            stats.step_ms = (time.perf_counter() - t_start) * 1e3
-            try:
-                self.on_step(stats)
-            except Exception:
-                log.exception("on_step hook failed")
+        rows = [(sessions[sid], heads[sid]) for sid in decode]
+        launched = self._guarded(rows, self._launch) if rows else None
+        delivered = [self._deliver()]  # the step before this one: its decoder is done
+        if launched is not None:
+            self._guarded(rows, partial(self._advance, launched))
+            self._in_flight = rows, launched
+            if not launched.pipelined:
+                delivered.append(self._deliver())
+        for stats in delivered:
+            if stats is not None and self.on_step is not None:
+                stats.prefills = len(plan.prefill)
+                stats.step_ms = (time.perf_counter() - t_start) * 1e3
+                try:
+                    self.on_step(stats)
+                except Exception:
+                    log.exception("on_step hook failed")
         return True
 
     def _need(self, s: Session, utt: Utterance) -> Need:
         if s.paused:  # its reader is behind: no new audio until it catches up
             return Need.NOTHING
         committed, finished = utt.stream.snapshot()
+        if utt.ending is not None:  # its last frame is still being decoded
+            return Need.NOTHING
         if not utt.running:
             if finished and not utt.stream.has_content:
                 return Need.END_EMPTY
@@ -301,26 +312,50 @@ class Engine:
             limit = min(st.max_frames, st.max_frames_base + int(st.max_frames_per_token * n_text))
         return min(limit, st.max_seq_len - utt.prompt_len - 1)
 
-    def _decode(self, batch: list[tuple[Session, Utterance]]) -> float:
-        out = self.runner.decode([s.slot for s, _ in batch],
-                                 [self._text_id(s, utt) for s, utt in batch])
+    def _launch(self, batch: list[tuple[Session, Utterance]]) -> Step:
+        return self.runner.launch([s.slot for s, _ in batch],
+                                  [self._text_id(s, utt) for s, utt in batch])
+
+    def _advance(self, step: Step, batch: list[tuple[Session, Utterance]]) -> None:
+        """A step's tokens: count the frame, and mark utterances that end with it."""
+        tokens = step.tokens()
         eos = self.cfg.talker.codec_eos_token_id
         now = time.perf_counter()
-        for i, (s, utt) in enumerate(batch):
+        for (s, utt), token in zip(batch, tokens, strict=True):
             if utt.cancelled:
                 continue
-            utt.pending.append((out.codes[i], out.pcm[i]))
             utt.steps += 1
             utt.last_active = now
-            reason = None
-            if out.tokens[i] == eos:
-                reason = "eos"
+            if token == eos:
+                utt.ending = "eos"
             elif utt.steps >= self._limit(s, utt):
-                reason = "max_frames"
-            self._emit_packets(s, utt, final=reason is not None)
-            if reason is not None:
-                self._end(s, utt, reason)
-        return (time.perf_counter() - now) * 1e3
+                utt.ending = "max_frames"
+
+    def _deliver(self) -> StepStats | None:
+        """The step in flight's audio out as packets (and ends); its stats."""
+        if self._in_flight is None:
+            return None
+        batch, step = self._in_flight
+        self._in_flight = None
+
+        def deliver(batch: list[tuple[Session, Utterance]]) -> float:
+            codes, pcm = step.audio()
+            t0 = time.perf_counter()
+            for i, (s, utt) in enumerate(batch):
+                if utt.cancelled:
+                    continue
+                utt.pending.append((codes[i], pcm[i]))
+                self._emit_packets(s, utt, final=utt.ending is not None)
+                if utt.ending is not None:
+                    self._end(s, utt, utt.ending)
+            return (time.perf_counter() - t0) * 1e3
+
+        emit_ms = self._guarded(batch, deliver)
+        if emit_ms is None:
+            return None
+        t = step.timing
+        return StepStats(len(batch), 0.0, t["talker_ms"], t["code_predictor_ms"],
+                         t["decoder_ms"], 0, emit_ms)
 
     def _emit_packets(self, s: Session, utt: Utterance, final: bool) -> None:
         """Decoded frames out in packets: `first_packet_frames`, then `packet_frames`."""

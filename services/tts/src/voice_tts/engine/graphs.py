@@ -4,23 +4,22 @@ Eager, one decode step of the 0.6B model is thousands of small kernel launches (
 code-predictor steps x 5 layers, 28 talker layers, sampling, ~40 speech-decoder layers):
 on an H100 the CPU that launches them, not the GPU, sets the pace. Each part of the step
 (`Runner.step_cp`, `step_talker`, `step_decoder`: pure functions of tensors that read and
-write the per-slot state in place) is captured as one graph, replayed back to back with
-CUDA events between them, so the step costs three launches and reports where its GPU time
-went.
+write the per-slot state in place) is captured as one graph with CUDA events between them,
+so the step costs three launches and reports where its GPU time went. The speech decoder
+runs on a stream of its own, beside the next step (`DecodeGraphs`).
 
 Fixed shapes: a batch of n rows runs in the smallest bucket b >= n (1, 2, 4, ... max);
 rows n..b-1 are padding that point at the scratch slot (`Runner.scratch_slot`). Each row
 attends to its own cache positions only (the fused attention reads 0..position in place),
 so outputs equal eager up to the order of float sums (gated by SNR in
-tests/engine/test_graphs_gpu.py). The only inputs
-are the rows' slots and text ids, one host-to-device copy; outputs are the graphs' own
-buffers, read before the next replay.
+tests/engine/test_graphs_gpu.py). The only inputs are the rows' slots and text ids, one
+host-to-device copy; outputs go to pinned host buffers.
 """
-
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -69,18 +68,49 @@ class _Bucket:
     def __init__(self, b: int, device: torch.device) -> None:
         self.b = b
         self.inputs = torch.zeros(2, b, dtype=torch.long, device=device)  # slots, text ids
-        self.graphs: list[torch.cuda.CUDAGraph] = []
-        self.frame = self.token = self.pcm = None
+        self.graphs: list[torch.cuda.CUDAGraph] = []  # code predictor, talker
+        self.decoder: torch.cuda.CUDAGraph | None = None
+        self.frame = self.track = self.token = self.pcm = None
+
+
+class _HostSlot:
+    """Pinned host buffers and events of one step in flight (two alternate)."""
+
+    def __init__(self, rows: int, groups: int, samples: int) -> None:
+        self.tokens = torch.zeros(rows, dtype=torch.long, pin_memory=True)
+        self.codes = torch.zeros(rows, groups, dtype=torch.long, pin_memory=True)
+        self.pcm = torch.zeros(rows, samples, dtype=torch.float32, pin_memory=True)
+        # start, code predictor done, talker done, decoder start, decoder done
+        self.marks = [torch.cuda.Event(enable_timing=True) for _ in range(5)]
+        self.tokens_ready, self.audio_ready = torch.cuda.Event(), torch.cuda.Event()
 
 
 class DecodeGraphs:
+    """The decode step as graphs: code predictor then talker on the engine's stream, the
+    speech decoder on a stream of its own. The decoder of frame N needs only frame N's
+    codes, so it runs beside the talker of this step and the code predictor of the next:
+    the engine reads a step's tokens (talker), launches the next step, and only then
+    reads this step's audio (`runner.Step`). The decoder copies its inputs (slots, codes)
+    into buffers of its own first; the next step waits for that copy, not for the decoder,
+    before it overwrites them. Decoder graphs have their own memory pool (they run
+    concurrently with the others)."""
+
     def __init__(self, runner, buckets: list[int]) -> None:  # runner: Runner (no cycle)
         self.runner = runner
         self.buckets = sorted(buckets)
         self._by_size: dict[int, _Bucket] = {}
-        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         self._pad_text = runner.cfg.tts_pad_token_id
-        self.pool = None  # the memory pool every graph shares (parts run one at a time)
+        self.pool = None  # code predictor, talker (and prefill) graphs: one at a time
+        self._decoder_pool = None
+        self.stream = torch.cuda.Stream()  # the speech decoder's
+        b, dev = self.buckets[-1], runner.device
+        groups = runner.cfg.code_predictor.num_code_groups
+        self._dec_slots = torch.full((b,), runner.scratch_slot, dtype=torch.long, device=dev)
+        self._dec_frame = torch.zeros(b, groups, dtype=torch.long, device=dev)
+        self._consumed = torch.cuda.Event()  # the decoder has copied its inputs
+        samples = runner.cfg.speech_decoder.frame_samples
+        self._host = [_HostSlot(b, groups, samples) for _ in range(2)]
+        self._turn = 0
 
     def bucket(self, n: int) -> int | None:
         return fit(self.buckets, n)
@@ -95,10 +125,13 @@ class DecodeGraphs:
         def talker() -> None:
             bk.token = r.step_talker(slots, text, bk.track, r.max_seq_len)
 
-        def decoder() -> None:
-            bk.pcm = r.step_decoder(slots, bk.frame)
+        return [cp, talker]
 
-        return [cp, talker, decoder]
+    def _decoder(self, bk: _Bucket):
+        def decoder() -> None:
+            bk.pcm = self.runner.step_decoder(self._dec_slots[:bk.b], self._dec_frame[:bk.b])
+
+        return decoder
 
     def capture(self) -> None:
         t0 = time.perf_counter()
@@ -109,31 +142,74 @@ class DecodeGraphs:
             bk.inputs[1].fill_(self._pad_text)
             bk.graphs = capture_graphs(self._parts(bk), self.pool, warmups=2)
             self.pool = bk.graphs[-1].pool()
+            [bk.decoder] = capture_graphs([self._decoder(bk)], self._decoder_pool, warmups=2)
+            self._decoder_pool = bk.decoder.pool()
             self._by_size[b] = bk
         torch.cuda.synchronize()
         log.info("captured decode graphs for batch %s in %.1f s (%.1f GB reserved)",
                  self.buckets, time.perf_counter() - t0, torch.cuda.memory_reserved() / 1e9)
 
-    def run(self, slots: list[int], text_ids: list[int]
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """-> (frames (n, 16), tokens (n,), pcm (n, frame_samples)) for these n rows."""
+    def join(self) -> None:
+        """Make the engine's stream wait for the decoder's (before eager decoder work)."""
+        torch.cuda.current_stream().wait_stream(self.stream)
+
+    def reset_decoder(self, slots: torch.Tensor) -> None:
+        """Zero the decoder state of `slots` on the decoder's stream, after the steps of
+        the slots' previous owners that may still be decoding there."""
+        self.stream.wait_stream(torch.cuda.current_stream())  # slots was written here
+        with torch.cuda.stream(self.stream):
+            self.runner.decoder_slots.reset(slots)
+        slots.record_stream(self.stream)
+
+    def launch(self, slots: list[int], text_ids: list[int]
+               ) -> tuple[Callable[[], list[int]], Callable[[], tuple]]:
+        """Launch one step for these n rows -> (tokens(): codebook 0 of each row's next
+        frame, audio(): (codes (n, 16), pcm (n, frame_samples), part times in ms)). Read
+        tokens before launching the next step, audio before the one after."""
         n = len(slots)
         b = self.bucket(n)
         assert b is not None, f"no graph for batch {n}"
         bk = self._by_size[b]
+        host, self._turn = self._host[self._turn], self._turn ^ 1
+        host.audio_ready.synchronize()  # its last step was read (long done: two back)
         pad = b - n
-        host = torch.tensor([slots + [self.runner.scratch_slot] * pad,
-                             text_ids + [self._pad_text] * pad], dtype=torch.long)
-        bk.inputs.copy_(host, non_blocking=True)
-        ev = self._events
-        ev[0].record()
-        for g, e in zip(bk.graphs, ev[1:], strict=True):
+        ids = torch.tensor([slots + [self.runner.scratch_slot] * pad,
+                            text_ids + [self._pad_text] * pad], dtype=torch.long)
+        main = torch.cuda.current_stream()
+        main.wait_event(self._consumed)  # the last step's decoder has its inputs
+        bk.inputs.copy_(ids, non_blocking=True)
+        marks = host.marks
+        marks[0].record()
+        for g, e in zip(bk.graphs, marks[1:3], strict=True):
             g.replay()
             e.record()
-        ev[-1].synchronize()
-        self.runner.timing = {name: ev[i].elapsed_time(ev[i + 1])
-                              for i, name in enumerate(PARTS)}
-        return bk.frame[:n], bk.token[:n], bk.pcm[:n]
+        host.tokens[:n].copy_(bk.token[:n], non_blocking=True)
+        host.tokens_ready.record()
+        with torch.cuda.stream(self.stream):
+            self.stream.wait_event(marks[1])  # the code predictor's frame
+            self._dec_slots[:b].copy_(bk.inputs[0])
+            self._dec_frame[:b].copy_(bk.frame)
+            self._consumed.record()
+            marks[3].record()
+            bk.decoder.replay()
+            marks[4].record()
+            host.pcm[:n].copy_(bk.pcm[:n], non_blocking=True)
+            host.codes[:n].copy_(self._dec_frame[:n], non_blocking=True)
+            host.audio_ready.record()
+
+        def tokens() -> list[int]:
+            host.tokens_ready.synchronize()
+            return host.tokens[:n].tolist()
+
+        def audio() -> tuple:
+            host.tokens_ready.synchronize()
+            host.audio_ready.synchronize()
+            spans = ((marks[0], marks[1]), (marks[1], marks[2]), (marks[3], marks[4]))
+            timing = {name: a.elapsed_time(z) for name, (a, z) in zip(PARTS, spans,
+                                                                      strict=True)}
+            return host.codes[:n].numpy().copy(), host.pcm[:n].numpy().copy(), timing
+
+        return tokens, audio
 
 
 class PrefillGraphs:

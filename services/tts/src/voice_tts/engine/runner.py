@@ -15,13 +15,15 @@ lists (slots, next text-track ids) and is three pure functions of tensors:
   samples, streaming from each row's own decoder state.
 
 No host sync, no branch on tensor values, fixed trip counts: `graphs.py` captures each
-part as a CUDA graph per batch-size bucket. `prefill(reqs)` runs prompts into their slots
-(`prefill_rows`: one batch per prompt length, or per length bucket as a CUDA graph), each
-laid out as the official `generate` lays it out (`prompt_rows`).
+part as a CUDA graph per batch-size bucket; `launch` returns a `Step` whose tokens come
+before its audio (the decoder runs beside the next step). `prefill(reqs)` runs prompts
+into their slots (`prefill_rows`: one batch per prompt length, or per length bucket as a
+CUDA graph), each laid out as the official `generate` lays it out (`prompt_rows`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -57,13 +59,32 @@ class PrefillRequest:
     instruct_ids: list[int] | None = None
 
 
-@dataclass
-class StepOutput:
-    """What one decode step gives the engine, on the host, row by row."""
+class Step:
+    """One launched decode step. `tokens()`: codebook 0 of each row's next frame (codec EOS
+    ends the utterance), from the talker. `audio()`: (codes (B, 16) of the frame each row
+    completed, its PCM (B, frame_samples) float32), from the speech decoder. Pipelined
+    (CUDA graphs), the decoder is still running when the tokens are ready: the engine
+    launches the next step before it reads this one's audio. `timing`: the part times
+    (ms), set once the audio is read."""
 
-    codes: np.ndarray  # (B, 16) int64: the frame each row completed
-    tokens: list[int]  # codebook 0 of each row's next frame (codec EOS ends the utterance)
-    pcm: np.ndarray  # (B, frame_samples) float32: the completed frame's audio
+    def __init__(self, tokens: Callable[[], list[int]], audio: Callable[[], tuple],
+                 pipelined: bool) -> None:
+        self._tokens_fn, self._audio_fn, self.pipelined = tokens, audio, pipelined
+        self._tokens: list[int] | None = None
+        self._audio: tuple[np.ndarray, np.ndarray] | None = None
+        self.timing: dict[str, float] = {}
+
+    def tokens(self) -> list[int]:
+        if self._tokens is None:
+            self._tokens = self._tokens_fn()
+        return self._tokens
+
+    def audio(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._audio is None:
+            self.tokens()
+            codes, pcm, self.timing = self._audio_fn()
+            self._audio = codes, pcm
+        return self._audio
 
 
 class SlotSampling:
@@ -189,8 +210,12 @@ class Runner:
         self._positions = [0] * (n + 1)  # host mirror of state.position (eager kv_len)
         self._arange = torch.arange(max(max_seq_len, n + 1), device=self.device)
         self.graphs: DecodeGraphs | None = None
+        # The engine's own CUDA stream, at high priority: the speech decoder's stream
+        # (default priority) runs beside it and must not delay the critical path (code
+        # predictor -> talker -> next frame).
+        self.stream = (torch.cuda.Stream(self.device, priority=-1)
+                       if self.device.type == "cuda" else None)
         self.prefill_graphs: PrefillGraphs | None = None
-        self.timing: dict[str, float] = {}
         # The fused Triton path (engine/kernels) wherever it can run: CUDA.
         self.fused = kernels.active(self.state.seed)
         if self.fused:
@@ -207,6 +232,7 @@ class Runner:
             # time its algorithms once (at capture) instead of trusting its heuristics,
             # which picked a decoder 1.6x slower at batch 32 than at 64 (H100).
             torch.backends.cudnn.benchmark = True
+            torch.cuda.synchronize(self.device)  # set-up work before the engine's stream
 
     def enable_graphs(self, max_batch: int, max_prefills: int) -> None:
         """Capture the decode step for batch buckets 1, 2, 4 ... max_batch and the prefill
@@ -217,6 +243,10 @@ class Runner:
             self, buckets_for(min(max_prefills, self.scratch_slot)),
             [n for n in PROMPT_BUCKETS if n < self.max_seq_len], self.graphs.pool)
         self.prefill_graphs.capture()
+
+    def on_stream(self) -> contextlib.AbstractContextManager:
+        """Run the engine's work on its stream (CUDA), or as is."""
+        return torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext()
 
     # --- the three parts of a decode step (pure functions of tensors) -----------------
 
@@ -281,7 +311,7 @@ class Runner:
 
     def prefill_rows(self, slots: torch.Tensor, ids: torch.Tensor, last: torch.Tensor) -> None:
         """Prompts (2, B, L) into slots (B,), each row's prompt ending at row last (B,):
-        samples codebook 0 of frame 0 and sets the slots' whole decode state. Rows past
+        samples codebook 0 of frame 0 and sets the slots' talker state. Rows past
         `last` are padding: they write cache positions the first decode steps overwrite
         before any query can read them. Pure tensor work (graph-capturable)."""
         s = self.state
@@ -297,7 +327,6 @@ class Runner:
         s.past_hidden.index_copy_(0, slots, hidden[rows, last])
         s.position.index_copy_(0, slots, last + 1)
         s.n_generated.index_fill_(0, slots, 1)
-        self.decoder_slots.reset(slots)
 
     @torch.no_grad()
     def prefill(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> list[int]:
@@ -324,9 +353,16 @@ class Runner:
             if self.prefill_graphs is None or not self.prefill_graphs.run(slots, padded, last):
                 self.prefill_rows(slots_t, torch.tensor(padded, device=self.device)
                                   .transpose(0, 1), torch.tensor(last, device=self.device))
+            self._reset_decoder(slots_t)
             for slot, n in zip(slots, (lengths[i] for i in group), strict=True):
                 self._positions[slot] = n
         return lengths
+
+    def _reset_decoder(self, slots: torch.Tensor) -> None:
+        if self.graphs is not None:  # on the decoder's stream, after its steps in flight
+            self.graphs.reset_decoder(slots)
+        else:
+            self.decoder_slots.reset(slots)
 
     def _set_sampling(self, slots: torch.Tensor,
                       reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> None:
@@ -342,21 +378,19 @@ class Runner:
                                      device=self.device)
 
     @torch.no_grad()
-    def decode(self, slots: list[int], text_ids: list[int]) -> StepOutput:
+    def launch(self, slots: list[int], text_ids: list[int]) -> Step:
         """One decode step for the sessions in `slots` (continuous batching: any subset,
         any order), each fed its next text-track id."""
-        n = len(slots)
-        b = self.graphs.bucket(n) if self.graphs is not None else None
-        if b is not None:
-            frame, token, pcm = self.graphs.run(slots, text_ids)
-        else:
-            frame, token, pcm = self._eager(slots, text_ids)
-        tokens = token.tolist()  # the one host sync of the step
+        b = self.graphs.bucket(len(slots)) if self.graphs is not None else None
+        step = (Step(*self.graphs.launch(slots, text_ids), pipelined=True) if b is not None
+                else self._eager(slots, text_ids))
         for slot in slots:
             self._positions[slot] += 1
-        return StepOutput(frame.cpu().numpy(), tokens, pcm.cpu().numpy())
+        return step
 
-    def _eager(self, slots: list[int], text_ids: list[int]):
+    def _eager(self, slots: list[int], text_ids: list[int]) -> Step:
+        if self.graphs is not None:  # decoder state: after the graphed steps in flight
+            self.graphs.join()
         idx = torch.tensor([slots, text_ids], dtype=torch.long, device=self.device)
         kv_len = max(self._positions[s] for s in slots) + 1
         marks = [time.perf_counter()]
@@ -366,6 +400,8 @@ class Runner:
         marks.append(time.perf_counter())
         pcm = self.step_decoder(idx[0], frame)
         marks.append(time.perf_counter())
-        self.timing = {name: (b - a) * 1e3
-                       for name, (a, b) in zip(PARTS, pairwise(marks), strict=True)}
-        return frame, token, pcm
+        timing = {name: (b - a) * 1e3 for name, (a, b) in zip(PARTS, pairwise(marks),
+                                                               strict=True)}
+        tokens = token.tolist()
+        out = frame.cpu().numpy(), pcm.cpu().numpy(), timing
+        return Step(lambda: tokens, lambda: out, pipelined=False)

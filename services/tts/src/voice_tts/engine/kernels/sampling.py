@@ -24,6 +24,9 @@ import triton.language as tl
 from ..sampling import MIN_NEW_TOKENS, SamplingTensors
 
 _M32 = tl.constexpr(0xFFFFFFFF)
+# Warps per row by padded vocabulary size (bench/tune_sample.py measures them): the
+# bisections are ~66 reductions over the row, each a cross-warp sync with more warps.
+WARPS: dict[int, int] = {}
 
 
 @triton.jit
@@ -127,6 +130,7 @@ def sample(logits: torch.Tensor, slots: torch.Tensor, params: SamplingTensors,
     noise counter of a row is count[slot] + count_offset (the frame number). -> tokens
     (B,) long, written into `out` (a (B,) view, e.g. a column of a frame) if given."""
     b, v = logits.shape
+    vp = triton.next_power_of_2(v)
     if out is None:
         out = torch.empty(b, dtype=torch.long, device=logits.device)
     m = masks
@@ -135,5 +139,6 @@ def sample(logits: torch.Tensor, slots: torch.Tensor, params: SamplingTensors,
         params.top_p, seed, count, count_offset, stream,
         m.seen if m else logits, m.seen.stride(0) if m else 0, m.penalty if m else logits,
         m.suppress if m else logits, m.eos_id if m else 0, out, out.stride(0),
-        V=v, VP=triton.next_power_of_2(v), MASKS=m is not None, MIN_NEW=MIN_NEW_TOKENS)
+        V=v, VP=vp, MASKS=m is not None, MIN_NEW=MIN_NEW_TOKENS,
+        num_warps=WARPS.get(vp, 4))
     return out
