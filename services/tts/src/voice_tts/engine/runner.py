@@ -145,7 +145,7 @@ def predict_frame(model: Qwen3TTS, last_token: torch.Tensor, past_hidden: torch.
     x = torch.cat((past_hidden[:, None], first), dim=1)  # (B, 2, H)
     codes, embeds, start = [last_token], [first], 0
     for i in range(cp.cfg.num_code_groups - 1):
-        code = sample(i, cp(x, start, head=i))
+        code = sample(i, cp(x, start, group=i))
         codes.append(code)
         x = cp.model.codec_embedding[i](code)[:, None]  # (B, 1, H)
         embeds.append(x)

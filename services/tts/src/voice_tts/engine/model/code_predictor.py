@@ -15,7 +15,15 @@ import torch
 from torch import nn
 
 from ..config import CodePredictorConfig
-from .layers import DecoderLayer, KVCache, RMSNorm, rope_cos_sin, rope_inv_freq, run_layers
+from .layers import (
+    DecoderLayer,
+    KVCache,
+    RMSNorm,
+    head,
+    rope_cos_sin,
+    rope_inv_freq,
+    run_layers,
+)
 
 
 class CodePredictorBackbone(nn.Module):
@@ -61,9 +69,9 @@ class CodePredictor(nn.Module):
         self._positions = torch.arange(self.frame_len, device=device)[None]
         self._cos, self._sin = rope_cos_sin(self.inv_freq.to(device), self._positions, dtype)
 
-    def forward(self, x: torch.Tensor, start: int, head: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int, group: int) -> torch.Tensor:
         """x (B, T, talker_hidden) at frame positions start..start+T-1 -> logits of
-        lm_head[head] (B, vocab) at the last row. Rows 0..B-1 of the cache are used."""
+        lm_head[group] (B, vocab) at the last row. Rows 0..B-1 of the cache are used."""
         assert self.caches is not None, "call setup_caches() first"
         x = self.small_to_mtp_projection(x)
         b, t = x.shape[:2]
@@ -72,4 +80,4 @@ class CodePredictor(nn.Module):
                             self._cos[:, at].expand(b, -1, -1),
                             self._sin[:, at].expand(b, -1, -1), self._rows[:b],
                             self._positions[:, at].expand(b, -1), self.frame_len)
-        return self.lm_head[head](hidden[:, -1])
+        return head(self.lm_head[group], hidden[:, -1], self.model.layers[0].fused)

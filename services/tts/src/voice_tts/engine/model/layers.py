@@ -147,7 +147,8 @@ class MLP(nn.Module):
         self.gate_up_weight = _fuse(self.gate_proj, self.up_proj)
 
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(kernels.silu_mul(F.linear(x, self.gate_up_weight)))
+        return kernels.linear(kernels.linear(x, self.gate_up_weight), self.down_proj.weight,
+                              act="silu_mul")
 
 
 def _fuse(*linears: nn.Linear) -> torch.Tensor:
@@ -197,10 +198,10 @@ class DecoderLayer(nn.Module):
         attn, norm = self.self_attn, self.input_layernorm
         h, residual = kernels.rms_norm(x, norm.weight, norm.eps, residual)
         q = kernels.qk_norm_rope_write(
-            F.linear(h, attn.qkv_weight), attn.q_norm.weight, attn.k_norm.weight,
+            kernels.linear(h, attn.qkv_weight), attn.q_norm.weight, attn.k_norm.weight,
             attn.q_norm.eps, cos, sin, cache.k, cache.v, slots, positions, attn.heads)
-        out = attn.o_proj(kernels.attention(q, cache.k, cache.v, slots, positions,
-                                            attn.head_dim ** -0.5))
+        out = kernels.linear(kernels.attention(q, cache.k, cache.v, slots, positions,
+                                               attn.head_dim ** -0.5), attn.o_proj.weight)
         norm = self.post_attention_layernorm
         h, residual = kernels.rms_norm(out, norm.weight, norm.eps, residual)
         return self.mlp.forward_fused(h), residual
@@ -220,6 +221,11 @@ def run_layers(layers: nn.ModuleList, caches: nn.ModuleList, norm: RMSNorm, x: t
     for layer, cache in zip(layers, caches, strict=True):
         x = layer(x, cos, sin, cache, slots, positions, mask, kv_len)
     return norm(x)
+
+
+def head(lin: nn.Linear, x: torch.Tensor, fused: bool) -> torch.Tensor:
+    """A bias-free LM head: on the fused path, the small-batch GEMV (`kernels.linear`)."""
+    return kernels.linear(x, lin.weight) if fused and kernels.active(x) else lin(x)
 
 
 def causal_mask(positions: torch.Tensor, kv_len: int) -> torch.Tensor:

@@ -17,7 +17,15 @@ from torch import nn
 
 from ..config import TalkerConfig
 from .code_predictor import CodePredictor
-from .layers import DecoderLayer, KVCache, RMSNorm, rope_cos_sin, rope_inv_freq, run_layers
+from .layers import (
+    DecoderLayer,
+    KVCache,
+    RMSNorm,
+    head,
+    rope_cos_sin,
+    rope_inv_freq,
+    run_layers,
+)
 
 
 class TextProjection(nn.Module):
@@ -79,4 +87,4 @@ class Talker(nn.Module):
         cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
         hidden = run_layers(self.model.layers, self.caches, self.model.norm, x, cos, sin,
                             slots, positions, kv_len)
-        return self.codec_head(hidden), hidden
+        return head(self.codec_head, hidden, self.model.layers[0].fused), hidden
