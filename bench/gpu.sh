@@ -13,9 +13,9 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 FRAMES=${FRAMES:-120}
 if [ -n "${WITH_TESTS:-}" ]; then
-  # test_kernels.py runs its CPU-interpreter checks compiled here.
+  # test_kernels.py and test_gemv.py run their CPU-interpreter checks compiled here.
   timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider ${GPU_TESTS:-services/tts/tests/engine/test_kernels.py \
-    services/tts/tests/engine/test_graphs_gpu.py} > "$OUT/gpu_tests.log" 2>&1
+    services/tts/tests/engine/test_gemv.py services/tts/tests/engine/test_graphs_gpu.py} > "$OUT/gpu_tests.log" 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log"
 fi
 for prec in ${PRECISIONS:-auto}; do
