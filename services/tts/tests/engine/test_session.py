@@ -282,3 +282,37 @@ def test_audio_read_one_step_late_gives_the_same_events():
                for evs in (a, b)]
         assert np.abs(pcm[0] - pcm[1]).max() <= 1e-4
         assert sum(1 for ev in b if isinstance(ev, AudioPacket) and ev.final) == 2
+
+
+def test_a_failed_step_ends_its_utterances_once_and_the_engine_goes_on():
+    """A step that raises ends its rows' utterances ("cancelled") and nothing of them
+    follows that end, not even the audio of their step still in flight; the session's
+    next utterance is served as usual."""
+    e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=4))
+    launch, calls = e.runner.launch, [0]
+
+    def flaky(slots, text_ids):
+        calls[0] += 1
+        if calls[0] == 6:  # steps 2-5 make the second packet, delivered in this iteration
+            raise RuntimeError("device fault (test)")
+        step = launch(slots, text_ids)
+        step.pipelined = True
+        return step
+
+    e.runner.launch = flaky
+    c = Collector()
+    s = e.open_session(SessionParams(voice="vivian", seed=1, max_frames=20), c)
+    s.push_text(TEXTS[0])
+    s.flush()
+    for _ in range(50):
+        e.run_once()
+    assert [end.reason for end in c.ends()] == ["cancelled"]
+    assert isinstance(c.events[-1], UtteranceEnd)
+    assert sum(p.frames for p in c.packets()) == 1
+    s.push_text("And the next one.")
+    s.flush()
+    for _ in range(50):
+        e.run_once()
+    second = c.ends()[1:]
+    assert [end.reason for end in second] == ["max_frames"] and second[0].frames == 20
+    assert isinstance(c.events[-1], UtteranceEnd)

@@ -233,8 +233,7 @@ class Engine:
         rows = [(sessions[sid], heads[sid]) for sid in decode]
         launched = self._guarded(rows, self._launch) if rows else None
         delivered = [self._deliver()]  # the step before this one: its decoder is done
-        if launched is not None:
-            self._guarded(rows, partial(self._advance, launched))
+        if launched is not None and self._guarded(rows, partial(self._advance, launched)):
             self._in_flight = rows, launched
             if not launched.pipelined:
                 delivered.append(self._deliver())
@@ -316,7 +315,7 @@ class Engine:
         return self.runner.launch([s.slot for s, _ in batch],
                                   [self._text_id(s, utt) for s, utt in batch])
 
-    def _advance(self, step: Step, batch: list[tuple[Session, Utterance]]) -> None:
+    def _advance(self, step: Step, batch: list[tuple[Session, Utterance]]) -> bool:
         """A step's tokens: count the frame, and mark utterances that end with it."""
         tokens = step.tokens()
         eos = self.cfg.talker.codec_eos_token_id
@@ -330,6 +329,7 @@ class Engine:
                 utt.ending = "eos"
             elif utt.steps >= self._limit(s, utt):
                 utt.ending = "max_frames"
+        return True
 
     def _deliver(self) -> StepStats | None:
         """The step in flight's audio out as packets (and ends); its stats."""
@@ -342,7 +342,7 @@ class Engine:
             codes, pcm = step.audio()
             t0 = time.perf_counter()
             for i, (s, utt) in enumerate(batch):
-                if utt.cancelled:
+                if utt.cancelled or utt.ended:
                     continue
                 utt.pending.append((codes[i], pcm[i]))
                 self._emit_packets(s, utt, final=utt.ending is not None)
@@ -378,6 +378,9 @@ class Engine:
                 utt.emitted += len(chunk)
 
     def _end(self, s: Session, utt: Utterance, reason: str) -> None:
+        if utt.ended:  # e.g. a failed step ended it while its last step was in flight
+            return
+        utt.ended = True
         s.finish_head(utt)
         if not utt.cancelled:
             s.emit(utt, UtteranceEnd(utt.id, utt.emitted, reason))

@@ -45,6 +45,7 @@ class Utterance:
     prompt_len: int = 0
     steps: int = 0  # talker decode steps == frames completed
     ending: str | None = None  # why it ends ("eos", "max_frames") once its last audio is out
+    ended: bool = False  # its UtteranceEnd is out
     # decoded frames not yet sent: (codes (16,), pcm (frame_samples,)) each
     pending: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     emitted: int = 0  # frames sent as audio
