@@ -10,7 +10,7 @@ Per session: the pipeline of `agent.py` on the room's tracks (RoomIO, with the
 framework's transcript synchronizer, which is what records an interrupted reply as
 far as it was heard), the duplex controller, and one data message per turn on topic
 AGENT_LATENCY_TOPIC ("latency"): {"trace_id", "eot_to_first_audio_ms", "llm_ttft_ms",
-"tts_ttfa_ms"} for the web page.
+"tts_ttfa_ms"} for the web page; and AutoRTC's acks and reply marks (`autortc_marks`).
 
 No LiveKit server runs on the build machines: this module is exercised by hand
 against a real server (see README), the pipeline under it by the direct-mode tests.
@@ -27,6 +27,7 @@ import threading
 from livekit.agents import AgentServer, JobContext, JobExecutorType, JobProcess, cli
 
 from .agent import PhraseCache, attach_duplex, build_pipeline, load_vad
+from .autortc_marks import AutoRTCMarks
 from .http import start_http
 from .metrics import TurnTracker
 from .settings import AgentSettings, load_settings
@@ -44,24 +45,27 @@ async def entrypoint(ctx: JobContext) -> None:
     settings = load_settings()
     loop = asyncio.get_running_loop()
 
-    def publish_latency(report: dict[str, object]) -> None:
-        payload = json.dumps(report).encode()
+    pending: set[asyncio.Task[None]] = set()
 
+    def send(payload: bytes, topic: str) -> None:
         async def _send() -> None:
             try:
-                await ctx.room.local_participant.publish_data(
-                    payload, reliable=True, topic=settings.latency_topic)
-            except Exception as e:  # the page missing a report must not break the call
-                log.warning("latency data message not sent: %s", e)
+                await ctx.room.local_participant.publish_data(payload, reliable=True,
+                                                              topic=topic)
+            except Exception as e:  # a lost data message must not break the call
+                log.warning("data message on %s not sent: %s", topic, e)
 
         task = loop.create_task(_send())
         pending.add(task)
         task.add_done_callback(pending.discard)
 
-    pending: set[asyncio.Task[None]] = set()
-    tracker = TurnTracker(on_report=publish_latency)
+    tracker = TurnTracker(on_report=lambda report: send(json.dumps(report).encode(),
+                                                        settings.latency_topic))
     p = build_pipeline(settings, tracker=tracker, cache=_CACHE)
     attach_duplex(p)
+    marks = AutoRTCMarks(send, lambda: tracker.current.trace_id if tracker.current else None)
+    ctx.room.on("data_received", lambda packet: marks.on_data(packet.topic, packet.data))
+    p.session.on("agent_state_changed", lambda ev: marks.on_state(ev.old_state, ev.new_state))
     await ctx.connect()
     log.info("joined room %s", ctx.room.name)
     if settings.starter_cache:
