@@ -86,8 +86,10 @@ class UtteranceEnd:
 
 @dataclass
 class StepStats:
-    """One decode step. Part times are GPU time (CUDA events) with CUDA graphs, else host
-    wall-clock (on CUDA without graphs: launch time only)."""
+    """One decode step. `step_ms`: wall time from its launch until its audio was handed to
+    the sinks (with CUDA graphs its decoder runs beside the next step: in a steady stream
+    this is the time per frame). Part times are GPU time (CUDA events) with CUDA graphs,
+    else host wall-clock (on CUDA without graphs: launch time only)."""
 
     batch_size: int
     step_ms: float

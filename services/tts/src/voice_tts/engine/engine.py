@@ -201,7 +201,6 @@ class Engine:
             return self._iteration()
 
     def _iteration(self) -> bool:
-        t_start = time.perf_counter()
         with self._lock:
             sessions = dict(self._sessions)
         busy = False
@@ -234,13 +233,12 @@ class Engine:
         launched = self._guarded(rows, self._launch) if rows else None
         delivered = [self._deliver()]  # the step before this one: its decoder is done
         if launched is not None and self._guarded(rows, partial(self._advance, launched)):
+            launched.prefills = len(plan.prefill)
             self._in_flight = rows, launched
             if not launched.pipelined:
                 delivered.append(self._deliver())
         for stats in delivered:
             if stats is not None and self.on_step is not None:
-                stats.prefills = len(plan.prefill)
-                stats.step_ms = (time.perf_counter() - t_start) * 1e3
                 try:
                     self.on_step(stats)
                 except Exception:
@@ -354,8 +352,9 @@ class Engine:
         if emit_ms is None:
             return None
         t = step.timing
-        return StepStats(len(batch), 0.0, t["talker_ms"], t["code_predictor_ms"],
-                         t["decoder_ms"], 0, emit_ms)
+        return StepStats(len(batch), (time.perf_counter() - step.launched_at) * 1e3,
+                         t["talker_ms"], t["code_predictor_ms"], t["decoder_ms"],
+                         step.prefills, emit_ms)
 
     def _emit_packets(self, s: Session, utt: Utterance, final: bool) -> None:
         """Decoded frames out in packets: `first_packet_frames`, then `packet_frames`."""

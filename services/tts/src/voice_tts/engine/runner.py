@@ -70,6 +70,8 @@ class Step:
     def __init__(self, tokens: Callable[[], list[int]], audio: Callable[[], tuple],
                  pipelined: bool) -> None:
         self._tokens_fn, self._audio_fn, self.pipelined = tokens, audio, pipelined
+        self.launched_at = 0.0  # perf_counter at its launch (set by Runner.launch)
+        self.prefills = 0  # prompts run in the iteration that launched it (stats)
         self._tokens: list[int] | None = None
         self._audio: tuple[np.ndarray, np.ndarray] | None = None
         self.timing: dict[str, float] = {}
@@ -381,9 +383,11 @@ class Runner:
     def launch(self, slots: list[int], text_ids: list[int]) -> Step:
         """One decode step for the sessions in `slots` (continuous batching: any subset,
         any order), each fed its next text-track id."""
+        t0 = time.perf_counter()
         b = self.graphs.bucket(len(slots)) if self.graphs is not None else None
         step = (Step(*self.graphs.launch(slots, text_ids), pipelined=True) if b is not None
                 else self._eager(slots, text_ids))
+        step.launched_at = t0
         for slot in slots:
             self._positions[slot] += 1
         return step
