@@ -79,8 +79,9 @@ class Engine:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        # The last launched step, until its audio is out: (rows, step).
-        self._in_flight: tuple[list[tuple[Session, Utterance]], Step] | None = None
+        # The last launched step, until its audio is out: (rows, step, prompts run in the
+        # iteration that launched it).
+        self._in_flight: tuple[list[tuple[Session, Utterance]], Step, int] | None = None
         self.on_step = None  # callable(StepStats) | None
 
     # --- construction ---------------------------------------------------------------------
@@ -233,8 +234,7 @@ class Engine:
         launched = self._guarded(rows, self._launch) if rows else None
         delivered = [self._deliver()]  # the step before this one: its decoder is done
         if launched is not None and self._guarded(rows, partial(self._advance, launched)):
-            launched.prefills = len(plan.prefill)
-            self._in_flight = rows, launched
+            self._in_flight = rows, launched, len(plan.prefill)
             if not launched.pipelined:
                 delivered.append(self._deliver())
         for stats in delivered:
@@ -333,7 +333,7 @@ class Engine:
         """The step in flight's audio out as packets (and ends); its stats."""
         if self._in_flight is None:
             return None
-        batch, step = self._in_flight
+        batch, step, prefills = self._in_flight
         self._in_flight = None
 
         def deliver(batch: list[tuple[Session, Utterance]]) -> float:
@@ -354,7 +354,7 @@ class Engine:
         t = step.timing
         return StepStats(len(batch), (time.perf_counter() - step.launched_at) * 1e3,
                          t["talker_ms"], t["code_predictor_ms"], t["decoder_ms"],
-                         step.prefills, emit_ms)
+                         prefills, emit_ms)
 
     def _emit_packets(self, s: Session, utt: Utterance, final: bool) -> None:
         """Decoded frames out in packets: `first_packet_frames`, then `packet_frames`."""

@@ -71,7 +71,6 @@ class Step:
                  pipelined: bool) -> None:
         self._tokens_fn, self._audio_fn, self.pipelined = tokens, audio, pipelined
         self.launched_at = 0.0  # perf_counter at its launch (set by Runner.launch)
-        self.prefills = 0  # prompts run in the iteration that launched it (stats)
         self._tokens: list[int] | None = None
         self._audio: tuple[np.ndarray, np.ndarray] | None = None
         self.timing: dict[str, float] = {}
@@ -83,7 +82,6 @@ class Step:
 
     def audio(self) -> tuple[np.ndarray, np.ndarray]:
         if self._audio is None:
-            self.tokens()
             codes, pcm, self.timing = self._audio_fn()
             self._audio = codes, pcm
         return self._audio
@@ -165,8 +163,8 @@ def talker_step(model: Qwen3TTS, codec_track: torch.Tensor, text_ids: torch.Tens
     next frame (B,), hidden state (B, H))."""
     talker = model.talker
     x = codec_track + talker.text_embed(text_ids[:, None])
-    logits, hidden = talker(x, slots, positions[:, None], kv_len)
-    return sample(logits[:, -1]), hidden[:, -1]
+    hidden = talker(x, slots, positions[:, None], kv_len)[:, -1]
+    return sample(talker.logits(hidden)), hidden
 
 
 def prompt_rows(cfg: ModelConfig, req: PrefillRequest) -> tuple[list[int], list[int]]:
@@ -321,12 +319,13 @@ class Runner:
         s.seen.index_fill_(0, slots, False)
         s.n_generated.index_fill_(0, slots, 0)
         positions = self._arange[:length][None].expand(b, -1)
-        logits, hidden = self.model.talker(self.embed_prompts(ids), slots, positions, length)
-        rows = self._arange[:b]
-        token = self._sample_talker(slots, s.n_generated[slots], logits[rows, last])
+        talker = self.model.talker
+        hidden = talker(self.embed_prompts(ids), slots, positions, length)
+        hidden = hidden[self._arange[:b], last]  # each prompt's last row
+        token = self._sample_talker(slots, s.n_generated[slots], talker.logits(hidden))
         s.seen.index_put_((slots, token), self._true)
         s.last_token.index_copy_(0, slots, token)
-        s.past_hidden.index_copy_(0, slots, hidden[rows, last])
+        s.past_hidden.index_copy_(0, slots, hidden)
         s.position.index_copy_(0, slots, last + 1)
         s.n_generated.index_fill_(0, slots, 1)
 

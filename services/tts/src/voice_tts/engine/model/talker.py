@@ -81,10 +81,14 @@ class Talker(nn.Module):
         return self.model.codec_embedding(ids)
 
     def forward(self, x: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
-                kv_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, T, hidden) at positions (B, T) -> (logits (B, T, vocab), hidden (B, T, H))."""
+                kv_len: int) -> torch.Tensor:
+        """x (B, T, hidden) at positions (B, T) -> hidden states (B, T, H); `logits` of the
+        rows that need them."""
         assert self.caches is not None, "call setup_caches() first"
         cos, sin = rope_cos_sin(self.inv_freq, positions, x.dtype)
-        hidden = run_layers(self.model.layers, self.caches, self.model.norm, x, cos, sin,
-                            slots, positions, kv_len)
-        return head(self.codec_head, hidden, self.model.layers[0].fused), hidden
+        return run_layers(self.model.layers, self.caches, self.model.norm, x, cos, sin,
+                          slots, positions, kv_len)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Codebook-0 logits (..., vocab) of hidden states (..., H)."""
+        return head(self.codec_head, hidden, self.model.layers[0].fused)
