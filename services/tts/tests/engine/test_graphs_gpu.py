@@ -1,8 +1,9 @@
 """GPU only (skipped without CUDA; run on the device, `WITH_TESTS=1 bash bench/gpu.sh`): the
 Triton cache attention equals SDPA, the fused kernels round like the modules in bf16 and
 keep the reference's codes in float32, the CUDA-graph prefill and decode step equal eager
-(the decoder on its own stream included: a slot reused mid-step starts clean), batched
-equals solo, and 1,000 sessions leak no GPU memory."""
+(the decoder on its own stream included: a slot reused mid-step starts clean), with and
+without programmatic dependent launch, batched equals solo, and 1,000 sessions leak no
+GPU memory."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def engines() -> dict[str, Engine]:
         e.shutdown()
 
 
-def run(engine: Engine, texts: list[str], greedy: bool) -> list[np.ndarray]:
+def run(engine: Engine, texts: list[str], greedy: bool, codes: bool = False
+        ) -> list[np.ndarray]:
+    """Each text's audio (or with `codes`, its codec codes (frames, 16))."""
     from voice_tts.engine import AudioPacket, SessionParams, UtteranceEnd
 
     outs: list[list[np.ndarray]] = [[] for _ in texts]
@@ -51,7 +54,7 @@ def run(engine: Engine, texts: list[str], greedy: bool) -> list[np.ndarray]:
     def sink(i):
         def f(item):
             if isinstance(item, AudioPacket):
-                outs[i].append(item.pcm)
+                outs[i].append(item.codes if codes else item.pcm)
             elif isinstance(item, UtteranceEnd):
                 done[i].set()
         return f
@@ -152,6 +155,26 @@ def test_graphs_equal_eager(engines) -> None:
     for a, b in zip(eager, graph, strict=True):
         assert len(a) == len(b)
         assert snr_db(a, b) >= 60, f"SNR {snr_db(a, b):.1f} dB"
+
+
+def test_programmatic_dependent_launch_changes_no_code(engines, monkeypatch) -> None:
+    """PDL lets each kernel launch before the previous one ends: a kernel that touched step
+    data before its wait would read stale values. The graphed engine without PDL samples
+    the same codes, session by session (one at a time: the same batch shapes)."""
+    from voice_tts.engine import kernels
+
+    on = engines["graph"]
+    assert kernels.pdl(on.runner.state.seed)  # an H100: PDL is on by default
+    monkeypatch.setenv("TTS_PDL", "0")
+    off = Engine.from_preset(PRESET, seed=0, device="cuda", settings=EngineSettings(
+        max_sessions=8, max_batch=8, max_seq_len=512, decoder_precision="fp32"))
+    off.start()
+    try:
+        for text in TEXTS[:2]:
+            a, b = run(on, [text], greedy=False, codes=True)[0], run(off, [text], False, True)[0]
+            assert a.shape == b.shape and (a == b).all()
+    finally:
+        off.shutdown()
 
 
 def test_a_slot_reused_while_its_last_step_decodes_starts_clean(engines) -> None:

@@ -18,6 +18,13 @@ replace (every intermediate the reference rounds to the model dtype is rounded h
 - `sample`: repetition penalty, masks, temperature, top-k, top-p and the seeded
   exponential race of `sampling.py` in one pass over the vocabulary (`sampling`).
 
+Programmatic dependent launch (Hopper+, `pdl(x)`): each of these kernels may be launched
+while the kernel before it in the stream finishes; it waits for that kernel
+(`gdc_wait`, before it reads or writes anything a kernel of the step writes) and then lets
+the next one launch. A decode step is ~1,100 such small kernels in a row, so the launch
+gap between them was a large part of it; the GEMV also starts streaming its weight (never
+written during a step) before it waits. TTS_PDL=0 turns it off.
+
 `active(x)` says whether the fused path runs for tensors like x: on CUDA when Triton is
 installed, and on CPU only where a test asks for it (`interpret_on_cpu`), under
 TRITON_INTERPRET=1, to check the kernels against the reference modules without a GPU.
@@ -34,11 +41,28 @@ import torch
 try:
     import triton  # noqa: F401
 except ImportError:  # CPU-only installs: the plain-PyTorch path is used
-    AVAILABLE = False
+    AVAILABLE = GDC = False
 else:
     AVAILABLE = True
+    try:  # grid dependency control (programmatic dependent launch), Triton >= 3.4
+        from triton.language.extra.cuda import gdc_wait  # noqa: F401
+    except ImportError:
+        GDC = False
+    else:
+        GDC = True
 
 _on_cpu = False
+_pdl_devices: dict[int, bool] = {}
+
+
+def pdl(x: torch.Tensor) -> bool:
+    """Whether kernels on x's device launch with programmatic dependent launch (sm90+)."""
+    if not x.is_cuda or os.environ.get("TTS_PDL", "1") == "0":
+        return False
+    i = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    if i not in _pdl_devices:
+        _pdl_devices[i] = GDC and torch.cuda.get_device_capability(i)[0] >= 9
+    return _pdl_devices[i]
 
 
 def active(x: torch.Tensor) -> bool:
@@ -65,4 +89,5 @@ if AVAILABLE:
     from .sampling import TalkerMasks, sample
 
     __all__ = ["AVAILABLE", "TalkerMasks", "active", "attention", "interpret_on_cpu",
-               "linear", "qk_norm_rope_write", "rms_norm", "sample", "silu_mul", "snake_beta"]
+               "linear", "pdl", "qk_norm_rope_write", "rms_norm", "sample", "silu_mul",
+               "snake_beta"]

@@ -17,12 +17,16 @@ import torch
 import triton
 import triton.language as tl
 
+from . import pdl
+from .layer_ops import _after_previous
+
 
 @triton.jit
 def _attention(q_ptr, k_ptr, v_ptr, o_ptr, slots_ptr, pos_ptr, T,
                sq_b, sq_t, sq_h, sp_b, sp_t, sk_s, sk_h, sk_l, so_m, so_h, scale,
                REP: tl.constexpr, REP_PAD: tl.constexpr, D: tl.constexpr,
-               BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+               BLOCK_N: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr):
+    _after_previous(PDL)
     m, kvh = tl.program_id(0), tl.program_id(1)
     b, t = m // T, m % T
     slot = tl.load(slots_ptr + b)
@@ -65,10 +69,12 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     rep = h // kvh
     out = torch.empty(b * t, h, d, dtype=q.dtype, device=q.device)
     block_n = min(64, max(16, triton.next_power_of_2(k_cache.shape[2])))
+    on = pdl(q)
     _attention[(b * t, kvh)](
         q, k_cache, v_cache, out, slots, positions, t,
         q.stride(0), q.stride(1), q.stride(2), positions.stride(0), positions.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1),
         scale, REP=rep, REP_PAD=max(16, triton.next_power_of_2(rep)), D=d, BLOCK_N=block_n,
-        PREC="ieee" if q.dtype == torch.float32 else "tf32")  # exact fp32 when asked for
+        PREC="ieee" if q.dtype == torch.float32 else "tf32",  # exact fp32 when asked for
+        PDL=on, launch_pdl=on)
     return out.view(b, t, h * d)

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from . import active
-from .layer_ops import _rnd
+from . import active, pdl
+from .layer_ops import _after_previous, _rnd
 from .layer_ops import silu_mul as _silu_mul
 
 MAX_ROWS = 4  # rows of x (M) the kernel takes; more go to F.linear
@@ -80,9 +80,33 @@ def _x_chunk(row_ptr, k, kmask, K, ACT: tl.constexpr, dt: tl.constexpr):
 
 
 @triton.jit
+def _w_chunk(w_rows, k, K, EVEN_K: tl.constexpr):
+    """Columns k of the program's rows of W, as float32."""
+    if EVEN_K:
+        return tl.load(w_rows + k[None, :]).to(tl.float32)
+    else:
+        return tl.load(w_rows + k[None, :], mask=(k < K)[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _accumulate(acc0, acc1, acc2, acc3, w, x0, x1, x2, x3, k, K, M: tl.constexpr,
+                ACT: tl.constexpr, dt: tl.constexpr):
+    """Adds W's chunk times columns k of each of the M rows of x to its accumulator."""
+    kmask = k < K
+    acc0 += w * _x_chunk(x0, k, kmask, K, ACT, dt)[None, :]
+    if M > 1:
+        acc1 += w * _x_chunk(x1, k, kmask, K, ACT, dt)[None, :]
+    if M > 2:
+        acc2 += w * _x_chunk(x2, k, kmask, K, ACT, dt)[None, :]
+    if M > 3:
+        acc3 += w * _x_chunk(x3, k, kmask, K, ACT, dt)[None, :]
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
 def _gemv(x_ptr, w_ptr, y_ptr, N, K, R, sx0, sx1, sw, sy, M: tl.constexpr,
           ACT: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr,
-          BLOCK_K: tl.constexpr, STAGES: tl.constexpr):
+          BLOCK_K: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
     # Row m of x (A, R, K) is at x_ptr + (m // R) * sx0 + (m % R) * sx1.
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     dt = y_ptr.dtype.element_ty
@@ -99,20 +123,18 @@ def _gemv(x_ptr, w_ptr, y_ptr, N, K, R, sx0, sx1, sw, sy, M: tl.constexpr,
     acc1 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     acc2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
     acc3 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+    # The first chunk of W is loaded before waiting for the previous kernel (the weight is
+    # never written during a step): under PDL it streams in while that kernel finishes.
+    k = tl.arange(0, BLOCK_K)
+    w = _w_chunk(w_rows, k, K, EVEN_K)
+    _after_previous(PDL)
+    acc0, acc1, acc2, acc3 = _accumulate(acc0, acc1, acc2, acc3, w, x0, x1, x2, x3, k, K,
+                                         M, ACT, dt)
+    for k0 in tl.range(BLOCK_K, K, BLOCK_K, num_stages=STAGES):
         k = k0 + tl.arange(0, BLOCK_K)
-        kmask = k < K
-        if EVEN_K:
-            w = tl.load(w_rows + k[None, :]).to(tl.float32)
-        else:
-            w = tl.load(w_rows + k[None, :], mask=kmask[None, :], other=0.0).to(tl.float32)
-        acc0 += w * _x_chunk(x0, k, kmask, K, ACT, dt)[None, :]
-        if M > 1:
-            acc1 += w * _x_chunk(x1, k, kmask, K, ACT, dt)[None, :]
-        if M > 2:
-            acc2 += w * _x_chunk(x2, k, kmask, K, ACT, dt)[None, :]
-        if M > 3:
-            acc3 += w * _x_chunk(x3, k, kmask, K, ACT, dt)[None, :]
+        w = _w_chunk(w_rows, k, K, EVEN_K)
+        acc0, acc1, acc2, acc3 = _accumulate(acc0, acc1, acc2, acc3, w, x0, x1, x2, x3, k,
+                                             K, M, ACT, dt)
     out = y_ptr + n
     live = n < N
     tl.store(out, tl.sum(acc0, 1).to(dt), mask=live)
@@ -159,8 +181,9 @@ def linear(x: torch.Tensor, w: torch.Tensor, act: str | None = None, *,
         x.reshape(-1, *x.shape[-2:])
     block_n, block_k, num_warps, stages = config
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    on = pdl(x)
     _gemv[(triton.cdiv(n, block_n),)](
         x3, w, y, n, k, x3.shape[1], x3.stride(0), x3.stride(1), w.stride(0), y.stride(0),
         M=m, ACT=act is not None, EVEN_K=k % block_k == 0, BLOCK_N=block_n, BLOCK_K=block_k,
-        STAGES=stages, num_warps=num_warps)
+        STAGES=stages, PDL=on, launch_pdl=on, num_warps=num_warps)
     return y.view(*x.shape[:-1], n)

@@ -11,6 +11,23 @@ import torch
 import triton
 import triton.language as tl
 
+from . import pdl
+
+try:
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # a Triton without grid dependency control: `pdl` says False
+    gdc_launch_dependents = gdc_wait = None  # type: ignore[assignment]
+
+
+@triton.jit
+def _after_previous(PDL: tl.constexpr):
+    """Under programmatic dependent launch: wait until the stream's previous kernel is
+    done and its writes are visible, then let the next kernel launch (it waits the same
+    way). Every kernel launched with PDL calls this before it touches step data."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
 
 @triton.jit
 def _rnd(x, dtype: tl.constexpr):
@@ -20,7 +37,8 @@ def _rnd(x, dtype: tl.constexpr):
 
 @triton.jit
 def _rms_norm(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, sx, sr, sy, sh, eps,
-              N: tl.constexpr, BLOCK: tl.constexpr, ADD: tl.constexpr):
+              N: tl.constexpr, BLOCK: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr):
+    _after_previous(PDL)
     row = tl.program_id(0).to(tl.int64)
     c = tl.arange(0, BLOCK)
     mask = c < N
@@ -43,9 +61,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     y = torch.empty_like(x2)
     h = torch.empty_like(x2) if residual is not None else x2
     r2 = residual.reshape(-1, n) if residual is not None else x2
+    on = pdl(x)
     _rms_norm[(x2.shape[0],)](x2, r2, weight, y, h, x2.stride(0), r2.stride(0), y.stride(0),
                               h.stride(0), eps, N=n, BLOCK=triton.next_power_of_2(n),
-                              ADD=residual is not None)
+                              ADD=residual is not None, PDL=on, launch_pdl=on)
     return y.view(x.shape), h.view(x.shape)
 
 
@@ -53,7 +72,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
 def _qk_norm_rope_write(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, slots_ptr, pos_ptr,
                         q_ptr, kc_ptr, vc_ptr, T, s_qkv, s_cb, s_ct, s_pb, s_pt, s_qm, s_qh,
                         s_cs, s_ch, s_cl, eps, H: tl.constexpr, KVH: tl.constexpr,
-                        D: tl.constexpr, NH_PAD: tl.constexpr):
+                        D: tl.constexpr, NH_PAD: tl.constexpr, PDL: tl.constexpr):
+    _after_previous(PDL)
     m = tl.program_id(0)  # one token row: all its q, k and v heads, as (heads, D/2) halves
     b, t = m // T, m % T
     dt = q_ptr.dtype.element_ty
@@ -101,12 +121,13 @@ def qk_norm_rope_write(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torc
     kvh, d = k_cache.shape[1], k_cache.shape[3]
     qkv2 = qkv.reshape(b * t, -1)
     q = torch.empty(b * t, heads, d, dtype=qkv.dtype, device=qkv.device)
+    on = pdl(qkv)
     _qk_norm_rope_write[(b * t,)](
         qkv2, q_weight, k_weight, cos, sin, slots, positions, q, k_cache, v_cache, t,
         qkv2.stride(0), cos.stride(0), cos.stride(1), positions.stride(0),
         positions.stride(1), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), eps, H=heads, KVH=kvh, D=d,
-        NH_PAD=triton.next_power_of_2(heads + 2 * kvh))
+        NH_PAD=triton.next_power_of_2(heads + 2 * kvh), PDL=on, launch_pdl=on)
     return q.view(b, t, heads, d)
 
 

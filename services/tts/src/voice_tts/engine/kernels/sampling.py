@@ -22,6 +22,8 @@ import triton
 import triton.language as tl
 
 from ..sampling import MIN_NEW_TOKENS, SamplingTensors
+from . import pdl
+from .layer_ops import _after_previous
 
 _M32 = tl.constexpr(0xFFFFFFFF)
 # Warps per row by padded vocabulary size (bench/tune_sample.py measures them): the
@@ -91,7 +93,8 @@ def _warp_and_race(x, valid, idx, temp_ptr, topk_ptr, topp_ptr, seed_ptr, slot, 
 def _sample(logits_ptr, s_l, slots_ptr, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr,
             count_ptr, count_offset, stream, seen_ptr, s_seen, pen_ptr, sup_ptr, eos_id,
             out_ptr, s_out, V: tl.constexpr, VP: tl.constexpr, MASKS: tl.constexpr,
-            MIN_NEW: tl.constexpr):
+            MIN_NEW: tl.constexpr, PDL: tl.constexpr):
+    _after_previous(PDL)
     row = tl.program_id(0)
     slot = tl.load(slots_ptr + row).to(tl.int64)
     idx = tl.arange(0, VP)
@@ -134,11 +137,12 @@ def sample(logits: torch.Tensor, slots: torch.Tensor, params: SamplingTensors,
     if out is None:
         out = torch.empty(b, dtype=torch.long, device=logits.device)
     m = masks
+    on = pdl(logits)
     _sample[(b,)](
         logits, logits.stride(0), slots, params.do_sample, params.temperature, params.top_k,
         params.top_p, seed, count, count_offset, stream,
         m.seen if m else logits, m.seen.stride(0) if m else 0, m.penalty if m else logits,
         m.suppress if m else logits, m.eos_id if m else 0, out, out.stride(0),
         V=v, VP=vp, MASKS=m is not None, MIN_NEW=MIN_NEW_TOKENS,
-        num_warps=WARPS.get(vp, 4))
+        PDL=on, launch_pdl=on, num_warps=WARPS.get(vp, 4))
     return out
