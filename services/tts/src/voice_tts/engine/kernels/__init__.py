@@ -65,6 +65,12 @@ def pdl(x: torch.Tensor) -> bool:
     return _pdl_devices[i]
 
 
+def pdl_args(x: torch.Tensor) -> dict:
+    """A launch's PDL arguments: the kernels' `PDL` flag (does it wait in-kernel) and, where
+    on, Triton's `launch_pdl` (absent otherwise: older Triton does not know it)."""
+    return {"PDL": True, "launch_pdl": True} if pdl(x) else {"PDL": False}
+
+
 def active(x: torch.Tensor) -> bool:
     return AVAILABLE and (x.is_cuda or (_on_cpu and x.device.type == "cpu"))
 
@@ -89,5 +95,5 @@ if AVAILABLE:
     from .sampling import TalkerMasks, sample
 
     __all__ = ["AVAILABLE", "TalkerMasks", "active", "attention", "interpret_on_cpu",
-               "linear", "pdl", "qk_norm_rope_write", "rms_norm", "sample", "silu_mul",
-               "snake_beta"]
+               "linear", "pdl", "pdl_args", "qk_norm_rope_write", "rms_norm", "sample",
+               "silu_mul", "snake_beta"]

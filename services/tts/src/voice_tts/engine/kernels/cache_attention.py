@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl
+from . import pdl_args
 from .layer_ops import _after_previous
 
 
@@ -69,12 +69,11 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     rep = h // kvh
     out = torch.empty(b * t, h, d, dtype=q.dtype, device=q.device)
     block_n = min(64, max(16, triton.next_power_of_2(k_cache.shape[2])))
-    on = pdl(q)
     _attention[(b * t, kvh)](
         q, k_cache, v_cache, out, slots, positions, t,
         q.stride(0), q.stride(1), q.stride(2), positions.stride(0), positions.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1),
         scale, REP=rep, REP_PAD=max(16, triton.next_power_of_2(rep)), D=d, BLOCK_N=block_n,
         PREC="ieee" if q.dtype == torch.float32 else "tf32",  # exact fp32 when asked for
-        PDL=on, launch_pdl=on)
+        **pdl_args(q))
     return out.view(b, t, h * d)

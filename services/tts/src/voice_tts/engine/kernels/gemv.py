@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from . import active, pdl
+from . import active, pdl_args
 from .layer_ops import _after_previous, _rnd
 from .layer_ops import silu_mul as _silu_mul
 
@@ -181,9 +181,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, act: str | None = None, *,
         x.reshape(-1, *x.shape[-2:])
     block_n, block_k, num_warps, stages = config
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    on = pdl(x)
     _gemv[(triton.cdiv(n, block_n),)](
         x3, w, y, n, k, x3.shape[1], x3.stride(0), x3.stride(1), w.stride(0), y.stride(0),
         M=m, ACT=act is not None, EVEN_K=k % block_k == 0, BLOCK_N=block_n, BLOCK_K=block_k,
-        STAGES=stages, PDL=on, launch_pdl=on, num_warps=num_warps)
+        STAGES=stages, **pdl_args(x), num_warps=num_warps)
     return y.view(*x.shape[:-1], n)

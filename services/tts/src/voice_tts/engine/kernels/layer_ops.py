@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl
+from . import pdl_args
 
 try:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -61,10 +61,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     y = torch.empty_like(x2)
     h = torch.empty_like(x2) if residual is not None else x2
     r2 = residual.reshape(-1, n) if residual is not None else x2
-    on = pdl(x)
     _rms_norm[(x2.shape[0],)](x2, r2, weight, y, h, x2.stride(0), r2.stride(0), y.stride(0),
                               h.stride(0), eps, N=n, BLOCK=triton.next_power_of_2(n),
-                              ADD=residual is not None, PDL=on, launch_pdl=on)
+                              ADD=residual is not None, **pdl_args(x))
     return y.view(x.shape), h.view(x.shape)
 
 
@@ -121,13 +120,12 @@ def qk_norm_rope_write(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torc
     kvh, d = k_cache.shape[1], k_cache.shape[3]
     qkv2 = qkv.reshape(b * t, -1)
     q = torch.empty(b * t, heads, d, dtype=qkv.dtype, device=qkv.device)
-    on = pdl(qkv)
     _qk_norm_rope_write[(b * t,)](
         qkv2, q_weight, k_weight, cos, sin, slots, positions, q, k_cache, v_cache, t,
         qkv2.stride(0), cos.stride(0), cos.stride(1), positions.stride(0),
         positions.stride(1), q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), eps, H=heads, KVH=kvh, D=d,
-        NH_PAD=triton.next_power_of_2(heads + 2 * kvh), PDL=on, launch_pdl=on)
+        NH_PAD=triton.next_power_of_2(heads + 2 * kvh), **pdl_args(qkv))
     return q.view(b, t, heads, d)
 
 

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ..sampling import MIN_NEW_TOKENS, SamplingTensors
-from . import pdl
+from . import pdl_args
 from .layer_ops import _after_previous
 
 _M32 = tl.constexpr(0xFFFFFFFF)
@@ -137,12 +137,11 @@ def sample(logits: torch.Tensor, slots: torch.Tensor, params: SamplingTensors,
     if out is None:
         out = torch.empty(b, dtype=torch.long, device=logits.device)
     m = masks
-    on = pdl(logits)
     _sample[(b,)](
         logits, logits.stride(0), slots, params.do_sample, params.temperature, params.top_k,
         params.top_p, seed, count, count_offset, stream,
         m.seen if m else logits, m.seen.stride(0) if m else 0, m.penalty if m else logits,
         m.suppress if m else logits, m.eos_id if m else 0, out, out.stride(0),
         V=v, VP=vp, MASKS=m is not None, MIN_NEW=MIN_NEW_TOKENS,
-        PDL=on, launch_pdl=on, num_warps=WARPS.get(vp, 4))
+        **pdl_args(logits), num_warps=WARPS.get(vp, 4))
     return out
