@@ -1,6 +1,7 @@
 """Compile every Triton kernel of the decode path for Hopper (sm_90) at the real shapes,
-bf16 and float32, without a GPU (Triton's own ptxas): a kernel that the interpreter
-accepts but the compiler rejects fails here, not on the device. Run by test_kernels.py
+bf16 and float32, with programmatic dependent launch (PDL), without a GPU (Triton's own
+ptxas): a kernel that the interpreter accepts but the compiler rejects fails here, not
+on the device. Run by test_kernels.py
 in a process without TRITON_INTERPRET. Prints one line per kernel variant."""
 
 from __future__ import annotations
@@ -38,17 +39,18 @@ def main() -> None:
                 "temp_ptr": "*fp32", "topp_ptr": "*fp32", "pen_ptr": "*fp32"}
         for hidden in (1024, 2048):  # 0.6B, 1.7B talker
             compile_for_hopper(layer_ops._rms_norm, ptrs, dict(N=hidden, BLOCK=hidden,
-                                                                ADD=True))
+                                                                ADD=True, PDL=True))
         compile_for_hopper(layer_ops._qk_norm_rope_write, ptrs,
-                           dict(H=16, KVH=8, D=128, NH_PAD=32))
+                           dict(H=16, KVH=8, D=128, NH_PAD=32, PDL=True))
         compile_for_hopper(layer_ops._silu_mul, ptrs, dict(N=3072, BLOCK=1024))
         compile_for_hopper(layer_ops._snake_beta, {**ptrs, "a_ptr": ptrs["x_ptr"],
                                                    "b_ptr": ptrs["x_ptr"]}, dict(BLOCK=1024))
         compile_for_hopper(cache_attention._attention, ptrs, dict(
-            REP=2, REP_PAD=16, D=128, BLOCK_N=64, PREC="ieee" if dt == "fp32" else "tf32"))
+            REP=2, REP_PAD=16, D=128, BLOCK_N=64, PREC="ieee" if dt == "fp32" else "tf32",
+            PDL=True))
         for v, masks in ((2048, False), (3072, True)):  # code predictor, talker
             compile_for_hopper(sampling._sample, ptrs, dict(
-                V=v, VP=triton.next_power_of_2(v), MASKS=masks, MIN_NEW=2))
+                V=v, VP=triton.next_power_of_2(v), MASKS=masks, MIN_NEW=2, PDL=dt == "bf16"))
 
 
 if __name__ == "__main__":

@@ -76,6 +76,40 @@ def test_silu_mul_linear_equals_silu_mul_then_f_linear(m: int) -> None:
                                F.linear(layer_ops.silu_mul(x3), w), **TOL)
 
 
+@pytest.mark.parametrize("m", [1, 2, 4])
+@pytest.mark.parametrize("add", [False, True])
+def test_norm_linear_equals_rms_norm_then_linear(m: int, add: bool) -> None:
+    """The RMSNorm taken inside the GEMV (of x, or of x + residual, which it also returns
+    as the new residual stream) equals the norm kernel followed by F.linear."""
+    from voice_tts.engine.kernels import gemv, layer_ops
+
+    x, w, nw = randn(m, 300, seed=20 + m), randn(37, 300, seed=21), randn(300, seed=22)
+    r = randn(m, 300, seed=23) if add else None
+    y, h = gemv.norm_linear(x, r, nw, 1e-6, w, config=(8, 64, 2, 2))
+    normed, h_ref = layer_ops.rms_norm(x, nw, 1e-6, r)
+    torch.testing.assert_close(y, F.linear(normed, w), **TOL)
+    torch.testing.assert_close(h, h_ref, rtol=0, atol=0)
+    assert (h.data_ptr() == x.data_ptr()) != add  # no residual: x is the stream, not copied
+
+
+def test_norm_linear_takes_prefill_rows_strided_views_and_falls_back() -> None:
+    from voice_tts.engine.kernels import gemv, layer_ops
+
+    w, nw = randn(29, 96, seed=24), randn(96, seed=25)
+    big = randn(2, 3, 128, seed=26)
+    cases = {
+        "(B, T, K) rows": (big[:1, :2, :96].contiguous(), randn(1, 2, 96, seed=27)),
+        "rows apart": (big[:, 1, 16:112], randn(2, 96, seed=28)),
+        "6 rows: the norm kernel + F.linear": (big[:, :, :96], randn(2, 3, 96, seed=29)),
+    }
+    for name, (x, r) in cases.items():
+        y, h = gemv.norm_linear(x, r, nw, 1e-5, w)
+        normed, h_ref = layer_ops.rms_norm(x, nw, 1e-5, r)
+        torch.testing.assert_close(y, F.linear(normed, w), **TOL, msg=name)
+        torch.testing.assert_close(h, h_ref, rtol=0, atol=0, msg=name)
+        assert y.shape == (*x.shape[:-1], 29) and h.shape == x.shape, name
+
+
 def test_more_rows_fall_back_to_f_linear() -> None:
     from voice_tts.engine.kernels import gemv, layer_ops
 
@@ -131,14 +165,17 @@ import triton
 from compile_kernels import compile_for_hopper
 from voice_tts.engine.kernels import gemv
 
-ptrs = {n: "*bf16" for n in ("x_ptr", "w_ptr", "y_ptr")}
+ptrs = {n: "*bf16" for n in ("x_ptr", "w_ptr", "y_ptr", "r_ptr", "nw_ptr", "h_ptr")}
 for m in range(1, gemv.MAX_ROWS + 1):
-    for n, k, act in ((4096, 4096, None), (1024, 4096, "silu_mul")):  # heuristic configs
+    # heuristic configs; the projection after a norm (with the residual add at even m)
+    for n, k, act in ((4096, 4096, None), (1024, 4096, "silu_mul")):
         bn, bk, nw, st = gemv._config(n, k, m, act)
-        compile_for_hopper(gemv._gemv, ptrs, dict(M=m, ACT=act is not None, EVEN_K=True,
-                                                  BLOCK_N=bn, BLOCK_K=bk, STAGES=st))
+        compile_for_hopper(gemv._gemv, ptrs, dict(
+            M=m, ACT=act is not None, NORM=act is None, ADD=act is None and m % 2 == 0,
+            KP=k, EVEN_K=True, BLOCK_N=bn, BLOCK_K=bk, STAGES=st, PDL=True))
 compile_for_hopper(gemv._gemv, {n: "*fp32" for n in ptrs}, dict(
-    M=3, ACT=True, EVEN_K=False, BLOCK_N=8, BLOCK_K=128, STAGES=1))
+    M=3, ACT=True, NORM=False, ADD=False, KP=512, EVEN_K=False, BLOCK_N=8, BLOCK_K=128,
+    STAGES=1, PDL=False))
 """
 
 

@@ -20,6 +20,7 @@ from voice_tts.engine import Engine, EngineSettings, SamplingParams, kernels
 from voice_tts.engine.model.layers import (
     MLP,
     Attention,
+    DecoderLayer,
     KVCache,
     RMSNorm,
     causal_mask,
@@ -111,6 +112,29 @@ def test_rope_cache_write_and_attention_equal_reference(t: int) -> None:
     torch.testing.assert_close(cache.v, ref_cache.v, rtol=0, atol=0)
     out = attn.o_proj(kernels.attention(q_fused, cache.k, cache.v, slots, pos, d ** -0.5))
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("b", "t"), [(1, 2), (2, 1)])
+def test_fused_layers_equal_modules(b: int, t: int) -> None:
+    """Two decoder layers on the fused path (norms inside the GEMVs, the second with the
+    residual add) at a prefill's rows (1 x 2) and a decode step's (2 x 1) equal the
+    modules: the layer's output is its MLP output + the residual stream it returns."""
+    layers = [DecoderLayer(64, 96, 4, 2, 16, 1e-6).to(DEVICE) for _ in range(2)]
+    for i, p in enumerate(p for layer in layers for p in layer.parameters()):
+        p.data = randn(*p.shape, scale=0.3, seed=40 + i)
+    caches = [KVCache(4, 2, 32, 16, torch.float32, DEVICE) for _ in range(4)]
+    slots = torch.tensor([2, 0][:b], device=DEVICE)
+    pos = (torch.arange(t)[None] + torch.tensor([[5], [0]])[:b]).to(DEVICE)
+    cos, sin = rope_cos_sin(rope_inv_freq(16, 1e6).to(DEVICE), pos, torch.float32)
+    x = randn(b, t, 64, seed=6)
+    ref = x
+    for layer, cache in zip(layers, caches[:2], strict=True):
+        ref = layer(ref, cos, sin, cache, slots, pos, causal_mask(pos, 32), 32)
+    out, residual = x, None
+    for layer, cache in zip(layers, caches[2:], strict=True):
+        layer.fuse_projections()
+        out, residual = layer.forward_fused(out, residual, cos, sin, cache, slots, pos)
+    torch.testing.assert_close(out + residual, ref, rtol=1e-4, atol=1e-5)
 
 
 def test_sample_equals_reference_processors_and_race() -> None:

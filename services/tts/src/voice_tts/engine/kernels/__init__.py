@@ -11,7 +11,8 @@ replace (every intermediate the reference rounds to the model dtype is rounded h
 - `qk_norm_rope_write`: per-head q/k RMSNorm, RoPE, and the k/v cache write (`layer_ops`);
 - `silu_mul`: the MLP's SiLU(gate) * up on the fused gate|up projection (`layer_ops`);
 - `linear`: x W^T for 1-4 rows of x (the decode step's projections at small batch),
-  optionally with that SiLU-mul fused in, streaming W once (`gemv`);
+  optionally with that SiLU-mul fused in, streaming W once (`gemv`); `norm_linear` takes
+  the layer's [residual add +] RMSNorm inside the GEMV;
 - `snake_beta`: the speech decoder's SnakeBeta activation (`layer_ops`);
 - `attention`: causal attention of each query row over its slot's cache, read in place
   (`cache_attention`);
@@ -90,10 +91,10 @@ def interpret_on_cpu() -> Iterator[None]:
 
 if AVAILABLE:
     from .cache_attention import attention
-    from .gemv import linear
+    from .gemv import linear, norm_linear
     from .layer_ops import qk_norm_rope_write, rms_norm, silu_mul, snake_beta
     from .sampling import TalkerMasks, sample
 
     __all__ = ["AVAILABLE", "TalkerMasks", "active", "attention", "interpret_on_cpu",
-               "linear", "pdl", "pdl_args", "qk_norm_rope_write", "rms_norm", "sample",
-               "silu_mul", "snake_beta"]
+               "linear", "norm_linear", "pdl", "pdl_args", "qk_norm_rope_write", "rms_norm",
+               "sample", "silu_mul", "snake_beta"]

@@ -196,15 +196,17 @@ class DecoderLayer(nn.Module):
         """The same layer in fused kernels. The input is `x + residual` (residual None:
         x alone); returns (this layer's MLP output, the residual stream before it)."""
         attn, norm = self.self_attn, self.input_layernorm
-        h, residual = kernels.rms_norm(x, norm.weight, norm.eps, residual)
+        qkv, residual = kernels.norm_linear(x, residual, norm.weight, norm.eps,
+                                            attn.qkv_weight)
         q = kernels.qk_norm_rope_write(
-            kernels.linear(h, attn.qkv_weight), attn.q_norm.weight, attn.k_norm.weight,
-            attn.q_norm.eps, cos, sin, cache.k, cache.v, slots, positions, attn.heads)
+            qkv, attn.q_norm.weight, attn.k_norm.weight, attn.q_norm.eps, cos, sin, cache.k,
+            cache.v, slots, positions, attn.heads)
         out = kernels.linear(kernels.attention(q, cache.k, cache.v, slots, positions,
                                                attn.head_dim ** -0.5), attn.o_proj.weight)
-        norm = self.post_attention_layernorm
-        h, residual = kernels.rms_norm(out, norm.weight, norm.eps, residual)
-        return self.mlp.forward_fused(h), residual
+        norm, mlp = self.post_attention_layernorm, self.mlp
+        gate_up, residual = kernels.norm_linear(out, residual, norm.weight, norm.eps,
+                                                mlp.gate_up_weight)
+        return kernels.linear(gate_up, mlp.down_proj.weight, act="silu_mul"), residual
 
 
 def run_layers(layers: nn.ModuleList, caches: nn.ModuleList, norm: RMSNorm, x: torch.Tensor,
