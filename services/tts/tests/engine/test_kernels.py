@@ -75,7 +75,7 @@ def test_snake_beta_equals_module() -> None:
 
     snake = SnakeBeta(48).to(DEVICE)
     snake.alpha.data, snake.beta.data = randn(48, scale=0.5, seed=7), randn(48, seed=8)
-    x = randn(3, 1500, 48, scale=2.0, seed=9)  # time-major (B, T, C); a masked tail
+    x = randn(3, 48, 1500, scale=2.0, seed=9)  # T over one block: masked tail
     with _reference_path():
         ref = snake(x)
     torch.testing.assert_close(kernels.snake_beta(x, snake.alpha, snake.beta), ref,

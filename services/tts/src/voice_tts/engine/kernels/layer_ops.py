@@ -152,25 +152,25 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
-def _snake_beta(x_ptr, a_ptr, b_ptr, y_ptr, C, N, BLOCK: tl.constexpr):
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # flat (B, T, C) index
-    mask = i < N
-    c = i % C
+def _snake_beta(x_ptr, a_ptr, b_ptr, y_ptr, C, T, BLOCK: tl.constexpr):
+    row, blk = tl.program_id(0).to(tl.int64), tl.program_id(1)  # row: (batch, channel)
+    c = row % C
+    t = blk * BLOCK + tl.arange(0, BLOCK)
+    mask = t < T
     dt = y_ptr.dtype.element_ty
-    x = tl.load(x_ptr + i, mask=mask, other=0.0).to(tl.float32)
-    alpha = _rnd(tl.exp(tl.load(a_ptr + c, mask=mask, other=0.0).to(tl.float32)), dt)
-    beta = _rnd(tl.exp(tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)), dt)
-    inv = _rnd(1.0 / _rnd(beta + 1e-9, dt), dt)
+    x = tl.load(x_ptr + row * T + t, mask=mask, other=0.0).to(tl.float32)
+    alpha = _rnd(tl.exp(tl.load(a_ptr + c).to(tl.float32)), dt)
+    inv = _rnd(1.0 / _rnd(_rnd(tl.exp(tl.load(b_ptr + c).to(tl.float32)), dt) + 1e-9, dt), dt)
     s = _rnd(tl.sin(_rnd(x * alpha, dt)), dt)
-    tl.store(y_ptr + i, (x + _rnd(inv * _rnd(s * s, dt), dt)).to(dt), mask=mask)
+    tl.store(y_ptr + row * T + t, (x + _rnd(inv * _rnd(s * s, dt), dt)).to(dt), mask=mask)
 
 
 def snake_beta(x: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     """The speech decoder's SnakeBeta, x + 1 / (e^beta + 1e-9) * sin(e^alpha * x)^2, with
-    per-channel alpha, beta (C,) on time-major x (B, T, C): nine element-wise ops in one
-    launch."""
+    per-channel alpha, beta (C,) on x (B, C, T): nine element-wise ops in one launch."""
     x = x.contiguous()
+    b, c, t = x.shape
     y = torch.empty_like(x)
-    n = x.numel()
-    _snake_beta[(triton.cdiv(n, 1024),)](x, alpha, beta, y, x.shape[-1], n, BLOCK=1024)
+    block = min(1024, triton.next_power_of_2(t))
+    _snake_beta[(b * c, triton.cdiv(t, block))](x, alpha, beta, y, c, t, BLOCK=block)
     return y

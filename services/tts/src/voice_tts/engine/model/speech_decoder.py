@@ -121,18 +121,8 @@ class SlotRows:
 StreamState = DecoderState | SlotRows
 
 
-def _conv(conv: nn.Conv1d | nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
-    """A convolution of time-major x (B, T, C) -> (B, T', C'). The decoder keeps its
-    activations time-major: as the (B, C, T) views a convolution takes they are
-    channels-last, the layout of cuDNN's fastest (NHWC) kernels, so with the weights in it
-    too (`SpeechDecoder.set_precision`) no convolution converts layouts (on an H100 that
-    was 58 conversion kernels per decode step)."""
-    return conv(x.transpose(1, 2)).transpose(1, 2)
-
-
 class CausalConv(nn.Module):
-    """Official `Qwen3TTSTokenizerV2CausalConvNet` (stride 1 only: all the decoder uses),
-    on time-major x (B, T, C)."""
+    """Official `Qwen3TTSTokenizerV2CausalConvNet` (stride 1 only: all the decoder uses)."""
 
     def __init__(self, cin: int, cout: int, kernel: int, dilation: int = 1,
                  groups: int = 1) -> None:
@@ -142,16 +132,15 @@ class CausalConv(nn.Module):
 
     def forward(self, x: torch.Tensor, st: StreamState) -> torch.Tensor:
         if self.pad == 0:
-            return _conv(self.conv, x)
-        prev = st.take(lambda: x.new_zeros(x.shape[0], self.pad, x.shape[2]))
-        x = torch.cat((prev, x), dim=1)  # (B, pad + T, C)
-        st.put(x[:, -self.pad:])
-        return _conv(self.conv, x)
+            return self.conv(x)
+        prev = st.take(lambda: x.new_zeros(x.shape[0], x.shape[1], self.pad))
+        x = torch.cat((prev, x), dim=-1)  # (B, C, pad + T)
+        st.put(x[..., -self.pad:])
+        return self.conv(x)
 
 
 class CausalTransConv(nn.Module):
-    """Official `Qwen3TTSTokenizerV2CausalTransConvNet`: ConvTranspose1d, right-trimmed, on
-    time-major x (B, T, C)."""
+    """Official `Qwen3TTSTokenizerV2CausalTransConvNet`: ConvTranspose1d, right-trimmed."""
 
     def __init__(self, cin: int, cout: int, kernel: int, stride: int) -> None:
         super().__init__()
@@ -160,15 +149,15 @@ class CausalTransConv(nn.Module):
         self.overlap = math.ceil(kernel / stride) - 1  # input frames carried over
 
     def forward(self, x: torch.Tensor, st: StreamState) -> torch.Tensor:
-        t = x.shape[1]
+        t = x.shape[-1]
         if self.overlap:
-            prev = st.take(lambda: x.new_zeros(x.shape[0], self.overlap, x.shape[2]))
-            x = torch.cat((prev, x), dim=1)
-            st.put(x[:, -self.overlap:])
-        y = _conv(self.conv, x)
+            prev = st.take(lambda: x.new_zeros(x.shape[0], x.shape[1], self.overlap))
+            x = torch.cat((prev, x), dim=-1)
+            st.put(x[..., -self.overlap:])
+        y = self.conv(x)
         if self.trim:
-            y = y[:, : y.shape[1] - self.trim]
-        return y[:, y.shape[1] - t * self.stride:]
+            y = y[..., : y.shape[-1] - self.trim]
+        return y[..., y.shape[-1] - t * self.stride:]
 
 
 class SnakeBeta(nn.Module):
@@ -178,10 +167,10 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, T, C), time-major."""
         if kernels.active(x):
             return kernels.snake_beta(x, self.alpha, self.beta)
-        alpha, beta = torch.exp(self.alpha), torch.exp(self.beta)
+        alpha = torch.exp(self.alpha.unsqueeze(0).unsqueeze(-1))
+        beta = torch.exp(self.beta.unsqueeze(0).unsqueeze(-1))
         return x + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)
 
 
@@ -195,8 +184,9 @@ class ConvNeXtBlock(nn.Module):
         self.gamma = nn.Parameter(1e-6 * torch.ones(dim))
 
     def forward(self, x: torch.Tensor, st: StreamState) -> torch.Tensor:
-        h = self.pwconv2(F.gelu(self.pwconv1(self.norm(self.dwconv(x, st)))))
-        return x + self.gamma * h
+        h = self.dwconv(x, st).permute(0, 2, 1)
+        h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
+        return x + (self.gamma * h).permute(0, 2, 1)
 
 
 class ResidualUnit(nn.Module):
@@ -261,11 +251,11 @@ class ResidualVQ(nn.Module):
         self.vq = RVQ(size, dim, n_q)
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes (B, n_q, T) -> (B, T, io_dim)."""
+        """codes (B, n_q, T) -> (B, io_dim, T)."""
         q = torch.zeros([1], device=codes.device, dtype=self.output_proj.weight.dtype)[0]
         for i, layer in enumerate(self.vq.layers):
-            q = q + layer._codebook.decode(codes[:, i])
-        return _conv(self.output_proj, q)
+            q = q + layer._codebook.decode(codes[:, i]).transpose(1, 2)
+        return self.output_proj(q)
 
 
 class SplitRVQ(nn.Module):
@@ -386,13 +376,9 @@ class SpeechDecoder(nn.Module):
     allow_tf32 = False
 
     def set_precision(self, precision: str) -> None:
-        """"fp32" (default, exact), "tf32" or "bf16": see `_precision` and EngineSettings.
-        On CUDA the convolution weights also go channels-last (see `_conv`)."""
+        """"fp32" (default, exact), "tf32" or "bf16": see `_precision` and EngineSettings."""
         self.allow_tf32 = precision == "tf32"
         self.to(torch.bfloat16 if precision == "bf16" else torch.float32)
-        for m in self.modules():
-            if isinstance(m, nn.Conv1d | nn.ConvTranspose1d) and m.weight.is_cuda:
-                m.weight.data = m.weight.data.transpose(1, 2).contiguous().transpose(1, 2)
 
     def forward(self, codes: torch.Tensor, st: StreamState | None = None) -> torch.Tensor:
         """codes (B, 16, T) int -> pcm (B, T * frame_samples) float32. With `st`, continue the
@@ -401,9 +387,10 @@ class SpeechDecoder(nn.Module):
             return self._forward(codes, st if st is not None else DecoderState()).float()
 
     def _forward(self, codes: torch.Tensor, st: StreamState) -> torch.Tensor:
-        st.begin()  # activations are time-major (B, T, C) throughout (see `_conv`)
-        h = self.quantizer.decode(codes)  # (B, T, codebook_dim)
-        h = self.pre_transformer(self.pre_conv(h, st), st)  # (B, T, latent)
+        st.begin()
+        h = self.quantizer.decode(codes)  # (B, codebook_dim, T)
+        h = self.pre_conv(h, st).transpose(1, 2)
+        h = self.pre_transformer(h, st).permute(0, 2, 1)  # (B, latent, T)
         for trans, convnext in self.upsample:
             h = convnext(trans(h, st), st)
         h = self.decoder[0](h, st)
@@ -411,7 +398,7 @@ class SpeechDecoder(nn.Module):
             h = block(h, st)
         h = self.decoder[-1](self.decoder[-2](h), st)
         st.advance(codes.shape[-1])
-        return h.clamp(min=-1, max=1).squeeze(2)
+        return h.clamp(min=-1, max=1).squeeze(1)
 
 
 @contextmanager
