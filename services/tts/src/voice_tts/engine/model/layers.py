@@ -146,9 +146,9 @@ class MLP(nn.Module):
     def fuse_projections(self) -> None:
         self.gate_up_weight = _fuse(self.gate_proj, self.up_proj)
 
-    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.linear(kernels.linear(x, self.gate_up_weight), self.down_proj.weight,
-                              act="silu_mul")
+    def down_fused(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """The fused path's second half: down(SiLU(gate) * up) of the gate|up projection."""
+        return kernels.linear(gate_up, self.down_proj.weight, act="silu_mul")
 
 
 def _fuse(*linears: nn.Linear) -> torch.Tensor:
@@ -206,7 +206,7 @@ class DecoderLayer(nn.Module):
         norm, mlp = self.post_attention_layernorm, self.mlp
         gate_up, residual = kernels.norm_linear(out, residual, norm.weight, norm.eps,
                                                 mlp.gate_up_weight)
-        return kernels.linear(gate_up, mlp.down_proj.weight, act="silu_mul"), residual
+        return mlp.down_fused(gate_up), residual
 
 
 def run_layers(layers: nn.ModuleList, caches: nn.ModuleList, norm: RMSNorm, x: torch.Tensor,
