@@ -7,7 +7,8 @@ once, in BLOCK_K chunks pipelined STAGES deep, for all rows of x at once (the ro
 compile-time: one element-wise accumulator each, summed after the loop), in float32,
 rounded once at the end as cuBLAS does: the result is F.linear's up to the order of the
 float sums. `act="silu_mul"` also fuses the MLP's SiLU(gate) * up into the down
-projection's K loop, rounded like `layer_ops.silu_mul`.
+projection's K loop, rounded like `layer_ops.silu_mul`; `norm_linear` takes the layer's
+[residual add +] RMSNorm of x inside the kernel, rounded like `layer_ops.rms_norm`.
 """
 
 from __future__ import annotations
