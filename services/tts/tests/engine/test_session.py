@@ -284,6 +284,36 @@ def test_audio_read_one_step_late_gives_the_same_events():
         assert sum(1 for ev in b if isinstance(ev, AudioPacket) and ev.final) == 2
 
 
+def test_a_step_whose_tokens_cannot_be_read_ends_its_utterance():
+    """A device fault often surfaces only when the step's tokens are read (the sync): the
+    rows end "cancelled", the engine thread goes on, the next utterance is served."""
+    e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=4))
+    launch, calls = e.runner.launch, [0]
+
+    def faulty_read(slots, text_ids):
+        step = launch(slots, text_ids)
+        calls[0] += 1
+        if calls[0] == 3:
+            def fault():
+                raise RuntimeError("device fault at sync (test)")
+            step._tokens_fn = fault
+        return step
+
+    e.runner.launch = faulty_read
+    c = Collector()
+    s = e.open_session(SessionParams(voice="vivian", seed=1, max_frames=20), c)
+    s.push_text(TEXTS[0])
+    s.flush()
+    for _ in range(50):
+        e.run_once()
+    assert [end.reason for end in c.ends()] == ["cancelled"]
+    s.push_text("And the next one.")
+    s.flush()
+    for _ in range(50):
+        e.run_once()
+    assert [end.reason for end in c.ends()] == ["cancelled", "max_frames"]
+
+
 def test_a_failed_step_ends_its_utterances_once_and_the_engine_goes_on():
     """A step that raises ends its rows' utterances ("cancelled") and nothing of them
     follows that end, not even the audio of their step still in flight; the session's

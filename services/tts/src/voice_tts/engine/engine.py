@@ -225,15 +225,17 @@ class Engine:
             s.emit(utt, UtteranceEnd(utt.id, 0, "eos"))
         decode = list(plan.decode)
         if plan.prefill:
-            self._guarded([(sessions[sid], heads[sid]) for sid in plan.prefill], self._prefill)
+            self._guarded("prefill", [(sessions[sid], heads[sid]) for sid in plan.prefill],
+                          self._prefill)
             # Fresh prompts take their first step now, not one iteration later (TTFA).
             room = self.settings.max_batch - len(decode)
             decode += [sid for sid in plan.prefill if heads[sid].running and
                        self._need(sessions[sid], heads[sid]) is Need.DECODE][:room]
         rows = [(sessions[sid], heads[sid]) for sid in decode]
-        launched = self._guarded(rows, self._launch) if rows else None
+        launched = self._guarded("launch", rows, self._launch) if rows else None
         delivered = [self._deliver()]  # the step before this one: its decoder is done
-        if launched is not None and self._guarded(rows, partial(self._advance, launched)):
+        if launched is not None and self._guarded("tokens", rows,
+                                                  partial(self._advance, launched)):
             self._in_flight = rows, launched, len(plan.prefill)
             if not launched.pipelined:
                 delivered.append(self._deliver())
@@ -248,9 +250,9 @@ class Engine:
     def _need(self, s: Session, utt: Utterance) -> Need:
         if s.paused:  # its reader is behind: no new audio until it catches up
             return Need.NOTHING
-        committed, finished = utt.stream.snapshot()
         if utt.ending is not None:  # its last frame is still being decoded
             return Need.NOTHING
+        committed, finished = utt.stream.snapshot()
         if not utt.running:
             if finished and not utt.stream.has_content:
                 return Need.END_EMPTY
@@ -261,13 +263,13 @@ class Engine:
             return Need.DECODE
         return Need.DECODE if utt.steps + 1 < len(committed) - 3 else Need.NOTHING
 
-    def _guarded(self, rows: list[tuple[Session, Utterance]], fn):
+    def _guarded(self, what: str, rows: list[tuple[Session, Utterance]], fn):
         """fn(rows); if it raises, end those utterances and keep serving the others."""
         try:
             return fn(rows)
         except Exception:
-            log.exception("%s of sessions %s failed; ending their utterances",
-                          fn.__name__.strip("_"), [s.id for s, _ in rows])
+            log.exception("%s of sessions %s failed; ending their utterances", what,
+                          [s.id for s, _ in rows])
             for s, utt in rows:
                 self._end(s, utt, "cancelled")
             return None
@@ -314,7 +316,8 @@ class Engine:
                                   [self._text_id(s, utt) for s, utt in batch])
 
     def _advance(self, step: Step, batch: list[tuple[Session, Utterance]]) -> bool:
-        """A step's tokens: count the frame, and mark utterances that end with it."""
+        """A step's tokens: count the frame, and mark utterances that end with it. True
+        (`_guarded` gives None when reading them failed)."""
         tokens = step.tokens()
         eos = self.cfg.talker.codec_eos_token_id
         now = time.perf_counter()
@@ -348,7 +351,7 @@ class Engine:
                     self._end(s, utt, utt.ending)
             return (time.perf_counter() - t0) * 1e3
 
-        emit_ms = self._guarded(batch, deliver)
+        emit_ms = self._guarded("audio", batch, deliver)
         if emit_ms is None:
             return None
         t = step.timing
