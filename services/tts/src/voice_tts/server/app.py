@@ -75,11 +75,22 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     engine = engine or load_engine(settings)
     metrics = TTSMetrics()
 
+    gpu_sampled = [0.0]  # last tts_gpu_memory_bytes update (monotonic s)
+
+    def sample_gpu_memory() -> None:
+        if engine.device.type == "cuda":
+            gpu_sampled[0] = time.monotonic()
+            metrics.gpu_memory.labels("allocated").set(torch.cuda.memory_allocated(engine.device))
+            metrics.gpu_memory.labels("reserved").set(torch.cuda.memory_reserved(engine.device))
+
     def on_step(stats: object) -> None:  # called from the engine thread
         metrics.step_seconds.observe(stats.step_ms / 1e3)  # type: ignore[attr-defined]
         metrics.batch_size.observe(stats.batch_size)  # type: ignore[attr-defined]
+        if time.monotonic() - gpu_sampled[0] >= 0.5:
+            sample_gpu_memory()
 
     engine.on_step = on_step
+    sample_gpu_memory()
     engine.start()
     servicer = TextToSpeechServicer(engine, settings, metrics)
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])

@@ -40,3 +40,6 @@ class TTSMetrics:
                                    "engine because their reader fell behind", registry=r)
         self.utterances = Counter("tts_utterances_total", "Utterances by how they ended",
                                   ["reason"], registry=r)
+        self.gpu_memory = Gauge("tts_gpu_memory_bytes", "CUDA memory of the engine's device "
+                                "(torch allocator: allocated, reserved), sampled after steps",
+                                ["kind"], registry=r)
