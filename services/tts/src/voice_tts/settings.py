@@ -32,8 +32,17 @@ class TTSSettings(BaseSettings):
     grpc_port: int = Field(50051, ge=0, le=65535)
     # /metrics (Prometheus) and /healthz; 0 disables the HTTP side.
     http_port: int = Field(8001, ge=0, le=65535)
-    # Sessions admitted at once; the next call gets RESOURCE_EXHAUSTED at once.
+    # Open streams at once (the engine's slots, idle ones included); the next call gets
+    # RESOURCE_EXHAUSTED at once.
     max_sessions: int = Field(32, ge=1, le=4096)
+    # Admission by capacity (server/admission.py): a call is admitted only while the
+    # engine's measured frame period with one more speaking stream stays under
+    # admit_margin x 80 ms (the time one codec frame of audio lasts). 0 turns it off
+    # (the open-stream cap alone).
+    admit_margin: float = Field(0.7, ge=0.0, le=1.0)
+    # A new stream counts as engine load for this long before its first text (a burst
+    # of calls reserves its share at once); an idle stream costs nothing after it.
+    admit_idle_grace_s: float = Field(2.0, ge=0.0)
     # Characters of text one utterance may hold (between FLUSH/STOP/RESET).
     max_text_chars: int = Field(4000, ge=1, le=1_000_000)
     # Codec frames in the first packet (each 80 ms) and in every later packet.

@@ -86,13 +86,14 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     def on_step(stats: object) -> None:  # called from the engine thread
         metrics.step_seconds.observe(stats.step_ms / 1e3)  # type: ignore[attr-defined]
         metrics.batch_size.observe(stats.batch_size)  # type: ignore[attr-defined]
+        servicer.admission.model.observe(stats)  # admission's capacity model learns
         if time.monotonic() - gpu_sampled[0] >= 0.5:
             sample_gpu_memory()
 
+    servicer = TextToSpeechServicer(engine, settings, metrics)  # before the first step
     engine.on_step = on_step
     sample_gpu_memory()
     engine.start()
-    servicer = TextToSpeechServicer(engine, settings, metrics)
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers([servicer.handler()])
     health_servicer = health.aio.HealthServicer()

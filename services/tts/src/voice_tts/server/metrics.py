@@ -6,6 +6,8 @@ in one process. The HTTP side (`/metrics`, `/healthz`) lives in `http.py`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # TTFA targets sit around 25-100 ms on a GPU and ~1 s on a CPU: cover both.
@@ -40,6 +42,25 @@ class TTSMetrics:
                                    "engine because their reader fell behind", registry=r)
         self.utterances = Counter("tts_utterances_total", "Utterances by how they ended",
                                   ["reason"], registry=r)
+        # Admission (admission.py): why calls were turned away, and how full the engine is.
+        self.admission_rejected = Counter(
+            "tts_admission_rejected_total", "Calls rejected with RESOURCE_EXHAUSTED, by "
+            "reason: sessions (open-stream cap), capacity (engine would fall behind real "
+            "time)", ["reason"], registry=r)
+        self.admission_load = Gauge("tts_admission_load_sessions", "Streams counted as "
+                                    "engine load: speaking + admitted, not speaking yet",
+                                    registry=r)
+        self.admission_period = Gauge("tts_admission_frame_period_seconds", "Predicted "
+                                      "time between engine steps at the current load (real "
+                                      "time needs < 0.08)", registry=r)
+        self.admission_headroom = Gauge("tts_admission_headroom_sessions", "More speaking "
+                                        "streams the server would admit now", registry=r)
         self.gpu_memory = Gauge("tts_gpu_memory_bytes", "CUDA memory of the engine's device "
                                 "(torch allocator: allocated, reserved), sampled after steps",
                                 ["kind"], registry=r)
+
+    def watch_admission(self, admission: Any) -> None:
+        """The admission gauges read `admission` when scraped (no cost per step)."""
+        self.admission_load.set_function(admission.load)
+        self.admission_period.set_function(lambda: admission.predicted_period_ms() / 1e3)
+        self.admission_headroom.set_function(admission.headroom)

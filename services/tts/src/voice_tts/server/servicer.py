@@ -1,7 +1,8 @@
 """`voice.tts.v1.TextToSpeech`: thin glue between gRPC and the engine's session API.
 
-Admission (session limit, draining), the first-message rule and the mapping of every
-failure to one status code happen here; the streaming rules are in `stream.py`.
+Admission (`admission.py`: open streams, the engine's real-time capacity; draining), the
+first-message rule and the mapping of every failure to one status code happen here; the
+streaming rules are in `stream.py`.
 Requests of `Synthesize` are registered with an identity deserializer and parsed by us,
 so garbage bytes get INVALID_ARGUMENT with a message instead of grpc's generic error.
 """
@@ -16,7 +17,9 @@ from typing import Any
 import grpc
 from voice.tts.v1 import tts_pb2
 
-from voice_tts.engine import Engine, SessionParams
+from voice_tts.engine import Engine, EngineFull, SessionParams
+from voice_tts.server.admission import Admission, Rejected, TrackedSession
+from voice_tts.server.capacity import FramePeriodModel
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.protocol import (
     CallError,
@@ -41,6 +44,10 @@ class TextToSpeechServicer:
         self.active: set[asyncio.Task[Any]] = set()
         self._voices = {v.name.lower(): v.name for v in engine.voices()}
         self._languages = {lang.lower(): lang for lang in engine.languages()}
+        # Fed by the engine's steps (app.py's on_step -> `admission.model.observe`).
+        self.admission = Admission(FramePeriodModel(), settings.max_sessions,
+                                   settings.admit_margin, settings.admit_idle_grace_s)
+        metrics.watch_admission(self.admission)
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {
@@ -75,6 +82,7 @@ class TextToSpeechServicer:
         task = asyncio.current_task()
         assert task is not None
         session = None
+        ticket = None
         reader: asyncio.Task[None] | None = None
         self.active.add(task)
         self.metrics.active_sessions.inc()
@@ -82,6 +90,7 @@ class TextToSpeechServicer:
             if self.draining:
                 raise CallError(grpc.StatusCode.UNAVAILABLE, "server is draining; retry "
                                 "on another replica")
+            ticket = self.admission.admit()  # else RESOURCE_EXHAUSTED now, before the config
             it = requests.__aiter__()
             cfg = await self._first_config(it)
             stream = SynthesizeStream(cfg, None, self.metrics, self.settings.max_backlog_s)
@@ -90,8 +99,9 @@ class TextToSpeechServicer:
                               seed=cfg.seed, sampling=cfg.sampling,
                               max_text_chars=self.settings.max_text_chars,
                               max_frames=cfg.max_frames or None),
-                sink=stream.sink,
+                sink=ticket.sink(stream.sink),
             )
+            session = TrackedSession(session, ticket)
             stream.session = session
             log.info("session started session=%s trace=%s voice=%s rate=%d frame_ms=%d",
                      cfg.session_id, cfg.trace_id, cfg.voice, cfg.sample_rate, cfg.frame_ms)
@@ -108,12 +118,17 @@ class TextToSpeechServicer:
             if code == grpc.StatusCode.INTERNAL:
                 log.exception("Synthesize failed")
             self.metrics.errors.labels(code.name).inc()
+            if isinstance(e, Rejected | EngineFull):
+                self.metrics.admission_rejected.labels(
+                    e.reason if isinstance(e, Rejected) else "sessions").inc()
             await context.abort(code, message)
         finally:
             if reader is not None:
                 reader.cancel()
             if session is not None:
                 session.close()  # frees the engine slot within one step
+            if ticket is not None:
+                ticket.close()
             self.metrics.active_sessions.dec()
             self.active.discard(task)
 

@@ -1,0 +1,116 @@
+"""How many speaking streams the engine keeps in real time, learned from its own steps.
+
+Every running utterance needs one engine step per codec frame (80 ms of audio), and one
+step advances every running utterance at once. With `b` streams in the batch each gets a
+frame every P(b) ms, P being the time from one step to the next at that batch: the
+streams stay real time while P(b) < 80 ms. `FramePeriodModel` learns P from the
+engine's `StepStats`; admission (`admission.py`) keeps P(speaking + 1) under 80 ms x a
+margin.
+
+- **A step's period.** With CUDA graphs a step's audio leaves one iteration after its
+  launch (its decoder runs beside the next step), so `step_ms` is ~1.7 periods (0.6B on an
+  H100: 42.4 ms `step` at c = 256, RTF 0.307 = 24.6 ms per frame). When the engine runs
+  back to back, the time between two steps' stats is the period; when it waited for text
+  in between, that time is idle time. So a sample is the smaller of the two: the period
+  when steps follow each other, the step's own time otherwise (never below the truth by
+  more than the host's work between steps on CPU, where steps do not overlap).
+- **Per batch bucket** (1, 2, 4 ... as the engine's CUDA graphs): an EMA of (batch,
+  period) pairs, so each bucket is one point at its mean batch. Between points P is
+  interpolated linearly; below the first it is the first point's period; a bigger
+  batch is never predicted faster than a smaller one (running max over the points).
+- **Above the largest measured batch** P grows *in proportion to the batch* from the
+  last point: P(n) = P(b) * n / b. A batched step costs no more per row than a smaller
+  one (the GPU's cost per row falls with the batch; on CPU it is about flat), so this
+  bounds P from above, and the first steps at a larger batch replace the guess. A cold
+  server therefore grows in a few rounds of measurement (0.6B on an H100: 3.6 ms at
+  batch 1 admits ~15, 6.2 ms at 16 then ~144 ...) instead of admitting everyone at once.
+- **Nothing measured yet**: `predict_ms` is None; the caller decides (admission admits).
+
+Thread-safe: `observe` runs on the engine thread, `predict_ms` on the event loop. This
+module knows nothing about gRPC or sessions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+FRAME_MS = 80.0  # one codec frame at 12.5 Hz: the real-time budget of one step
+
+
+def bucket_of(batch: int) -> int:
+    """The power of two at or above `batch` (the engine's graph buckets)."""
+    return 1 << max(0, batch - 1).bit_length()
+
+
+class FramePeriodModel:
+    def __init__(self, alpha: float = 0.2) -> None:
+        if not 0.0 < alpha <= 1.0:
+            raise ValueError("alpha must be in (0, 1]")
+        self.alpha = alpha
+        self._lock = threading.Lock()
+        self._buckets: dict[int, tuple[float, float]] = {}  # bucket -> (mean batch, ms)
+        self._points: list[tuple[float, float]] = []  # sorted by batch, for predict
+        self._last_at: float | None = None
+
+    def observe(self, stats: Any, now: float | None = None) -> None:
+        """One `StepStats` (batch_size, step_ms), as the engine hands it over."""
+        self.observe_step(stats.batch_size, stats.step_ms, now)
+
+    def observe_step(self, batch: int, step_ms: float, now: float | None = None) -> None:
+        now = time.perf_counter() if now is None else now
+        with self._lock:
+            sample = step_ms
+            if self._last_at is not None:
+                sample = min(sample, (now - self._last_at) * 1e3)
+            self._last_at = now
+            if batch < 1 or sample <= 0.0:
+                return
+            key = bucket_of(batch)
+            old = self._buckets.get(key)
+            if old is None:
+                new = (float(batch), sample)
+            else:
+                a = self.alpha
+                new = (old[0] + a * (batch - old[0]), old[1] + a * (sample - old[1]))
+            self._buckets[key] = new
+            # A bigger batch never runs faster: the running max keeps P non-decreasing
+            # through noise (and max_streams' bisection valid).
+            points, top = [], 0.0
+            for b, p in sorted(self._buckets.values()):
+                top = max(top, p)
+                points.append((b, top))
+            self._points = points
+
+    def predict_ms(self, n: int) -> float | None:
+        """The frame period with `n` streams in the batch, or None before any step."""
+        points = self._points  # replaced whole under the lock, read without it
+        if not points:
+            return None
+        if n <= points[0][0]:
+            return points[0][1]
+        for (b0, p0), (b1, p1) in itertools.pairwise(points):
+            if n <= b1:
+                return p0 + (p1 - p0) * (n - b0) / (b1 - b0)
+        b, p = points[-1]
+        return p * n / b
+
+    def max_streams(self, budget_ms: float, limit: int) -> int:
+        """The largest n <= limit with P(n) <= budget_ms (limit if nothing is measured)."""
+        if self.predict_ms(1) is None:
+            return limit
+        lo, hi = 0, limit  # P is non-decreasing in n: bisect
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            p = self.predict_ms(mid)
+            if p is not None and p <= budget_ms:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def points(self) -> list[tuple[float, float]]:
+        """(mean batch, period ms) per measured bucket, by batch."""
+        return list(self._points)

@@ -1,0 +1,209 @@
+"""The capacity model and the admission rules, fed synthetic `StepStats` (no server)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from voice_tts.engine import StepStats, UtteranceEnd
+from voice_tts.server.admission import Admission, Rejected, TrackedSession
+from voice_tts.server.capacity import FramePeriodModel, bucket_of
+
+
+def stats(batch: int, step_ms: float) -> StepStats:
+    return StepStats(batch_size=batch, step_ms=step_ms, talker_ms=0.0,
+                     code_predictor_ms=0.0, decoder_ms=0.0)
+
+
+def h100_period(b: int) -> float:
+    """0.6B on an H100 (bench/README.md): RTF x 80 ms, graph buckets."""
+    table = {1: 3.6, 2: 4.2, 4: 4.8, 8: 5.5, 16: 6.2, 32: 7.3, 64: 9.7, 128: 15.1, 256: 24.6}
+    return table[bucket_of(b)]
+
+
+def feed(model: FramePeriodModel, batch: int, period_ms: float, steps: int = 30,
+         t0: float = 0.0, step_ms: float | None = None) -> float:
+    """`steps` back-to-back steps: stats arrive one period apart, each reporting
+    `step_ms` (launch -> audio out, ~1.7 periods with CUDA graphs)."""
+    t = t0
+    for _ in range(steps):
+        t += period_ms / 1e3
+        model.observe(stats(batch, step_ms if step_ms is not None else 1.7 * period_ms), t)
+    return t
+
+
+def test_buckets() -> None:
+    assert [bucket_of(b) for b in (1, 2, 3, 4, 5, 8, 9, 200, 256)] == \
+        [1, 2, 4, 4, 8, 8, 16, 256, 256]
+
+
+def test_nothing_measured_predicts_nothing() -> None:
+    m = FramePeriodModel()
+    assert m.predict_ms(10) is None
+    assert m.max_streams(56.0, 64) == 64
+
+
+def test_back_to_back_steps_measure_the_period_not_step_ms() -> None:
+    m = FramePeriodModel()
+    feed(m, 256, 24.6, steps=60)  # step_ms 41.8: the audio leaves one iteration after the launch
+    assert m.predict_ms(256) == pytest.approx(24.6, rel=1e-3)
+
+
+def test_idle_gaps_fall_back_to_step_ms() -> None:
+    m = FramePeriodModel()
+    t = 0.0
+    for _ in range(20):  # one step every 500 ms (waiting for text): not the period
+        t += 0.5
+        m.observe(stats(1, 6.0), t)
+    assert m.predict_ms(1) == pytest.approx(6.0)
+
+
+def test_interpolates_between_buckets_and_grows_in_proportion_above() -> None:
+    m = FramePeriodModel(alpha=1.0)
+    t = feed(m, 16, 6.0, steps=3)
+    t = feed(m, 64, 12.0, steps=3, t0=t + 1.0)
+    assert m.predict_ms(8) == pytest.approx(6.0)  # below the first point: flat
+    assert m.predict_ms(40) == pytest.approx(9.0)  # halfway between (16, 6) and (64, 12)
+    assert m.predict_ms(128) == pytest.approx(24.0)  # above: 12 ms x 128 / 64
+    # A noisy bucket that ran faster than a smaller one does not make P fall.
+    feed(m, 32, 4.0, steps=3, t0=t + 1.0)
+    assert m.predict_ms(32) == pytest.approx(6.0)
+    assert m.predict_ms(64) == pytest.approx(12.0)
+
+
+def test_ema_follows_a_slower_machine() -> None:
+    m = FramePeriodModel(alpha=0.2)
+    t = feed(m, 8, 10.0)
+    feed(m, 8, 20.0, steps=40, t0=t)
+    assert m.predict_ms(8) == pytest.approx(20.0, rel=0.01)
+
+
+def test_h100_capacity_from_measured_steps() -> None:
+    """Fed the H100's measured periods at every bucket, the model admits ~256+ streams
+    at margin 0.7 (56 ms) and ~150 at margin 0.2 (16 ms)."""
+    m = FramePeriodModel()
+    t = 0.0
+    for b in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        t = feed(m, b, h100_period(b), t0=t + 1.0)
+    assert m.max_streams(56.0, 1024) >= 512  # 24.6 ms x n / 256 <= 56: n <= 582
+    assert 128 < m.max_streams(16.0, 1024) < 160
+
+
+def admission(margin: float = 0.7, max_sessions: int = 1000,
+              grace: float = 2.0) -> tuple[Admission, FramePeriodModel]:
+    m = FramePeriodModel(alpha=1.0)
+    return Admission(m, max_sessions, margin, grace), m
+
+
+class FakeSession:
+    def __init__(self) -> None:
+        self.utterance_id = 0
+        self.closed = False
+
+    def push_text(self, piece: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        self.utterance_id += 1
+
+    def cancel(self) -> None:
+        self.utterance_id += 1
+
+    def reset(self, seed: int | None = None) -> None:
+        self.utterance_id += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def speak(adm: Admission, now: float) -> tuple[TrackedSession, object]:
+    t = adm.admit(now)
+    s = TrackedSession(FakeSession(), t)
+    s.push_text("hello")
+    return s, t
+
+
+def test_capacity_rejects_with_a_retry_elsewhere_message() -> None:
+    adm, m = admission(margin=0.7)  # budget 56 ms
+    feed(m, 10, 19.0)  # 1.9 ms per stream in proportion: 29 streams fit
+    admitted = []
+    with pytest.raises(Rejected) as e:
+        for _ in range(100):
+            admitted.append(speak(adm, 0.0))
+    assert len(admitted) == 29
+    assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert e.value.reason == "capacity"
+    assert "retry on another replica" in e.value.message
+    assert "29 streams" in e.value.message
+    assert adm.headroom() == 0
+    # An utterance ends (the engine's UtteranceEnd through the wrapped sink): room for one.
+    _, t = admitted[0]
+    seen = []
+    t.sink(seen.append)(UtteranceEnd(0, 10, "eos"))
+    assert seen and adm.speaking == 28
+    speak(adm, 0.0)
+    with pytest.raises(Rejected):
+        adm.admit(0.0)
+
+
+def test_open_stream_cap_holds_with_capacity_to_spare() -> None:
+    adm, _ = admission(max_sessions=3)
+    for _ in range(3):
+        adm.admit(0.0)
+    with pytest.raises(Rejected) as e:
+        adm.admit(0.0)
+    assert e.value.reason == "sessions"
+
+
+def test_a_burst_reserves_capacity_before_any_text() -> None:
+    adm, m = admission(margin=0.7, grace=2.0)
+    feed(m, 4, 7.6)  # 1.9 ms per stream: 29 fit
+    for _ in range(29):
+        adm.admit(0.0)  # none has sent text yet
+    with pytest.raises(Rejected):
+        adm.admit(0.5)
+    # Past the grace, the silent ones are idle and cost nothing.
+    assert adm.load(2.6) == 0
+    adm.admit(2.6)
+    assert adm.open == 30
+
+
+def test_idle_engine_always_admits_one() -> None:
+    adm, m = admission(margin=0.7)
+    feed(m, 1, 500.0)  # far slower than real time (a bad first measurement)
+    s, _ = speak(adm, 0.0)  # nothing else speaking: admitted
+    with pytest.raises(Rejected):
+        adm.admit(0.0)
+    s.close()
+    assert adm.speaking == 0 and adm.open == 0
+    speak(adm, 0.0)
+
+
+def test_stop_reset_and_close_end_speaking() -> None:
+    adm, _ = admission()
+    s, t = speak(adm, 0.0)
+    assert adm.speaking == 1
+    s.cancel()  # STOP
+    assert adm.speaking == 0
+    s.push_text("again")
+    assert adm.speaking == 1
+    s.reset(7)
+    assert adm.speaking == 0
+    s.push_text("and again")
+    s.flush()
+    s.push_text("queued")  # a second utterance behind the first
+    t.sink(lambda _: None)(UtteranceEnd(2, 5, "eos"))
+    assert adm.speaking == 1  # utterance 3 still to speak
+    s.close()
+    assert adm.speaking == 0 and adm.open == 0
+    t.sink(lambda _: None)(UtteranceEnd(3, 0, "cancelled"))  # late: ignored
+    assert adm.speaking == 0
+
+
+def test_margin_zero_admits_by_count_only() -> None:
+    adm, m = admission(margin=0.0, max_sessions=50)
+    feed(m, 1, 500.0)
+    for _ in range(50):
+        speak(adm, 0.0)
+    with pytest.raises(Rejected) as e:
+        adm.admit(0.0)
+    assert e.value.reason == "sessions"
