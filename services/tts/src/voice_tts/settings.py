@@ -57,6 +57,9 @@ class TTSSettings(BaseSettings):
     max_backlog_s: float = Field(10.0, gt=0)
     # On SIGTERM: seconds granted to in-flight utterances before the server exits.
     drain_timeout_s: float = Field(20.0, ge=0)
+    # Seconds the engine loop may stand still (a device sync that never returns) before
+    # the server declares it hung: NOT_SERVING, calls end UNAVAILABLE, the process exits 3.
+    engine_stall_s: float = Field(30.0, gt=0)
     log_level: str = "INFO"
 
     @field_validator("dtype")

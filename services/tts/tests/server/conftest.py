@@ -26,7 +26,7 @@ def free_port() -> int:
 
 
 class ServerProc:
-    def __init__(self, tmp: Path, **env: str) -> None:
+    def __init__(self, tmp: Path, argv: list[str] | None = None, **env: str) -> None:
         self.grpc_port, self.http_port = free_port(), free_port()
         self.addr = f"127.0.0.1:{self.grpc_port}"
         self.log_path = tmp / f"tts-{self.grpc_port}.log"
@@ -42,8 +42,8 @@ class ServerProc:
             **env,
         }
         self.log = open(self.log_path, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, "-m", "voice_tts.server"], env=full_env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([sys.executable, *(argv or ["-m", "voice_tts.server"])],
+                                     env=full_env, stdout=self.log, stderr=subprocess.STDOUT)
         self.wait_serving()
 
     def wait_serving(self, timeout: float = 120.0) -> None:
@@ -103,8 +103,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
 def make_server(tmp_path: Path) -> Iterator:
     made: list[ServerProc] = []
 
-    def make(**env: str) -> ServerProc:
-        s = ServerProc(tmp_path, **env)
+    def make(argv: list[str] | None = None, **env: str) -> ServerProc:
+        s = ServerProc(tmp_path, argv, **env)
         made.append(s)
         return s
 

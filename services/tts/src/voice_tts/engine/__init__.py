@@ -14,6 +14,7 @@ from .api import (
     UtteranceEnd,
 )
 from .engine import Engine
+from .faults import EngineFailed
 from .sampling import SamplingParams
 from .session import Session
 from .voices import UnknownVoice, Voice
@@ -21,6 +22,7 @@ from .voices import UnknownVoice, Voice
 __all__ = [
     "AudioPacket",
     "Engine",
+    "EngineFailed",
     "EngineFull",
     "EngineSettings",
     "SamplingParams",

@@ -81,7 +81,10 @@ class AudioPacket:
 class UtteranceEnd:
     utterance_id: int
     frames: int
-    reason: Literal["eos", "max_frames", "cancelled"]
+    # eos / max_frames: spoken to its end; cancelled: stopped by the client; invalid: its
+    # input cannot be synthesized (INVALID_ARGUMENT); error: engine work failed.
+    reason: Literal["eos", "max_frames", "cancelled", "invalid", "error"]
+    error: str = ""  # what went wrong (invalid / error)
 
 
 @dataclass

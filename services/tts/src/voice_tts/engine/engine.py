@@ -38,8 +38,9 @@ from .api import (
 )
 from .checkpoint import load_model, prepare, random_model
 from .config import ModelConfig
+from .faults import EngineFailed, poisons_device
 from .model import Qwen3TTS
-from .runner import PrefillRequest, Runner, Step
+from .runner import PrefillRequest, Runner, Step, prompt_rows
 from .sampling import SamplingParams
 from .scheduler import Need, Scheduler, SessionView
 from .session import Session, Sink, Utterance
@@ -83,6 +84,11 @@ class Engine:
         # iteration that launched it).
         self._in_flight: tuple[list[tuple[Session, Utterance]], Step, int] | None = None
         self.on_step = None  # callable(StepStats) | None
+        self.faults = 0  # engine work that raised (each ended the utterances it touched)
+        # A fault that poisons the device (faults.py): the engine has stopped for good.
+        self.fatal: BaseException | None = None
+        self.on_fatal = None  # callable(BaseException) | None, called once, engine thread
+        self._beat = time.monotonic()  # the loop's last turn (see `stalled_for`)
 
     # --- construction ---------------------------------------------------------------------
 
@@ -146,6 +152,8 @@ class Engine:
         instruct_ids = None
         if params.instruct and self.cfg.supports_instruct:
             instruct_ids = self.tokenizer.instruct_ids(params.instruct)
+        if self.fatal is not None:
+            raise EngineFailed(f"engine stopped after a fatal fault: {self.fatal}")
         with self._lock:
             if not self._free_slots:
                 raise EngineFull(f"engine full: {self.settings.max_sessions} sessions active")
@@ -185,16 +193,44 @@ class Engine:
             self._thread.join(timeout)
             self._thread = None
 
+    def stalled_for(self) -> float:
+        """Seconds since the engine thread last turned its loop (it turns at least every
+        50 ms when idle); 0 when it is not running. A stuck device sync shows here."""
+        if self._thread is None or self._stop.is_set():
+            return 0.0
+        return time.monotonic() - self._beat
+
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._beat = time.monotonic()
             try:
                 busy = self.run_once()
-            except Exception:  # keep serving the other sessions
-                log.exception("engine step failed")
+            except EngineFailed:
+                return
+            except Exception as exc:
+                if poisons_device(exc):
+                    self._fail(exc)
+                    return
+                self.faults += 1  # a bug outside any step's rows: keep serving the others
+                log.exception("engine iteration failed")
                 busy = False
             if not busy:
                 self._wake.wait(0.05)
                 self._wake.clear()
+
+    def _fail(self, exc: BaseException) -> None:
+        """A fatal fault: stop stepping for good and tell the owner (who must restart
+        the process: the CUDA context is broken)."""
+        if self.fatal is not None:
+            return
+        self.fatal = exc
+        self._stop.set()
+        log.critical("fatal engine fault, the engine has stopped: %s", exc)
+        if self.on_fatal is not None:
+            try:
+                self.on_fatal(exc)
+            except Exception:
+                log.exception("on_fatal hook failed")
 
     def run_once(self) -> bool:
         """One engine iteration; returns False when there was nothing to do."""
@@ -267,15 +303,19 @@ class Engine:
         """fn(rows); if it raises, end those utterances and keep serving the others."""
         try:
             return fn(rows)
-        except Exception:
+        except Exception as exc:
+            self.faults += 1
+            if poisons_device(exc):
+                self._fail(exc)
+                raise EngineFailed(str(exc)) from exc
             log.exception("%s of sessions %s failed; ending their utterances", what,
                           [s.id for s, _ in rows])
             for s, utt in rows:
-                self._end(s, utt, "cancelled")
+                self._end(s, utt, "error", f"{what} failed ({type(exc).__name__})")
             return None
 
     def _prefill(self, batch: list[tuple[Session, Utterance]]) -> None:
-        reqs = []
+        reqs, fits = [], []
         for s, utt in batch:
             committed, _ = utt.stream.snapshot()
             text_ids = committed[3:]
@@ -285,6 +325,17 @@ class Engine:
                 text_ids=text_ids if s.params.non_streaming_mode else text_ids[:1],
                 non_streaming=s.params.non_streaming_mode, instruct_ids=s.instruct_ids),
                 s.params.sampling, s.next_seed()))
+            # One session's prompt that cannot fit ends that session's utterance only.
+            rows = len(prompt_rows(self.cfg, reqs[-1][0])[0])
+            if rows + 1 >= self.settings.max_seq_len:
+                reqs.pop()
+                self._end(s, utt, "invalid", f"the prompt ({rows} rows: text plus "
+                          f"instruction) does not fit max_seq_len {self.settings.max_seq_len}")
+            else:
+                fits.append((s, utt))
+        batch = fits
+        if not batch:
+            return
         t0 = time.perf_counter()
         lengths = self.runner.prefill(reqs)
         t1 = time.perf_counter()
@@ -379,13 +430,13 @@ class Engine:
             if s.emit(utt, packet):
                 utt.emitted += len(chunk)
 
-    def _end(self, s: Session, utt: Utterance, reason: str) -> None:
+    def _end(self, s: Session, utt: Utterance, reason: str, error: str = "") -> None:
         if utt.ended:  # e.g. a failed step ended it while its last step was in flight
             return
         utt.ended = True
-        s.finish_head(utt)
+        s.finish_head(utt, truncated=reason == "max_frames")
         if not utt.cancelled:
-            s.emit(utt, UtteranceEnd(utt.id, utt.emitted, reason))
+            s.emit(utt, UtteranceEnd(utt.id, utt.emitted, reason, error))  # type: ignore[arg-type]
 
     # --- offline helper -----------------------------------------------------------------------
 
@@ -422,6 +473,8 @@ class Engine:
             threaded = self._thread is not None and self._thread.is_alive()
             deadline = time.monotonic() + timeout
             while not done.is_set():
+                if self.fatal is not None:
+                    raise EngineFailed(f"engine stopped after a fatal fault: {self.fatal}")
                 if time.monotonic() > deadline:
                     raise TimeoutError("synthesis timed out")
                 if threaded:

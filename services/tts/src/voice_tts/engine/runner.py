@@ -35,7 +35,7 @@ import torch
 
 from . import kernels
 from .config import ModelConfig
-from .graphs import PARTS, PROMPT_BUCKETS, DecodeGraphs, PrefillGraphs, buckets_for
+from .graphs import PARTS, PROMPT_BUCKETS, DecodeGraphs, PrefillGraphs, buckets_for, fit
 from .model import DecoderSlots, Qwen3TTS
 from .sampling import (
     TALKER_STREAM,
@@ -210,6 +210,9 @@ class Runner:
         self._positions = [0] * (n + 1)  # host mirror of state.position (eager kv_len)
         self._arange = torch.arange(max(max_seq_len, n + 1), device=self.device)
         self.graphs: DecodeGraphs | None = None
+        # Eager steps with the graphs' shapes (`mimic_graphs`): batch buckets, or None.
+        self.eager_buckets: list[int] | None = None
+        self._eager_pipelined = False
         # The engine's own CUDA stream, at high priority: the speech decoder's stream
         # (default priority) runs beside it and must not delay the critical path (code
         # predictor -> talker -> next frame).
@@ -244,11 +247,30 @@ class Runner:
             [n for n in PROMPT_BUCKETS if n < self.max_seq_len], self.graphs.pool)
         self.prefill_graphs.capture()
 
+    def mimic_graphs(self, buckets: list[int]) -> None:
+        """Run eager steps as the CUDA graphs run them: each batch padded to its bucket
+        with rows on the scratch slot, and the audio of a step handed out one engine
+        iteration later (pipelined). With the index checks of the eager path, this is
+        the CPU reference for what padding rows and steps in flight do on the GPU."""
+        self.eager_buckets = sorted(buckets)
+        self._eager_pipelined = True
+
     def on_stream(self) -> contextlib.AbstractContextManager:
         """Run the engine's work on its stream (CUDA), or as is."""
         return torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext()
 
     # --- the three parts of a decode step (pure functions of tensors) -----------------
+
+    def reset_scratch(self) -> None:
+        """Put the scratch slot back to a fresh state after each step. Every padding row of a
+        bucket points at it, and a step advances it like a real row: left alone, its
+        position grew by one per padded step until its KV write went past the cache
+        (an illegal memory access under open-loop traffic, where batches rarely fill a
+        bucket), and a codec EOS it sampled became codebook 0 of its next frame, out of
+        the speech decoder's codebooks. Graph-safe: fills at a fixed index."""
+        s, k = self.state, self.scratch_slot
+        for t in (s.last_token, s.position, s.n_generated, s.past_hidden, s.seen):
+            t[k] = 0
 
     def step_cp(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (frames (B, 16), codec track (B, 1, H)) of each row's pending frame."""
@@ -277,10 +299,12 @@ class Runner:
         s.position.index_copy_(0, slots, pos + 1)
         s.n_generated.index_copy_(0, slots, n + 1)
         s.seen.index_put_((slots, token), self._true)  # a device scalar: graph-safe
+        self.reset_scratch()
         return token
 
     def step_decoder(self, slots: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
         """frames (B, 16) -> float32 PCM (B, frame_samples), streamed per slot."""
+        self.decoder_slots.frames[self.scratch_slot] = 0  # padding rows: bounded positions
         return self.model.speech_decoder(frame[:, :, None], self.decoder_slots.rows(slots))
 
     def _sample_talker(self, slots: torch.Tensor, n: torch.Tensor,
@@ -328,6 +352,7 @@ class Runner:
         s.past_hidden.index_copy_(0, slots, hidden)
         s.position.index_copy_(0, slots, last + 1)
         s.n_generated.index_fill_(0, slots, 1)
+        self.reset_scratch()
 
     @torch.no_grad()
     def prefill(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> list[int]:
@@ -394,8 +419,14 @@ class Runner:
     def _eager(self, slots: list[int], text_ids: list[int]) -> Step:
         if self.graphs is not None:  # decoder state: after the graphed steps in flight
             self.graphs.join()
-        idx = torch.tensor([slots, text_ids], dtype=torch.long, device=self.device)
+        n = len(slots)
         kv_len = max(self._positions[s] for s in slots) + 1
+        if self.eager_buckets is not None:
+            pad = fit(self.eager_buckets, n) - n
+            slots = slots + [self.scratch_slot] * pad
+            text_ids = text_ids + [self.cfg.tts_pad_token_id] * pad
+        idx = torch.tensor([slots, text_ids], dtype=torch.long, device=self.device)
+        self._check_step(slots, text_ids, idx[0])
         marks = [time.perf_counter()]
         frame, track = self.step_cp(idx[0])
         marks.append(time.perf_counter())
@@ -405,6 +436,25 @@ class Runner:
         marks.append(time.perf_counter())
         timing = {name: (b - a) * 1e3 for name, (a, b) in zip(PARTS, pairwise(marks),
                                                                strict=True)}
-        tokens = token.tolist()
-        out = frame.cpu().numpy(), pcm.cpu().numpy(), timing
-        return Step(lambda: tokens, lambda: out, pipelined=False)
+        tokens = token[:n].tolist()
+        out = frame[:n].cpu().numpy(), pcm[:n].cpu().numpy(), timing
+        return Step(lambda: tokens, lambda: out, pipelined=self._eager_pipelined)
+
+    def _check_step(self, slots: list[int], text_ids: list[int], idx: torch.Tensor) -> None:
+        """Every index a decode step will use, checked on the host (the eager path is the
+        reference; the graphed kernels index without bounds checks)."""
+        s, t = self.state, self.cfg
+        bad = [x for x in slots if not 0 <= x <= self.scratch_slot]
+        if bad:
+            raise IndexError(f"slots {bad} outside 0..{self.scratch_slot}")
+        bad = [x for x in text_ids if not 0 <= x < t.talker.text_vocab_size]
+        if bad:
+            raise IndexError(f"text ids {bad} outside the text vocabulary")
+        pos = s.position[idx].tolist()
+        if max(pos) >= self.max_seq_len or min(pos) < 0:
+            raise IndexError(f"positions {pos} of slots {slots} outside the KV cache "
+                             f"(max_seq_len {self.max_seq_len})")
+        codes = s.last_token[idx].tolist()  # codebook 0 of the frame the decoder will read
+        if not all(0 <= c < t.speech_decoder.codebook_size for c in codes):
+            raise IndexError(f"codebook-0 tokens {codes} of slots {slots} outside the "
+                             f"speech decoder's {t.speech_decoder.codebook_size} codes")

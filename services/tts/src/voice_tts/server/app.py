@@ -2,16 +2,18 @@
 
 Start-up order matters to orchestrators: health says SERVING only after the engine has
 loaded and warmed up. SIGTERM drains: health goes NOT_SERVING, new calls get
-UNAVAILABLE, in-flight utterances get `drain_timeout_s` to finish, then the process exits.
+UNAVAILABLE, in-flight utterances get `drain_timeout_s` to finish, calls still open then
+end with UNAVAILABLE ("server drained"), and the process exits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import torch
@@ -26,6 +28,8 @@ from voice_tts.server.servicer import SERVICE_NAME, TextToSpeechServicer
 from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.server")
+# The exit status after a fatal engine fault (the orchestrator restarts the process).
+EXIT_ENGINE_FAULT = 3
 
 
 def load_engine(settings: TTSSettings) -> Engine:
@@ -54,6 +58,32 @@ class RunningServer:
     grpc_port: int
     http_runner: object | None
     serving: bool = False
+    failed: asyncio.Event = field(default_factory=asyncio.Event)  # fatal engine fault
+    watchdog: asyncio.Task | None = None
+
+    async def fail(self, message: str) -> None:
+        """The engine cannot go on (faults.py): NOT_SERVING at once, every call ends
+        with UNAVAILABLE, and `serve` exits the process for the orchestrator to restart."""
+        if self.failed.is_set():
+            return
+        self.failed.set()
+        self.serving = False  # /healthz: 503
+        n = self.servicer.fail(message)
+        log.critical("%s; %d call(s) end with UNAVAILABLE", message, n)
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def exit_after_fault(self) -> None:
+        """Let the calls' UNAVAILABLE go out (briefly), then end the process, non-zero.
+        No orderly shutdown: the CUDA context is broken, and its teardown can hang."""
+        deadline = time.monotonic() + 2.0
+        while self.servicer.active and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # the statuses leave the transport (stop cancels calls)
+        await self.server.stop(grace=1.0)
+        log.critical("exiting with status %d after a fatal engine fault", EXIT_ENGINE_FAULT)
+        logging.shutdown()
+        os._exit(EXIT_ENGINE_FAULT)
 
     async def drain(self, timeout: float) -> None:
         """Stop accepting, let in-flight calls finish (bounded), then stop."""
@@ -64,7 +94,13 @@ class RunningServer:
         deadline = time.monotonic() + timeout
         while self.servicer.active and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        log.info("drained; %d call(s) still open are cancelled", len(self.servicer.active))
+        if self.servicer.active:
+            n = self.servicer.cut_open_calls()
+            log.info("drain timeout: %d call(s) still open end with UNAVAILABLE", n)
+            deadline = time.monotonic() + 1.0  # for their status to go out
+            while self.servicer.active and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        log.info("drained")
         await self.server.stop(grace=0.5)
         if self.http_runner is not None:
             await self.http_runner.cleanup()  # type: ignore[attr-defined]
@@ -111,6 +147,17 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     if settings.http_port:
         running.http_runner = await start_http(settings.grpc_host, settings.http_port,
                                                metrics.registry, lambda: running.serving)
+    loop = asyncio.get_running_loop()
+
+    def on_fatal(exc: BaseException) -> None:  # engine thread
+        msg = (f"TTS engine fault ({type(exc).__name__}: {str(exc)[:200]}); the server "
+               "is restarting, retry on another replica")
+        loop.call_soon_threadsafe(lambda: loop.create_task(running.fail(msg)))
+
+    engine.on_fatal = on_fatal
+    if engine.fatal is not None:  # it failed before the hook was set
+        on_fatal(engine.fatal)
+    running.watchdog = loop.create_task(_watch_engine(running, settings.engine_stall_s))
     running.serving = True
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -120,12 +167,27 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     return running
 
 
+async def _watch_engine(running: RunningServer, stall_s: float) -> None:
+    """A stuck engine (a device sync that never returns) raises nothing: fail it by time."""
+    engine = running.servicer.engine
+    while not running.failed.is_set():
+        await asyncio.sleep(min(1.0, stall_s / 4))
+        stalled = engine.stalled_for()
+        if stalled > stall_s:
+            await running.fail(f"TTS engine stalled for {stalled:.0f} s (TTS_ENGINE_STALL_S="
+                               f"{stall_s:g}); the server is restarting, retry on another "
+                               "replica")
+
+
 async def serve(settings: TTSSettings) -> None:
     running = await start_server(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    stopped, failed = (asyncio.create_task(e.wait()) for e in (stop, running.failed))
+    await asyncio.wait((stopped, failed), return_when=asyncio.FIRST_COMPLETED)
+    if running.failed.is_set():
+        await running.exit_after_fault()
     log.info("signal received: draining (up to %.0f s)", settings.drain_timeout_s)
     await running.drain(settings.drain_timeout_s)

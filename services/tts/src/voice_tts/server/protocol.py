@@ -14,10 +14,11 @@ import grpc
 from google.protobuf.message import DecodeError
 from voice.tts.v1 import tts_pb2
 
-from voice_tts.engine import EngineFull, SamplingParams, UnknownVoice
+from voice_tts.engine import EngineFailed, EngineFull, SamplingParams, UnknownVoice
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
 MAX_INSTRUCT_CHARS = 1000
+MAX_ID_CHARS = 128  # session_id, trace_id: they go into every log line of the call
 
 
 class CallError(Exception):
@@ -37,6 +38,9 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return exc.code, exc.message
     if isinstance(exc, UnknownVoice):
         return grpc.StatusCode.NOT_FOUND, str(exc)
+    if isinstance(exc, EngineFailed):
+        return grpc.StatusCode.UNAVAILABLE, (f"{exc}; the server is restarting, retry on "
+                                             "another replica")
     if isinstance(exc, EngineFull):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc) or "server at its session limit"
     if isinstance(exc, ValueError | UnicodeDecodeError):
@@ -70,21 +74,23 @@ class ResolvedConfig:
 
 
 def _sampling(p: tts_pb2.SamplingParams) -> SamplingParams:
+    """The proto's fields set the talker and the code predictor (the official
+    `subtalker_*` settings) alike; repetition_penalty is the talker's only."""
     kw: dict[str, object] = {}
     if p.HasField("greedy"):
-        kw["do_sample"] = not p.greedy
+        kw["do_sample"] = kw["subtalker_do_sample"] = not p.greedy
     if p.HasField("temperature"):
         if not 0.0 < p.temperature <= 2.0:
             raise invalid(f"sampling.temperature must be in (0, 2], got {p.temperature}")
-        kw["temperature"] = p.temperature
+        kw["temperature"] = kw["subtalker_temperature"] = p.temperature
     if p.HasField("top_k"):
         if p.top_k > 4096:
             raise invalid(f"sampling.top_k must be 0 (off) .. 4096, got {p.top_k}")
-        kw["top_k"] = p.top_k
+        kw["top_k"] = kw["subtalker_top_k"] = p.top_k
     if p.HasField("top_p"):
         if not 0.0 < p.top_p <= 1.0:
             raise invalid(f"sampling.top_p must be in (0, 1], got {p.top_p}")
-        kw["top_p"] = p.top_p
+        kw["top_p"] = kw["subtalker_top_p"] = p.top_p
     if p.HasField("repetition_penalty"):
         if not 1.0 <= p.repetition_penalty <= 2.0:
             raise invalid(
@@ -92,6 +98,15 @@ def _sampling(p: tts_pb2.SamplingParams) -> SamplingParams:
             )
         kw["repetition_penalty"] = p.repetition_penalty
     return SamplingParams(**kw)  # type: ignore[arg-type]
+
+
+def _check_id(name: str, value: str) -> None:
+    # Bounded and printable: the ids are logged verbatim (no unbounded or forged lines).
+    if len(value) > MAX_ID_CHARS:
+        raise invalid(f"SessionConfig.{name} is {len(value)} characters; the limit is "
+                      f"{MAX_ID_CHARS}")
+    if not value.isprintable():
+        raise invalid(f"SessionConfig.{name} holds control characters; use printable text")
 
 
 def resolve_config(
@@ -123,6 +138,8 @@ def resolve_config(
         raise invalid(f"frame_ms {frame_ms} is not supported; use one of {SUPPORTED_FRAME_MS}")
     if cfg.encoding not in (tts_pb2.AUDIO_ENCODING_UNSPECIFIED, tts_pb2.AUDIO_ENCODING_PCM_S16LE):
         raise invalid(f"encoding {cfg.encoding} is not supported; use AUDIO_ENCODING_PCM_S16LE")
+    for name in ("session_id", "trace_id"):
+        _check_id(name, getattr(cfg, name))
     sampling = _sampling(cfg.sampling)
     resolved = tts_pb2.SessionConfig()
     resolved.CopyFrom(cfg)

@@ -33,6 +33,8 @@ from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES, TTSSettings
 
 log = logging.getLogger("voice_tts.servicer")
 SERVICE_NAME = "voice.tts.v1.TextToSpeech"
+DRAINED = ("server drained: the call was still open when the drain timeout "
+           "(TTS_DRAIN_TIMEOUT_S) ended; retry on another replica")
 
 
 class TextToSpeechServicer:
@@ -42,6 +44,10 @@ class TextToSpeechServicer:
         self.metrics = metrics
         self.draining = False
         self.active: set[asyncio.Task[Any]] = set()
+        # Calls cut by the server (drain timeout, engine fault): their UNAVAILABLE message.
+        self.cut: dict[asyncio.Task[Any], str] = {}
+        self.streams: dict[asyncio.Task[Any], SynthesizeStream] = {}  # calls past config
+        self.failed: str | None = None  # the engine has stopped: every call is refused
         self._voices = {v.name.lower(): v.name for v in engine.voices()}
         self._languages = {lang.lower(): lang for lang in engine.languages()}
         # Fed by the engine's steps (app.py's on_step -> `admission.model.observe`).
@@ -83,10 +89,13 @@ class TextToSpeechServicer:
         assert task is not None
         session = None
         ticket = None
+        stream: SynthesizeStream | None = None
         reader: asyncio.Task[None] | None = None
         self.active.add(task)
         self.metrics.active_sessions.inc()
         try:
+            if self.failed is not None:
+                raise CallError(grpc.StatusCode.UNAVAILABLE, self.failed)
             if self.draining:
                 raise CallError(grpc.StatusCode.UNAVAILABLE, "server is draining; retry "
                                 "on another replica")
@@ -103,6 +112,7 @@ class TextToSpeechServicer:
             )
             session = TrackedSession(session, ticket)
             stream.session = session
+            self.streams[task] = stream
             log.info("session started session=%s trace=%s voice=%s rate=%d frame_ms=%d",
                      cfg.session_id, cfg.trace_id, cfg.voice, cfg.sample_rate, cfg.frame_ms)
             yield tts_pb2.SynthesizeResponse(event=tts_pb2.Event(
@@ -111,8 +121,12 @@ class TextToSpeechServicer:
             async for resp in stream.write():
                 yield resp
         except asyncio.CancelledError:
-            log.info("call cancelled by the client")
-            raise
+            if task not in self.cut:
+                log.info("call cancelled by the client")
+                raise
+            # Cut by the server: tell the client why (else it sees CANCELLED at stop).
+            self.metrics.errors.labels(grpc.StatusCode.UNAVAILABLE.name).inc()
+            await context.abort(grpc.StatusCode.UNAVAILABLE, self.cut[task])
         except Exception as e:  # every failure ends the call with one clear status
             code, message = status_of(e)
             if code == grpc.StatusCode.INTERNAL:
@@ -125,12 +139,33 @@ class TextToSpeechServicer:
         finally:
             if reader is not None:
                 reader.cancel()
+            if stream is not None:
+                stream.close()
             if session is not None:
                 session.close()  # frees the engine slot within one step
             if ticket is not None:
                 ticket.close()
             self.metrics.active_sessions.dec()
             self.active.discard(task)
+            self.cut.pop(task, None)
+            self.streams.pop(task, None)
+
+    def cut_open_calls(self, message: str = DRAINED) -> int:
+        """Every call still open ends with UNAVAILABLE and `message` (each aborts itself
+        when its cancellation lands in the handler): the drain timeout is over, or the
+        engine has failed."""
+        for task in self.active:
+            if task in self.streams:  # its writer raises the status, ahead of its audio
+                self.streams[task].abort(CallError(grpc.StatusCode.UNAVAILABLE, message))
+            else:
+                self.cut[task] = message
+                task.cancel()
+        return len(self.active)
+
+    def fail(self, message: str) -> int:
+        """The engine stopped for good: refuse new calls, cut the open ones."""
+        self.failed = message
+        return self.cut_open_calls(message)
 
     async def _first_config(self, it: AsyncIterator[bytes]) -> Any:
         try:

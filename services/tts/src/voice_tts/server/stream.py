@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import AudioPacket, UtteranceEnd
@@ -41,6 +42,7 @@ class _Flush:
 @dataclass
 class _Stop:
     reset: bool
+    utterance_id: int  # the newest utterance it dropped (else the next one)
 
 
 @dataclass
@@ -70,6 +72,7 @@ class StreamState:
     drop_below: int = 0            # utterances below this id are dropped (STOP/RESET)
     utterances: dict[int, _Utterance] = field(default_factory=dict)
     flushes: set[int] = field(default_factory=set)  # utterance ids awaiting FLUSHED
+    truncated: int | None = None   # ended by the frame cap before its FLUSH came
     backlog_samples: int = 0       # engine audio queued but not yet framed
     paused: bool = False
 
@@ -87,6 +90,13 @@ class SynthesizeStream:
         self.seq = 0
         self.loop = asyncio.get_running_loop()
         self._ending = False
+        self._aborted: CallError | None = None
+
+    def abort(self, error: CallError) -> None:
+        """End the call with `error` at the writer's next turn, ahead of queued audio (the
+        server cuts it: drain timeout, engine fault)."""
+        self._aborted = error
+        self.state.queue.put_nowait(_Failed(error))
 
     # -- engine thread side ------------------------------------------------------------
     def sink(self, item: AudioPacket | UtteranceEnd) -> None:
@@ -120,6 +130,8 @@ class SynthesizeStream:
                     if not piece:
                         continue
                     uid = self.session.utterance_id
+                    if uid == st.truncated:
+                        continue  # belongs to the truncated utterance: dropped
                     u = st.utt(uid)
                     if u.first_text_at is None:
                         u.first_text_at = time.perf_counter()
@@ -153,16 +165,24 @@ class SynthesizeStream:
                 # Nothing (or only whitespace) to speak: drop it and answer at once.
                 if has_text:
                     self.session.cancel()
+                else:
+                    self.session.flush()  # closes a truncated utterance; else a no-op
                 st.queue.put_nowait(_Flush(uid, empty=True))
         elif kind in (tts_pb2.Control.STOP, tts_pb2.Control.RESET):
             reset = kind == tts_pb2.Control.RESET
+            # Utterances not yet FLUSHED (speaking, queued here, or taking text): this
+            # drops them all. Counted here: their ends may never reach the writer.
+            live = [uid for uid in st.utterances if uid >= st.drop_below]
+            self.metrics.utterances.labels("cancelled").inc(len(live))
+            if st.truncated is not None and st.truncated >= st.drop_below:
+                live.append(st.truncated)  # its end is counted (max_frames) and written
             if reset:
                 self.session.reset(self.state.cfg.seed)
             else:
                 self.session.cancel()
             st.drop_below = self.session.utterance_id
             st.flushes.clear()
-            st.queue.put_nowait(_Stop(reset))
+            st.queue.put_nowait(_Stop(reset, max(live, default=st.drop_below)))
         else:
             raise invalid(f"unknown Control.type {kind}; use FLUSH, STOP or RESET")
 
@@ -171,6 +191,8 @@ class SynthesizeStream:
         st = self.state
         while True:
             item = await st.queue.get()
+            if self._aborted is not None:
+                raise self._aborted
             if isinstance(item, AudioPacket):
                 for resp in self._on_packet(item):
                     yield resp
@@ -178,15 +200,19 @@ class SynthesizeStream:
                 for resp in self._on_end(item):
                     yield resp
             elif isinstance(item, _Flush):
-                if item.empty:
+                if item.empty or item.utterance_id == st.truncated:
+                    if item.utterance_id == st.truncated:  # its audio is all out
+                        st.truncated = None
                     yield self._event(tts_pb2.Event.FLUSHED, item.utterance_id)
                 elif item.utterance_id >= st.drop_below:
                     st.flushes.add(item.utterance_id)
             elif isinstance(item, _Stop):
                 for uid in [u for u in st.utterances if u < st.drop_below]:
                     del st.utterances[uid]
+                if st.truncated is not None and st.truncated < st.drop_below:
+                    st.truncated = None
                 kind = tts_pb2.Event.RESET if item.reset else tts_pb2.Event.STOPPED
-                yield self._event(kind, st.drop_below)
+                yield self._event(kind, item.utterance_id)
             elif isinstance(item, _EndOfInput):
                 self._ending = True
             elif isinstance(item, _Failed):
@@ -214,10 +240,18 @@ class SynthesizeStream:
 
     def _on_end(self, e: UtteranceEnd) -> list[tts_pb2.SynthesizeResponse]:
         st = self.state
-        self.metrics.utterances.labels(e.reason).inc()
-        if e.utterance_id < st.drop_below or e.reason == "cancelled":
+        if e.utterance_id < st.drop_below:  # stopped: counted at its STOP / RESET
             st.utterances.pop(e.utterance_id, None)
             return []
+        self.metrics.utterances.labels(e.reason).inc()
+        if e.reason == "cancelled":
+            st.utterances.pop(e.utterance_id, None)
+            return []
+        if e.reason == "invalid":  # this session's input: the call ends, no one else's
+            raise invalid(e.error)
+        if e.reason == "error":
+            raise CallError(grpc.StatusCode.INTERNAL, f"synthesis failed: {e.error}; see "
+                            "server logs")
         u = st.utt(e.utterance_id)
         out: list[tts_pb2.SynthesizeResponse] = []
         if u.framer is not None:
@@ -225,11 +259,23 @@ class SynthesizeStream:
         if u.first_text_at is not None and e.frames > 0:
             audio_s = e.frames * 1920 / NATIVE_RATE
             self.metrics.rtf.observe((time.perf_counter() - u.first_text_at) / audio_s)
+        if e.reason == "max_frames":
+            out.append(self._event(tts_pb2.Event.TRUNCATED, e.utterance_id))
+            if e.utterance_id not in st.flushes:
+                st.truncated = e.utterance_id  # open until its FLUSH (see the proto)
         if e.utterance_id in st.flushes:
             st.flushes.discard(e.utterance_id)
             out.append(self._event(tts_pb2.Event.FLUSHED, e.utterance_id))
         st.utterances.pop(e.utterance_id, None)
         return out
+
+    def close(self) -> None:
+        """The call is over (done, failed, cancelled by the client, cut by the drain):
+        utterances still in progress count as cancelled."""
+        st = self.state
+        live = [uid for uid in st.utterances if uid >= st.drop_below]
+        self.metrics.utterances.labels("cancelled").inc(len(live))
+        st.utterances.clear()
 
     def _frames(self, uid: int, u: _Utterance, frames: list[bytes], timings: dict | None,
                 last: bool = False) -> list[tts_pb2.SynthesizeResponse]:
