@@ -20,6 +20,7 @@ import random
 from collections import defaultdict
 
 import pytest
+import torch
 from voice_tts.engine import (
     AudioPacket,
     Engine,
@@ -88,13 +89,33 @@ def _params(rng: random.Random, engine: Engine) -> SessionParams:
                          max_frames=rng.choice([None, None, rng.randrange(1, 40)]))
 
 
+SETTINGS = EngineSettings(max_sessions=5, max_batch=5, max_seq_len=96,
+                          max_prefills_per_step=3, packet_frames=2)
+
+
 @pytest.mark.parametrize("name", ["tiny", "tiny-1.7b"])
 def test_random_churn_never_faults_and_frees_every_slot(checkpoints, name):
-    settings = EngineSettings(max_sessions=5, max_batch=5, max_seq_len=96,
-                              max_prefills_per_step=3, packet_frames=2)
-    engine = Engine.from_pretrained(checkpoints[name], settings=settings)
-    engine.runner.mimic_graphs(buckets_for(settings.max_batch))
-    rng = random.Random(f"churn-{name}")
+    engine = Engine.from_pretrained(checkpoints[name], settings=SETTINGS)
+    engine.runner.mimic_graphs(buckets_for(SETTINGS.max_batch))
+    churn(engine, random.Random(f"churn-{name}"))
+    assert engine.runner.eager_buckets is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["tiny", "tiny-1.7b"])
+def test_random_churn_on_cuda_graphs(checkpoints, name):
+    """The same churn through the captured graphs and fused kernels (the GPU path)."""
+    engine = Engine.from_pretrained(checkpoints[name], device="cuda", settings=SETTINGS)
+    assert engine.runner.graphs is not None
+    churn(engine, random.Random(f"churn-{name}"))
+    torch.cuda.synchronize()
+    scratch = engine.runner.scratch_slot
+    assert engine.runner.state.position[scratch].item() < SETTINGS.max_seq_len
+
+
+def churn(engine: Engine, rng: random.Random) -> None:
+    settings = engine.settings
     clients: list[Client] = []
     closed: list[Client] = []
     opened = 0
@@ -141,4 +162,3 @@ def test_random_churn_never_faults_and_frees_every_slot(checkpoints, name):
     assert opened > settings.max_sessions * 3, "more sessions than slots over time"
     # The run took every way out of an utterance (else it proved less than it claims).
     assert {"eos", "max_frames", "cancelled"} <= set(reasons), sorted(set(reasons))
-    assert engine.runner.eager_buckets is not None
