@@ -234,6 +234,38 @@ def test_text_after_flush_is_the_next_utterance(tiny_engine):
     s.close()
 
 
+def test_frame_cap_before_flush_drops_text_until_flush(tiny_engine):
+    c = Collector()
+    s = tiny_engine.open_session(SessionParams(voice="vivian", seed=1, max_frames=3), c)
+    s.push_text("This sentence streams on and on, word after word, ")
+    while not c.ends():
+        tiny_engine.run_once()
+    (end,) = c.ends()
+    assert end.reason == "max_frames" and end.frames == 3
+    # Text until the flush belongs to the truncated utterance: dropped.
+    s.push_text("and more words for the capped utterance ")
+    assert s.utterance_id == 0
+    s.flush()
+    for _ in range(5):
+        tiny_engine.run_once()
+    assert len(c.ends()) == 1 and sum(p.frames for p in c.packets()) == 3
+    s.push_text("A new one.")  # after the flush: the next utterance
+    assert s.utterance_id == 1
+    s.flush()
+    while len(c.ends()) < 2:
+        tiny_engine.run_once()
+    assert c.ends()[1].utterance_id == 1 and c.packets(1)
+    # A cancel (or reset) closes a truncated utterance too.
+    s.push_text("Another long sentence that streams on, word after word, ")
+    while len(c.ends()) < 3:
+        tiny_engine.run_once()
+    assert c.ends()[2].reason == "max_frames"
+    s.cancel()
+    s.push_text("Spoken again.")
+    assert s.utterance_id == 3
+    s.close()
+
+
 def test_audio_read_one_step_late_gives_the_same_events():
     """With CUDA graphs a step's audio is read after the next step is launched (its
     decoder runs beside that step: `runner.Step.pipelined`). The engine must send the same

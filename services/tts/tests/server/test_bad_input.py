@@ -64,6 +64,10 @@ CASES = {
     "unknown control": ([cfg_bytes(), tts_pb2.SynthesizeRequest(
         control=tts_pb2.Control(type=9)).SerializeToString()],
         grpc.StatusCode.INVALID_ARGUMENT, "Control.type"),
+    "session_id over 128 characters": ([cfg_bytes(session_id="s" * 129)],
+                                       grpc.StatusCode.INVALID_ARGUMENT, "session_id is 129"),
+    "trace_id with a newline": ([cfg_bytes(trace_id="abc\nforged log line")],
+                                grpc.StatusCode.INVALID_ARGUMENT, "trace_id holds control"),
     "bad temperature": ([tts_pb2.SynthesizeRequest(config=tts_pb2.SessionConfig(
         voice="vivian", sampling=tts_pb2.SamplingParams(temperature=9.0))).SerializeToString()],
         grpc.StatusCode.INVALID_ARGUMENT, "temperature"),

@@ -11,6 +11,7 @@ import wave
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from voice.tts.v1 import tts_pb2, tts_pb2_grpc
@@ -73,6 +74,28 @@ async def test_sigterm_drains_in_flight_then_exits(make_server) -> None:
                                 and r.event.type == tts_pb2.Event.FLUSHED)
         assert audio(rest)
         await call.done_writing()
+    assert srv.proc.wait(30) == 0
+
+
+async def test_calls_open_at_the_drain_timeout_get_unavailable(make_server) -> None:
+    srv = make_server(TTS_DRAIN_TIMEOUT_S="1", TTS_CONFIG_TIMEOUT_S="60")
+    async with grpc.aio.insecure_channel(srv.addr) as ch:
+        stub = tts_pb2_grpc.TextToSpeechStub(ch)
+        speaking = stub.Synthesize()
+        await speaking.write(tts_pb2.SynthesizeRequest(config=config()))
+        # Text still streaming (no FLUSH): the utterance waits for more, past the drain.
+        await speaking.write(text("This reply is still being written "))
+        await read_until(speaking, lambda r: r.WhichOneof("response") == "event")
+        silent = stub.Synthesize()  # open, but no SessionConfig yet
+        await silent.wait_for_connection()
+        await asyncio.sleep(0.5)
+        srv.proc.send_signal(signal.SIGTERM)
+        for call in (speaking, silent):
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await drain(call)  # the status comes after the frames still unread
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value.details()
+            details = e.value.details() or ""
+            assert "server drained" in details and "another replica" in details, details
     assert srv.proc.wait(30) == 0
 
 

@@ -71,7 +71,8 @@ async def test_half_close_speaks_everything_then_ends(server) -> None:
     resps = await one_shot(server.addr, config(), [TEXT[:7], TEXT[7:]])
     k = kinds(resps)
     assert k[0] == "SESSION_STARTED" and k[1] == "FIRST_AUDIO" and k[-1] == "FLUSHED"
-    assert set(k[2:-1]) == {"A"}, k
+    # Random weights rarely reach codec EOS: the 12-frame cap ends it (TRUNCATED).
+    assert k[-2] == "TRUNCATED" and set(k[2:-2]) == {"A"}, k
     started = resps[0].event.config
     assert (started.sample_rate, started.frame_ms, started.voice) == (24000, 20, "vivian")
     assert started.session_id and started.language == "auto"
@@ -138,7 +139,7 @@ async def test_stop_sends_no_frame_after_stopped(server) -> None:
     old = audio(before + upto)
     assert all(f.utterance_id == 0 for f in old)
     assert len(old) < 60 * 4, "STOP must cut the utterance short"
-    assert stopped.utterance_id == 1 and stopped.next_seq == len(old)
+    assert stopped.utterance_id == 0 and stopped.next_seq == len(old)  # the one it stopped
     new = audio(after)
     assert new and all(f.utterance_id == 1 for f in new)
     assert [f.seq for f in old + new] == list(range(len(old) + len(new)))

@@ -9,6 +9,10 @@ Cancel guarantee: the engine thread calls the sink while holding `_emit_lock` an
 the utterance's `cancelled` flag under it; `cancel()` sets the flag under the same lock.
 So once `cancel()` returns, no packet of the cancelled utterance can reach the sink (a
 sink that blocks delays `cancel()` by that long: keep sinks quick).
+
+Truncation: an utterance that the frame cap ends before its flush stays the session's
+current utterance: text pushed into it is dropped until `flush()` (or cancel / reset)
+closes it, so the cap bounds what one flush-delimited utterance says.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ class Session:
         self._emit_lock = threading.RLock()
         self._utts: deque[Utterance] = deque()
         self._dropped: list[Utterance] = []  # cancelled, UtteranceEnd still to send
+        self._truncated: Utterance | None = None  # ended by the frame cap, not yet flushed
         self._next_utt = 0
         self.closed = False
         self.paused = False
@@ -84,6 +89,8 @@ class Session:
             return
         with self._lock:
             self._check_open()
+            if self._truncated is not None:
+                return  # the rest of a truncated utterance: dropped until its flush
             utt = self._utts[-1] if self._utts and not self._utts[-1].stream.finished else None
             if utt is None:
                 stream = TextStream(self._tokenizer, self.params.max_text_chars)
@@ -101,7 +108,10 @@ class Session:
         """End the current utterance: speak everything pushed so far to its end."""
         with self._lock:
             self._check_open()
-            if self._utts and not self._utts[-1].stream.finished:
+            if self._truncated is not None:
+                self._truncated.stream.finish()
+                self._truncated = None
+            elif self._utts and not self._utts[-1].stream.finished:
                 self._utts[-1].stream.finish()
         self.engine._wake.set()
 
@@ -141,6 +151,8 @@ class Session:
     def utterance_id(self) -> int:
         """Id of the utterance that the next pushed text belongs to (or is speaking)."""
         with self._lock:
+            if self._truncated is not None:
+                return self._truncated.id
             if self._utts and not self._utts[-1].stream.finished:
                 return self._utts[-1].id
             return self._next_utt
@@ -155,6 +167,7 @@ class Session:
             if utt.stream.chars or utt.running:
                 self._dropped.append(utt)
         self._utts.clear()
+        self._truncated = None  # already ended (its UtteranceEnd is out): nothing to send
 
     # --- engine side ----------------------------------------------------------------------
 
@@ -174,10 +187,14 @@ class Session:
             dropped, self._dropped = self._dropped, []
             return dropped
 
-    def finish_head(self, utt: Utterance) -> None:
+    def finish_head(self, utt: Utterance, truncated: bool = False) -> None:
+        """`utt` has ended; `truncated`: by the frame cap (text not yet flushed stays
+        with it)."""
         with self._lock:
             if self._utts and self._utts[0] is utt:
                 self._utts.popleft()
+            if truncated and not utt.stream.finished:
+                self._truncated = utt
 
     def emit(self, utt: Utterance, event: Any, always: bool = False) -> bool:
         """Deliver `event` unless `utt` was cancelled (or `always`). Engine thread only."""
