@@ -18,7 +18,7 @@ if [ -n "${WITH_TESTS:-}" ]; then
     services/tts/tests/engine/test_gemv.py services/tts/tests/engine/test_graphs_gpu.py} > "$OUT/gpu_tests.log" 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log"
 fi
-for prec in ${PRECISIONS:-auto}; do
+for prec in $([ "${WITH_ENGINE:-1}" = 0 ] || echo "${PRECISIONS:-auto}"); do  # WITH_ENGINE=0: no engine bench
   python3 -m bench.run --preset 0.6b --frames "$FRAMES" --concurrency "${LEVELS:-1,4,16,32,64,128,256}" \
     --decoder-precision "$prec" --out "$OUT/engine_0.6b_$prec.json" 2>&1 | grep -v Warning | tee "$OUT/engine_0.6b_$prec.log" | grep -v '^{"conc'
 done
@@ -26,7 +26,7 @@ if [ -n "${WITH_17B:-}" ]; then
   python3 -m bench.run --preset 1.7b --frames "$FRAMES" --concurrency 1,16,64 \
     --out "$OUT/engine_1.7b.json" 2>&1 | grep -v Warning | tee "$OUT/engine_1.7b.log" | grep -v '^{"conc'
 fi
-if [ -n "${WITH_PEER:-1}" ] && [ -f .peer/faster_qwen3_tts_bench.py ]; then
+if [ "${WITH_PEER:-1}" != 0 ] && [ -f .peer/faster_qwen3_tts_bench.py ]; then
   timeout 300 python3 .peer/faster_qwen3_tts_bench.py "$FRAMES" 2>&1 | grep -v Warning | tee "$OUT/peer.log"
 fi
 if [ -n "${WITH_GRPC:-}" ]; then
@@ -36,4 +36,22 @@ if [ -n "${WITH_GRPC:-}" ]; then
   for _ in $(seq 300); do grep -q "TTS serving" "$OUT/server.log" && break; sleep 1; done
   python3 -m bench.grpc_bench --concurrency 1,16 2>&1 | tee "$OUT/grpc.log"
   kill $srv; wait $srv
+fi
+if [ -n "${WITH_SOAK:-}" ]; then
+  # Open-loop soak through the real server (bench/soak.py), per preset: Poisson arrivals at
+  # SOAK_RATE/s for SOAK_DURATION s, EOS active, STOP/RESET/cancel mixed in; JSON summary,
+  # server log and progress under $OUT. The presets share SOAK_DEADLINE s (the whole call
+  # has 600): a soak whose server starts slowly gets shorter arrivals, not killed.
+  presets=${SOAK_PRESETS:-0.6b}; n=$(echo $presets | wc -w)
+  for p in $presets; do
+    timeout -k 15 $(( ${SOAK_DEADLINE:-540} / n + 30 )) python3 -m bench.soak --start-server \
+      --model "preset:$p" --device cuda --max-sessions "${SOAK_MAX_SESSIONS:-256}" \
+      --rate "${SOAK_RATE:-50}" --duration "${SOAK_DURATION:-120}" --procs "${SOAK_PROCS:-4}" \
+      --deadline $(( ${SOAK_DEADLINE:-540} / n )) --out "$OUT/soak_$p.json" \
+      --server-log "$OUT/soak_server_$p.log" ${SOAK_ARGS:-} 2>&1 >/dev/null | tee "$OUT/soak_$p.log"
+    # at most 16 MiB per file comes back from the device
+    if [ "$(stat -c %s "$OUT/soak_server_$p.log" 2>/dev/null || echo 0)" -gt 8000000 ]; then
+      gzip -f "$OUT/soak_server_$p.log"
+    fi
+  done
 fi

@@ -992,6 +992,16 @@ class Soak:
                 voices = [v for v in voices if v[0].lower() in keep]
             if not voices:
                 raise RuntimeError("ListVoices gave no (selected) voice")
+            a.duration_requested = a.duration
+            if a.deadline:  # fit the rest into the deadline: shorten the arrivals
+                left = a.deadline - (time.perf_counter() - self.t_start)
+                a.drain_timeout = min(a.drain_timeout, 45.0)
+                reserve = a.drain_timeout + a.settle_timeout + 20 + (5 if a.procs > 1 else 0)
+                if left - reserve < a.duration:
+                    a.duration = max(5.0, left - reserve)
+                    self.log(f"--deadline {a.deadline:g} s: {left:.0f} s left after the "
+                             f"start-up; arrivals for {a.duration:.0f} s instead of "
+                             f"{a.duration_requested:g} s")
             plans = make_plans(a, voices)
             self.log(f"serving: model {lv.model}, {len(voices)} voices, languages "
                      f"{sorted({x for _, ls in voices for x in ls})}; {len(plans)} arrivals "
@@ -1194,7 +1204,8 @@ class Soak:
         return {
             "pass": not failures,
             "failures": failures,
-            "rate": a.rate, "duration_s": a.duration, "seed": a.seed, "procs": a.procs,
+            "rate": a.rate, "duration_s": round(a.duration, 1),
+            "duration_requested_s": a.duration_requested, "seed": a.seed, "procs": a.procs,
             "server": {"addr": self.server.addr, "model": model,
                        "started_here": a.start_server,
                        **({"device": a.device, "max_sessions": a.max_sessions}
@@ -1323,6 +1334,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="do not patch grpc.aio's status-masking write (grpc/grpc#36066): "
                    "a call the server ends early may then read INTERNAL 'Internal error "
                    "from Core' instead of its status")
+    g.add_argument("--deadline", type=float, default=None,
+                   help="seconds for the whole run (server start-up included): the "
+                   "arrivals are cut short so that drain, checks and summary fit in it")
     g.add_argument("--call-timeout", type=float, default=180.0,
                    help="a call open longer than this fails the soak")
     g.add_argument("--drain-timeout", type=float, default=120.0,
@@ -1361,6 +1375,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def headline(s: dict[str, Any]) -> str:
+    """The summary's key numbers on one line."""
+    t, u, c = s["ttfa_ms"], s["underruns"], s["client"]
+    rj = s["rejections"]["latency_ms"]
+    gate = s["checks"]["gpu_memory_flat"]
+    return (f"rate {s['rate']:g}/s for {s['duration_s']:g} s: {s['arrivals']} calls "
+            f"{json.dumps(s['counts'])}; client TTFA p50/p95/p99 {t['p50']}/{t['p95']}/"
+            f"{t['p99']} ms; underruns {u['late_frames']}/{u['frames']} frames, "
+            f"{u['utterances_with_underrun']}/{u['utterances']} utterances (max "
+            f"{u['max_late_ms']} ms); rejections {s['rejections']['n']} (p50/p95/max "
+            f"{rj['p50']}/{rj['p95']}/{rj['max']} ms); client p99 dispatch lateness "
+            f"{c['dispatch_late_ms']['p99']} ms, loop lag {c['loop_lag_ms']['p99']} ms"
+            f"{' (CLIENT LAGGING)' if c['lagging'] else ''}; GPU memory growth "
+            f"{gate['growth_mb']} MB ({gate['source']})")
+
+
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     summary = asyncio.run(Soak(a).run())
@@ -1370,6 +1400,7 @@ def main(argv: list[str] | None = None) -> None:
         Path(a.out).write_text(text + "\n")
     shown = {k: v for k, v in summary.items() if k != "samples"} if a.no_samples else summary
     print(json.dumps(shown, indent=1), flush=True)
+    print("soak: " + headline(summary), file=sys.stderr, flush=True)
     print(f"soak {'PASSED' if summary['pass'] else 'FAILED'}"
           + ("" if summary["pass"] else ": " + "; ".join(summary["failures"])),
           file=sys.stderr, flush=True)
