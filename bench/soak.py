@@ -67,13 +67,18 @@ TRUNCATED = 6
 FAULT_PATTERNS = (
     "failed; ending their utterances",
     "engine step failed",
+    "engine iteration failed",
+    "fatal engine fault",
     "CUDA error",
     "illegal memory access",
     "device-side assert",
     "Synthesize failed",
     "on_step hook failed",
     "Traceback",
+    " CRITICAL ",
 )
+# Any other line the server logged at ERROR (format "time LEVEL logger message").
+ERROR_LEVEL = re.compile(r"^\S+ \S+ ERROR ")
 _WORD_TEXT = (
     "the a an this that every some our your their one two three many few small large "
     "quick slow bright dark quiet loud early late new old simple careful happy busy "
@@ -828,20 +833,25 @@ class Server:
         self.exit_code = self.proc.returncode
 
     def faults(self) -> dict[str, Any]:
-        """Fault lines of the server log: count per pattern, the first few lines."""
+        """Fault lines of the server log (count per pattern, the first few lines) and the
+        other ERROR lines."""
+        out: dict[str, Any] = {"log": None, "counts": {}, "lines": [], "errors": 0,
+                               "error_lines": []}
         if not self.log_path or not self.log_path.exists():
-            return {"log": None, "counts": {}, "lines": []}
-        counts: dict[str, int] = {}
-        lines: list[str] = []
-        pat = re.compile("|".join(re.escape(p) for p in FAULT_PATTERNS))
+            return out
+        out["log"] = str(self.log_path)
         with open(self.log_path, errors="replace") as f:
             for line in f:
-                m = pat.search(line)
-                if m:
-                    counts[m.group(0)] = counts.get(m.group(0), 0) + 1
-                    if len(lines) < 10:
-                        lines.append(line.rstrip()[:300])
-        return {"log": str(self.log_path), "counts": counts, "lines": lines}
+                hit = next((p for p in FAULT_PATTERNS if p in line), None)
+                if hit is not None:
+                    out["counts"][hit.strip()] = out["counts"].get(hit.strip(), 0) + 1
+                    if len(out["lines"]) < 10:
+                        out["lines"].append(line.rstrip()[:300])
+                elif ERROR_LEVEL.match(line):
+                    out["errors"] += 1
+                    if len(out["error_lines"]) < 10:
+                        out["error_lines"].append(line.rstrip()[:300])
+        return out
 
 
 # --------------------------------------------------------------------------- the soak
@@ -883,6 +893,7 @@ class Soak:
         self.loads: list[Load] = []
         self.children: list[Any] = []
         self.interrupted = False
+        self.server_died = False
 
     def interrupt(self) -> None:
         """SIGTERM / SIGINT: stop the arrivals, end the open calls, still report."""
@@ -959,6 +970,11 @@ class Soak:
             if done.is_set():
                 break
             r = await self.sample()
+            if not r["server_alive"] and not self.server_died:  # nothing left to soak
+                self.server_died = True
+                self.log(f"the server exited (status {self.server.proc.returncode}): "  # type: ignore[union-attr]
+                         "ending the load")
+                self._abort_all()
             mem = next((f"{k} {r[k]:.0f} MB" for k in ("allocated_mb", "smi_mb")
                         if r.get(k) is not None), "")
             self.log(f"arrivals {r['arrivals']} inflight {r['inflight']} done {r['done']} "
@@ -1161,7 +1177,10 @@ class Soak:
 
         check("engine_faults", not faults["counts"] if faults["log"] else None,
               log=faults["log"], counts=faults["counts"], lines=faults["lines"])
-        check("server_alive", alive, health=health)
+        check("no_error_logs", None if not faults["log"] or a.allow_error_logs
+              else not faults["errors"], errors=faults["errors"], lines=faults["error_lines"])
+        check("server_alive", alive, health=health,
+              exit_code=None if alive else self.server.proc.returncode)  # type: ignore[union-attr]
         check("server_serving", health == "SERVING", health=health)
         check("no_leaked_slots", None if active is None else active == 0,
               active_sessions=active)
@@ -1176,7 +1195,8 @@ class Soak:
               examples=[{"index": r["index"], "outcome": r["outcome"], "code": r["code"],
                          "message": r["message"]} for r in errors[:5]])
         check("all_calls_accounted",
-              None if self.interrupted else len(recs) == planned and not load["crashed"],
+              None if self.interrupted or self.server_died
+              else len(recs) == planned and not load["crashed"],
               planned=planned, recorded=len(recs), crashed=load["crashed"])
         if self.interrupted:
             check("not_interrupted", False, note="SIGTERM/SIGINT before the end: partial")
@@ -1351,6 +1371,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="allowed GPU memory growth from after warm-up to the end")
     g.add_argument("--no-nvidia-smi", dest="nvidia_smi", action="store_false",
                    help="do not sample nvidia-smi")
+    g.add_argument("--allow-error-logs", action="store_true",
+                   help="server log lines at ERROR (other than the engine faults) do not "
+                   "fail the soak (they are still counted)")
     g.add_argument("--settle-timeout", type=float, default=15.0,
                    help="seconds for tts_active_sessions to return to 0 after the calls")
     g.add_argument("--sample-every", type=float, default=5.0, help="progress/metrics period")
@@ -1393,7 +1416,15 @@ def headline(s: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
-    summary = asyncio.run(Soak(a).run())
+    try:
+        summary = asyncio.run(Soak(a).run())
+    except Exception as e:  # no soak at all (the server did not start, say): say so in --out
+        if a.out:
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).write_text(json.dumps({"pass": False, "failures": [
+                f"soak did not run: {e!r}"[:2000]], "rate": a.rate}, indent=1) + "\n")
+        print(f"soak FAILED: {e!r}"[:4000], file=sys.stderr, flush=True)
+        sys.exit(2)
     text = json.dumps(summary, indent=1)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
