@@ -118,3 +118,22 @@ async def test_flush_per_sentence_keeps_one_framework_segment(tts_server: Server
     await tts.aclose()
     assert n > 0
     assert "".join(stream.segments) == "Hi! Nice to meet you. Bye now."
+
+
+@pytest.mark.parametrize("attempt", range(5))
+async def test_text_over_the_limit_reports_the_servers_status(tts_server: Server,
+                                                              attempt: int) -> None:
+    # The server ends the call (INVALID_ARGUMENT: over its 4,000 characters) while the
+    # plugin still writes text: the error is the server's, not gRPC's INTERNAL for a
+    # write that raced the end of the call (grpc/grpc#36066).
+    tts = make_tts(tts_server.addr)
+    stream = tts.stream(conn_options=ONCE)
+    for _ in range(300):
+        stream.push_text("word " * 5)
+    stream.end_input()
+    with pytest.raises(APIStatusError) as e:
+        async with asyncio.timeout(60):
+            async for _ in stream:
+                pass
+    await tts.aclose()
+    assert e.value.status_code == 400 and "INVALID_ARGUMENT" in str(e.value), str(e.value)

@@ -14,6 +14,10 @@ gRPC call:
   (raw PCM, re-framed by the framework's AudioByteStream at `frame_ms`).
 - `stop()` is the barge-in path: Control STOP goes out, and nothing received after
   it is pushed. Cancelling the stream cancels the call (the server frees its slot).
+- Writing stops the moment the call ends (a done callback cancels the writers as the
+  status is set): gRPC asyncio reports a write that races the end of the call as
+  INTERNAL, over the server's status (grpc/grpc#36066). The receive side raises the
+  server's status.
 
 Works in anyone's AgentSession; the optional `tracker` only adds our per-turn timings.
 """
@@ -21,6 +25,7 @@ Works in anyone's AgentSession; the optional `tracker` only adds our per-turn ti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from dataclasses import dataclass, field, replace
@@ -186,7 +191,7 @@ class SynthesizeStream(tts.SynthesizeStream):
             # A write that races the server ending the call fails with a local error
             # (INTERNAL / "already finished"); the receive side then reads the real
             # status, so a failed write only stops the writing.
-            if write_failed:
+            if write_failed or call.done():
                 return
             try:
                 async with self._write_lock:
@@ -240,7 +245,7 @@ class SynthesizeStream(tts.SynthesizeStream):
                     continue
                 for seg in segmenter.push(data):
                     await send(seg.text, seg.ends_sentence)
-            if not write_failed:
+            if not write_failed and not call.done():
                 async with self._write_lock:
                     await call.done_writing()
             log.debug("tts input done trace_id=%s segments=%s stats=%s", trace_id,
@@ -282,19 +287,28 @@ class SynthesizeStream(tts.SynthesizeStream):
                                    "tts Synthesize (write)")
 
         recv = asyncio.create_task(_recv_task(), name="tts.recv")
-        tasks = [asyncio.create_task(_input_task(), name="tts.input"), recv]
+        inp = asyncio.create_task(_input_task(), name="tts.input")
+        tasks = [inp, recv]
+
+        def _stop_writing(_: object) -> None:
+            # Runs as the status is set, before a write in flight can fail and overwrite
+            # it with INTERNAL (grpc/grpc#36066).
+            inp.cancel()
+            if self._stop_task is not None:
+                self._stop_task.cancel()
+
+        call.add_done_callback(_stop_writing)
         try:
-            await asyncio.gather(*tasks)
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            if inp.done() and not inp.cancelled() and inp.exception() is not None:
+                raise inp.exception()  # type: ignore[misc]
+            await recv  # the call's outcome: the server's status if it failed
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as e:
-            # A write can race the server ending the call (then the write fails with
-            # INTERNAL or "already finished"): the call's own status says why it ended.
+            # The receive side's AioRpcError carries the status the server ended with
+            # (`call.code()` may since have been overwritten by a failed write).
             code, details = grpc.StatusCode.UNAVAILABLE, str(e)
             if isinstance(e, grpc.aio.AioRpcError):
                 code, details = e.code(), e.details()
-            if call.done():
-                final = await call.code()
-                if final != grpc.StatusCode.OK:
-                    code, details = final, await call.details()
             if tracker is not None:
                 tracker.error("tts", f"{code.name}: {details}")
             raise status_error(code, details, "tts Synthesize") from None
@@ -319,12 +333,18 @@ class ChunkedStream(tts.ChunkedStream):
             mime_type="audio/pcm", frame_size_ms=opts.frame_ms,
         )
         stub = tts_pb2_grpc.TextToSpeechStub(self._tts._channels.get())
+        call = stub.Synthesize()
 
-        async def requests():  # type: ignore[no-untyped-def]
-            yield self._tts._config(request_id)
-            yield tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=self._input_text))
+        async def write() -> None:
+            for req in (self._tts._config(request_id),
+                        tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=self._input_text))):
+                if call.done():
+                    return
+                await call.write(req)
+            await call.done_writing()
 
-        call = stub.Synthesize(requests())
+        writer = asyncio.create_task(write(), name="tts.chunked.write")
+        call.add_done_callback(lambda _: writer.cancel())  # see SynthesizeStream._run
         try:
             async for resp in call:
                 if resp.WhichOneof("response") == "audio":
@@ -332,4 +352,8 @@ class ChunkedStream(tts.ChunkedStream):
         except grpc.aio.AioRpcError as e:
             raise to_api_error(e, "tts Synthesize") from None
         finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError,
+                                     asyncio.InvalidStateError, grpc.aio.UsageError):
+                await writer
             call.cancel()

@@ -2,11 +2,16 @@
 
 TTFA here is client side: the first text piece written -> the first AudioFrame read
 (server TTFA + network). RTF: the first piece -> the last frame, over the audio length.
+
+The writer stops the moment the call ends: gRPC asyncio reports a write that races the
+server ending the call as INTERNAL, over the server's status (grpc/grpc#36066); the
+reader raises the server's status.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -45,35 +50,55 @@ async def synthesize(
     config: tts_pb2.SessionConfig,
     interval_s: float = 0.0,
 ) -> SynthesisResult:
-    """Sends `pieces` (with `interval_s` between them, like an LLM), then half-closes."""
+    """Sends `pieces` (with `interval_s` between them, like an LLM), then half-closes.
+    A call the server ends raises its status (`grpc.aio.AioRpcError`)."""
     stub = tts_pb2_grpc.TextToSpeechStub(channel)
     res = SynthesisResult(sample_rate=config.sample_rate or 24000)
     t0: list[float] = []
+    call = stub.Synthesize()
 
-    async def requests() -> AsyncIterator[tts_pb2.SynthesizeRequest]:
-        yield tts_pb2.SynthesizeRequest(config=config)
+    async def texts() -> AsyncIterator[str]:
         if isinstance(pieces, AsyncIterator):
             async for p in pieces:
-                t0 or t0.append(time.perf_counter())
-                yield tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=p))
+                yield p
         else:
-            for p in pieces:
-                t0 or t0.append(time.perf_counter())
-                yield tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=p))
-                if interval_s:
+            for i, p in enumerate(pieces):
+                if i and interval_s:
                     await asyncio.sleep(interval_s)
+                yield p
 
+    async def write() -> None:
+        await call.write(tts_pb2.SynthesizeRequest(config=config))
+        async for p in texts():
+            if call.done():
+                return
+            t0 or t0.append(time.perf_counter())
+            await call.write(tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=p)))
+        await call.done_writing()
+
+    writer = asyncio.create_task(write())
+    # Cancelled when the status arrives, before a write in flight can fail and overwrite
+    # it (the callback runs as the status is set).
+    call.add_done_callback(lambda _: writer.cancel())
     chunks: list[bytes] = []
-    async for resp in stub.Synthesize(requests()):
-        now = time.perf_counter()
-        if resp.WhichOneof("response") == "audio":
-            if res.ttfa_s is None and t0:
-                res.ttfa_s = now - t0[0]
-            chunks.append(resp.audio.pcm)
-            res.frames += 1
-            res.frame_times.append(now - t0[0] if t0 else 0.0)
-        else:
-            res.events.append(resp.event)
+    try:
+        async for resp in call:
+            now = time.perf_counter()
+            if resp.WhichOneof("response") == "audio":
+                if res.ttfa_s is None and t0:
+                    res.ttfa_s = now - t0[0]
+                chunks.append(resp.audio.pcm)
+                res.frames += 1
+                res.frame_times.append(now - t0[0] if t0 else 0.0)
+            else:
+                res.events.append(resp.event)
+    finally:
+        writer.cancel()
+        # The reader's status is the call's: a failed write only stopped the writing.
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError,
+                                 asyncio.InvalidStateError):
+            await writer
+        call.cancel()
     res.pcm = b"".join(chunks)
     res.wall_s = (time.perf_counter() - t0[0]) if t0 else 0.0
     return res
