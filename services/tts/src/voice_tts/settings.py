@@ -35,10 +35,12 @@ class TTSSettings(BaseSettings):
     # Open streams at once (the engine's slots, idle ones included); the next call gets
     # RESOURCE_EXHAUSTED at once.
     max_sessions: int = Field(32, ge=1, le=4096)
-    # Admission by capacity (server/admission.py): a call is admitted only while the
-    # engine's measured frame period with one more speaking stream stays under
-    # admit_margin x 80 ms (the time one codec frame of audio lasts). 0 turns it off
-    # (the open-stream cap alone).
+    # Admission by capacity (server/admission.py): a call is admitted only while, with one
+    # more speaking stream, the engine's measured frame period stays under admit_margin x
+    # 80 ms (the audio one codec frame holds; also at most first_packet_frames /
+    # packet_frames x 80 ms, so that an utterance's second packet comes before its first
+    # has played) and the event loop's predicted CPU share stays under admit_margin of a
+    # core. 0 turns both off (the open-stream cap alone).
     admit_margin: float = Field(0.7, ge=0.0, le=1.0)
     # A new stream counts as engine load for this long before its first text (a burst
     # of calls reserves its share at once); an idle stream costs nothing after it.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 from voice_tts.engine import StepStats, UtteranceEnd
-from voice_tts.server.admission import Admission, Rejected, TrackedSession
-from voice_tts.server.capacity import FramePeriodModel, bucket_of
+from voice_tts.server.admission import Admission, Rejected, TrackedSession, frame_budget_ms
+from voice_tts.server.capacity import FramePeriodModel, FrontModel, bucket_of
 
 
 def stats(batch: int, step_ms: float) -> StepStats:
@@ -91,7 +91,14 @@ def test_h100_capacity_from_measured_steps() -> None:
 def admission(margin: float = 0.7, max_sessions: int = 1000,
               grace: float = 2.0) -> tuple[Admission, FramePeriodModel]:
     m = FramePeriodModel(alpha=1.0)
-    return Admission(m, max_sessions, margin, grace), m
+    return Admission(m, max_sessions, margin * 80.0, grace), m
+
+
+def test_frame_budget_keeps_an_utterances_start_real_time() -> None:
+    assert frame_budget_ms(0.7, 1, 1) == pytest.approx(56.0)  # margin x 80 ms
+    assert frame_budget_ms(0.7, 1, 4) == pytest.approx(20.0)  # 4 P <= 80 ms
+    assert frame_budget_ms(0.7, 2, 4) == pytest.approx(40.0)
+    assert frame_budget_ms(0.0, 1, 4) == 0.0  # off
 
 
 class FakeSession:
@@ -207,3 +214,46 @@ def test_margin_zero_admits_by_count_only() -> None:
     with pytest.raises(Rejected) as e:
         adm.admit(0.0)
     assert e.value.reason == "sessions"
+
+
+class Counters:
+    def __init__(self) -> None:
+        self.sent = 0.0
+        self.made = 0.0
+
+
+def test_front_model_learns_cost_per_message_and_predicts_its_share() -> None:
+    c = Counters()
+    front = FrontModel(sent=lambda: c.sent, made=lambda: c.made, alpha=1.0)
+    front.sample(now=0.0, cpu_s=0.0)
+    assert front.share(100, 20.0) is None  # nothing learned yet
+    c.sent, c.made = 40_000.0, 10_000.0  # 4 messages (20 ms frames) per codec frame
+    front.sample(now=1.0, cpu_s=1.0)  # 25 us of loop CPU per message
+    assert front.cost_s == pytest.approx(25e-6)
+    assert front.per_frame == pytest.approx(4.0)
+    # 100 streams at 20 ms per step: 5,000 codec frames/s, 20,000 messages/s, 0.5 s/s.
+    assert front.share(100, 20.0) == pytest.approx(0.5)
+    c.sent += 500  # a quiet window says nothing about the cost
+    front.sample(now=2.0, cpu_s=1.2)
+    assert front.cost_s == pytest.approx(25e-6)
+
+
+def test_front_rule_rejects_when_the_loop_would_saturate() -> None:
+    m = FramePeriodModel(alpha=1.0)
+    c = Counters()
+    front = FrontModel(sent=lambda: c.sent, made=lambda: c.made, alpha=1.0)
+    adm = Admission(m, 1000, 56.0, 2.0, front, front_share=0.7)
+    feed(m, 300, 15.0)  # the engine alone would take ~1100 streams
+    front.sample(now=0.0, cpu_s=0.0)
+    c.sent, c.made = 40_000.0, 10_000.0
+    front.sample(now=1.0, cpu_s=1.0)  # 25 us per message, 4 per frame
+    admitted = 0
+    with pytest.raises(Rejected) as e:
+        for _ in range(1000):
+            adm.admit(0.0)
+            admitted += 1
+    assert e.value.reason == "front"
+    # n streams make n / 15 ms codec frames a second: 4 n / 15 ms messages, 25 us each:
+    # a share of 0.7 at n = 105, the last one admitted.
+    assert admitted == 105
+    assert "gRPC front" in e.value.message and "retry on another replica" in e.value.message

@@ -18,9 +18,13 @@ The rules, in order (`admit`):
 1. open streams at `max_sessions` -> reject, reason "sessions";
 2. speaking + pending == 0 -> admit (an idle engine always takes one: the model learns
    only from admitted work, so it must never lock itself out);
-3. the capacity model (`capacity.py`) predicts the frame period with one more speaking
-   stream; over `margin` x 80 ms -> reject, reason "capacity". Nothing measured yet ->
-   admit (the open-stream cap still holds). margin 0 turns this rule off.
+3. the capacity model (`capacity.py`) predicts the engine's frame period with one more
+   speaking stream; over the budget (`frame_budget_ms`) -> reject, reason "capacity";
+4. the front model predicts the event loop's CPU share at that load (the messages the
+   engine would make a second, times the loop's measured CPU per message); over
+   `front_share` of a core -> reject, reason "front".
+Nothing measured yet -> admit (the open-stream cap still holds). A margin of 0 turns 3
+and 4 off.
 
 Counts move on the event loop (admit, text, close) and on the engine thread (utterance
 ends), under one lock. This module knows the session API only through `TrackedSession`.
@@ -35,7 +39,7 @@ from typing import Any
 import grpc
 
 from voice_tts.engine import UtteranceEnd
-from voice_tts.server.capacity import FRAME_MS, FramePeriodModel
+from voice_tts.server.capacity import FRAME_MS, FramePeriodModel, FrontModel
 from voice_tts.server.protocol import CallError
 
 RETRY = "retry on another replica"
@@ -47,21 +51,30 @@ class Rejected(CallError):
         self.reason = reason  # label of tts_admission_rejected_total
 
 
+def frame_budget_ms(margin: float, first_packet_frames: int, packet_frames: int) -> float:
+    """The longest engine frame period admission allows: `margin` x 80 ms, and no more
+    than the start of an utterance allows. Its first packet carries `first_packet_frames`
+    x 80 ms of audio; the next one comes `packet_frames` steps later: a player that starts
+    at the first frame never waits only if packet_frames x P <= first_packet_frames x 80
+    ms (P <= 20 ms with packets of 1 then 4 frames: the 0.6B on an H100 keeps that to
+    ~190 streams; at 256 (P 24.6 ms) every utterance's second packet is ~18 ms late)."""
+    return FRAME_MS * min(margin, first_packet_frames / packet_frames)
+
+
 class Admission:
-    def __init__(self, model: FramePeriodModel, max_sessions: int, margin: float,
-                 idle_grace_s: float) -> None:
+    def __init__(self, model: FramePeriodModel, max_sessions: int, budget_ms: float,
+                 idle_grace_s: float, front: FrontModel | None = None,
+                 front_share: float = 0.0) -> None:
         self.model = model
+        self.front = front
         self.max_sessions = max_sessions
-        self.margin = margin
+        self.budget_ms = budget_ms  # 0: rules 3 and 4 off
+        self.front_share = front_share
         self.idle_grace_s = idle_grace_s
         self._lock = threading.Lock()
         self._open = 0
         self._speaking = 0
         self._pending: dict[Ticket, float] = {}  # admitted, not speaking yet -> when
-
-    @property
-    def budget_ms(self) -> float:
-        return self.margin * FRAME_MS
 
     def admit(self, now: float | None = None) -> Ticket:
         """A ticket for the new call, or `Rejected` (RESOURCE_EXHAUSTED) at once."""
@@ -72,7 +85,7 @@ class Admission:
                                f"open streams; {RETRY}")
             self._expire(now)
             load = self._speaking + len(self._pending)
-            if load and self.margin > 0:
+            if load and self.budget_ms > 0:
                 period = self.model.predict_ms(load + 1)
                 if period is not None and period > self.budget_ms:
                     raise Rejected("capacity", (
@@ -80,6 +93,12 @@ class Admission:
                         f"more the engine would make a frame every {period:.0f} ms (real "
                         f"time needs one per {FRAME_MS:.0f} ms, the limit is "
                         f"{self.budget_ms:.0f} ms); {RETRY}"))
+                share = self._front_share(load + 1, period)
+                if share is not None and share > self.front_share:
+                    raise Rejected("front", (
+                        f"server at capacity: {load} streams speaking or starting; with one "
+                        f"more its gRPC front would need {share:.0%} of a core to write "
+                        f"their frames (the limit is {self.front_share:.0%}); {RETRY}"))
             ticket = Ticket(self)
             self._open += 1
             self._pending[ticket] = now
@@ -100,6 +119,17 @@ class Admission:
     def open(self) -> int:
         return self._open
 
+    def _front_share(self, n: int, period: float | None) -> float | None:
+        if self.front is None:
+            return None
+        self.front.sample()
+        return self.front.share(n, period)
+
+    def predicted_front_share(self) -> float:
+        """The front's CPU share predicted at the current load (0 when unknown)."""
+        load = self.load()
+        return (self._front_share(load, self.model.predict_ms(load)) or 0.0) if load else 0.0
+
     def predicted_period_ms(self) -> float:
         """Frame period predicted at the current load (0 when idle or unmeasured)."""
         load = self.load()
@@ -108,7 +138,7 @@ class Admission:
     def headroom(self) -> int:
         """Speaking streams that could still be admitted now."""
         room = self.max_sessions - self._open
-        if self.margin > 0:
+        if self.budget_ms > 0:
             room = min(room, self.model.max_streams(self.budget_ms, self.max_sessions)
                        - self.load())
         return max(0, room)

@@ -26,6 +26,14 @@ margin.
   batch 1 admits ~15, 6.2 ms at 16 then ~144 ...) instead of admitting everyone at once.
 - **Nothing measured yet**: `predict_ms` is None; the caller decides (admission admits).
 
+`FrontModel` is the same idea for the gRPC front: the engine makes n / P(n) codec frames
+a second at batch n, each one `per_frame` messages (4 at 20 ms frames), and the event
+loop spends `cost` CPU on each message it writes (its thread's CPU time over the frames it
+wrote, ~25 us on a 2-core CPU VM, bench/front_bench.py): its predicted share of a core
+is cost x per_frame x n / P(n). In a steady state the front must write everything the
+engine makes, whatever the clients' playout: a front that cannot falls behind on every
+stream at once.
+
 Thread-safe: `observe` runs on the engine thread, `predict_ms` on the event loop. This
 module knows nothing about gRPC or sessions.
 """
@@ -35,6 +43,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 FRAME_MS = 80.0  # one codec frame at 12.5 Hz: the real-time budget of one step
@@ -54,6 +63,7 @@ class FramePeriodModel:
         self._buckets: dict[int, tuple[float, float]] = {}  # bucket -> (mean batch, ms)
         self._points: list[tuple[float, float]] = []  # sorted by batch, for predict
         self._last_at: float | None = None
+        self.frames_made = 0  # codec frames stepped (rows of every step), for FrontModel
 
     def observe(self, stats: Any, now: float | None = None) -> None:
         """One `StepStats` (batch_size, step_ms), as the engine hands it over."""
@@ -66,6 +76,7 @@ class FramePeriodModel:
             if self._last_at is not None:
                 sample = min(sample, (now - self._last_at) * 1e3)
             self._last_at = now
+            self.frames_made += max(0, batch)
             if batch < 1 or sample <= 0.0:
                 return
             key = bucket_of(batch)
@@ -114,3 +125,44 @@ class FramePeriodModel:
     def points(self) -> list[tuple[float, float]]:
         """(mean batch, period ms) per measured bucket, by batch."""
         return list(self._points)
+
+
+class FrontModel:
+    """The event loop's CPU per message written, learned while it writes; `share(n, P)`
+    predicts its CPU share of one core at n speaking streams. Loop thread only."""
+
+    def __init__(self, sent: Callable[[], float], made: Callable[[], float],
+                 window_s: float = 1.0, alpha: float = 0.3, min_messages: int = 1000) -> None:
+        self._sent, self._made = sent, made  # messages written, codec frames made so far
+        self.window_s, self.alpha, self.min_messages = window_s, alpha, min_messages
+        self.cost_s: float | None = None      # loop CPU per message written
+        self.per_frame: float | None = None   # messages per codec frame
+        self._mark: tuple[float, float, float, float] | None = None
+
+    def sample(self, now: float | None = None, cpu_s: float | None = None) -> None:
+        """Closes a window once `window_s` has passed (called at admissions and scrapes,
+        on the loop's thread: `cpu_s` is that thread's CPU time)."""
+        now = time.monotonic() if now is None else now
+        cpu_s = time.thread_time() if cpu_s is None else cpu_s
+        sent, made = float(self._sent()), float(self._made())
+        if self._mark is None:
+            self._mark = (now, cpu_s, sent, made)
+            return
+        t0, cpu0, sent0, made0 = self._mark
+        if now - t0 < self.window_s:
+            return
+        self._mark = (now, cpu_s, sent, made)
+        d_sent, d_made = sent - sent0, made - made0
+        if d_sent < self.min_messages or d_made <= 0:
+            return  # too little traffic to tell the cost from the loop's idle work
+        a = self.alpha
+        cost, per_frame = (cpu_s - cpu0) / d_sent, d_sent / d_made
+        self.cost_s = cost if self.cost_s is None else self.cost_s + a * (cost - self.cost_s)
+        self.per_frame = per_frame if self.per_frame is None else \
+            self.per_frame + a * (per_frame - self.per_frame)
+
+    def share(self, n: int, period_ms: float | None) -> float | None:
+        """The loop's CPU share at n speaking streams making a frame every `period_ms`."""
+        if self.cost_s is None or self.per_frame is None or not period_ms:
+            return None
+        return self.cost_s * self.per_frame * n * 1e3 / period_ms

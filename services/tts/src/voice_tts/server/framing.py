@@ -50,9 +50,11 @@ class UtteranceFramer:
     def _cut(self, pcm: np.ndarray, last: bool) -> list[bytes]:
         buf = np.concatenate([self._rest, pcm]) if self._rest.size else pcm
         n = buf.size // self.frame_samples
-        frames = [
-            to_s16le(buf[i * self.frame_samples : (i + 1) * self.frame_samples]) for i in range(n)
-        ]
+        # One conversion per packet, then byte slices: numpy's per-call overhead per 20 ms
+        # frame was ~4 us of the front's ~30 us per message (bench/front_bench.py).
+        whole = to_s16le(buf[: n * self.frame_samples])
+        size = self.frame_samples * 2
+        frames = [whole[i * size : (i + 1) * size] for i in range(n)]
         self._rest = buf[n * self.frame_samples :]
         if last and self._rest.size:
             padded = np.zeros(self.frame_samples, dtype=np.float32)

@@ -45,8 +45,8 @@ class TTSMetrics:
         # Admission (admission.py): why calls were turned away, and how full the engine is.
         self.admission_rejected = Counter(
             "tts_admission_rejected_total", "Calls rejected with RESOURCE_EXHAUSTED, by "
-            "reason: sessions (open-stream cap), capacity (engine would fall behind real "
-            "time)", ["reason"], registry=r)
+            "reason: sessions (open-stream cap), capacity (the engine would fall behind "
+            "real time), front (the gRPC front would)", ["reason"], registry=r)
         self.admission_load = Gauge("tts_admission_load_sessions", "Streams counted as "
                                     "engine load: speaking + admitted, not speaking yet",
                                     registry=r)
@@ -54,7 +54,11 @@ class TTSMetrics:
                                       "time between engine steps at the current load (real "
                                       "time needs < 0.08)", registry=r)
         self.admission_headroom = Gauge("tts_admission_headroom_sessions", "More speaking "
-                                        "streams the server would admit now", registry=r)
+                                        "streams the engine's frame period allows now",
+                                        registry=r)
+        self.admission_front = Gauge("tts_admission_front_cpu_share", "Predicted CPU share "
+                                     "of the event loop writing frames at the current load",
+                                     registry=r)
         self.gpu_memory = Gauge("tts_gpu_memory_bytes", "CUDA memory of the engine's device "
                                 "(torch allocator: allocated, reserved), sampled after steps",
                                 ["kind"], registry=r)
@@ -64,3 +68,8 @@ class TTSMetrics:
         self.admission_load.set_function(admission.load)
         self.admission_period.set_function(lambda: admission.predicted_period_ms() / 1e3)
         self.admission_headroom.set_function(admission.headroom)
+        self.admission_front.set_function(admission.predicted_front_share)
+
+    def frames_sent_total(self) -> float:
+        return next(s.value for m in self.frames_sent.collect() for s in m.samples
+                    if s.name.endswith("_total"))

@@ -18,8 +18,8 @@ import grpc
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine, EngineFull, SessionParams
-from voice_tts.server.admission import Admission, Rejected, TrackedSession
-from voice_tts.server.capacity import FramePeriodModel
+from voice_tts.server.admission import Admission, Rejected, TrackedSession, frame_budget_ms
+from voice_tts.server.capacity import FramePeriodModel, FrontModel
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.protocol import (
     CallError,
@@ -50,9 +50,14 @@ class TextToSpeechServicer:
         self.failed: str | None = None  # the engine has stopped: every call is refused
         self._voices = {v.name.lower(): v.name for v in engine.voices()}
         self._languages = {lang.lower(): lang for lang in engine.languages()}
-        # Fed by the engine's steps (app.py's on_step -> `admission.model.observe`).
-        self.admission = Admission(FramePeriodModel(), settings.max_sessions,
-                                   settings.admit_margin, settings.admit_idle_grace_s)
+        # Fed by the engine's steps (app.py's on_step -> `admission.model.observe`) and
+        # the frames this front writes.
+        model = FramePeriodModel()
+        front = FrontModel(sent=metrics.frames_sent_total, made=lambda: model.frames_made)
+        budget = frame_budget_ms(settings.admit_margin, settings.first_packet_frames,
+                                 settings.packet_frames)
+        self.admission = Admission(model, settings.max_sessions, budget,
+                                   settings.admit_idle_grace_s, front, settings.admit_margin)
         metrics.watch_admission(self.admission)
 
     def handler(self) -> grpc.GenericRpcHandler:

@@ -1,0 +1,369 @@
+"""The TTS server front under load, with no model: can one asyncio process write one gRPC
+message per 20 ms frame of every stream, and does admission say no in time?
+
+The real front (servicer, admission, stream.py, framing, grpc.aio on localhost: app.py's
+`start_server`) runs in its own process on CPU 0, fed at the engine boundary by
+`FakeFastEngine` (bench/fake_engine.py: a STAND-IN that emits noise packets at a modelled
+step rate). Clients are grpc.aio processes on the other CPUs (`--client-procs`), reading
+responses as raw bytes so that their own cost stays small.
+
+closed (default): for each level of --streams, that many streams start together, each
+  one utterance of --frames codec frames; the stand-in steps at --period-ms (fixed: a
+  fast engine). Reported: frames/s the front delivered, its CPU (all its threads but the
+  stand-in's) per message, event-loop lag, client TTFA, and per stream the lateness of
+  frame k against a player started at the first frame (k x 20 ms): underruns.
+open: Poisson arrivals at --rate req/s for --seconds, each one utterance of --frames;
+  the stand-in's step takes --base-ms + --per-row-ms x batch, so it has a capacity that
+  admission must learn from its step stats. Reported: admitted / rejected, rejection
+  latency, admitted streams' TTFA and underruns.
+
+  python -m bench.front_bench --streams 64,128,256
+  python -m bench.front_bench --streams 256 --period-ms 4 --frames 60     # saturate it
+  python -m bench.front_bench --mode open --rate 60 --seconds 20 --per-row-ms 0.16
+  python -m bench.front_bench --mode open --rate 60 --margin 0                # no admission
+  python -m bench.front_bench --streams 128 --profile front.prof         # cProfile, loop
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import subprocess
+import sys
+import time
+from typing import Any
+
+FRAME_MS = 20
+SYNTH = "/voice.tts.v1.TextToSpeech/Synthesize"
+TEXT = "The front must keep up with its own message rate, frame after frame."
+
+
+# -- server process -------------------------------------------------------------------------
+def serve(args: argparse.Namespace) -> None:
+    """Runs the real front on the stand-in; answers 'mark' / 'report' / 'quit' on stdin."""
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+    if args.uvloop:
+        import uvloop
+
+        uvloop.install()
+    asyncio.run(_serve(args))
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from voice_tts.server.app import start_server
+    from voice_tts.settings import TTSSettings
+
+    from bench.fake_engine import FakeFastEngine
+
+    engine = FakeFastEngine(max_sessions=args.max_sessions, base_ms=args.base_ms,
+                            per_row_ms=args.per_row_ms, default_frames=args.frames)
+    settings = TTSSettings(grpc_host="127.0.0.1", grpc_port=args.port, http_port=0,
+                           max_sessions=args.max_sessions, admit_margin=args.margin,
+                           log_level="WARNING")
+    running = await start_server(settings, engine=engine)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    lags: list[float] = []
+
+    async def lag_monitor() -> None:  # how late the loop runs a 10 ms timer
+        while True:
+            t = loop.time()
+            await asyncio.sleep(0.01)
+            lags.append((loop.time() - t - 0.01) * 1e3)
+
+    monitor = asyncio.create_task(lag_monitor())
+    metrics = running.servicer.metrics
+    prof = None
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    print("ready", flush=True)
+    mark: dict[str, float] = {}
+
+    def snapshot() -> dict[str, float]:
+        t = os.times()
+        return {"wall": time.perf_counter(), "cpu": t.user + t.system,
+                "engine_cpu": engine.thread_cpu_s, "frames": metrics.frames_sent._value.get(),
+                "steps": engine.steps}
+
+    while True:
+        line = (await reader.readline()).decode().strip()
+        if line == "mark":
+            mark = snapshot()
+            lags.clear()
+            if prof is not None:
+                prof.enable()
+        elif line == "report":
+            if prof is not None:
+                prof.disable()
+                prof.dump_stats(args.profile)
+            now = snapshot()
+            d = {k: now[k] - mark[k] for k in now}
+            front_cpu = d["cpu"] - d["engine_cpu"]
+            rej = {s.labels["reason"]: s.value for m in metrics.admission_rejected.collect()
+                   for s in m.samples if s.name.endswith("_total")}
+            lag = sorted(lags) or [0.0]
+            print(json.dumps({
+                "window_s": d["wall"], "frames": d["frames"],
+                "frames_per_s": d["frames"] / d["wall"],
+                "front_cpu_s": front_cpu, "front_cpu_share": front_cpu / d["wall"],
+                "cpu_us_per_frame": front_cpu / max(1, d["frames"]) * 1e6,
+                "standin_cpu_s": d["engine_cpu"], "steps": d["steps"],
+                "loop_lag_ms_p50": lag[len(lag) // 2],
+                "loop_lag_ms_p99": lag[int(len(lag) * 0.99)], "loop_lag_ms_max": lag[-1],
+                "rejected": rej,
+                "model_points": [(round(b, 1), round(p, 2)) for b, p in
+                                 running.servicer.admission.model.points()],
+            }), flush=True)
+        else:
+            break
+    monitor.cancel()
+    running.servicer.draining = True
+    await running.server.stop(0)
+    engine.shutdown()
+
+
+# -- client processes -----------------------------------------------------------------------
+def client_proc(job: dict, out: Any) -> None:
+    if job["cpus"]:
+        os.sched_setaffinity(0, set(job["cpus"]))
+    out.put(asyncio.run(_client(job)))
+
+
+async def _one_call(ch: Any, job: dict, i: int) -> dict:
+    import grpc
+    from voice.tts.v1 import tts_pb2
+
+    cfg = tts_pb2.SessionConfig(voice="vivian", seed=i, frame_ms=FRAME_MS)
+    cfg.sampling.max_frames = job["frames"]
+    call = ch.stream_stream(SYNTH, request_serializer=tts_pb2.SynthesizeRequest
+                            .SerializeToString, response_deserializer=None)()
+    r: dict[str, Any] = {"status": "OK"}
+    t0 = time.perf_counter()
+    frame_s = FRAME_MS / 1e3
+    try:
+        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        started = await call.read()
+        if started is grpc.aio.EOF:  # rejected: the status follows
+            r.update(status=(await call.code()).name, details=await call.details(),
+                     reject_ms=(time.perf_counter() - t0) * 1e3)
+            return r
+        t_text = time.perf_counter()
+        await call.write(tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=TEXT)))
+        await call.done_writing()
+        k, first, max_late, late = 0, 0.0, -1e9, 0
+        while (raw := await call.read()) is not grpc.aio.EOF:
+            if raw[0] != 0x0A:  # field 1 (AudioFrame), else an Event
+                continue
+            now = time.perf_counter()
+            if k == 0:
+                first = now
+                r["ttfa_ms"] = (now - t_text) * 1e3
+            lateness = now - (first + k * frame_s)
+            max_late = max(max_late, lateness)
+            late += lateness > 0.0
+            k += 1
+        r.update(frames=k, max_late_ms=max_late * 1e3, late_frames=late,
+                 e2e_s=time.perf_counter() - t0)
+    except grpc.aio.AioRpcError as e:
+        r.update(status=e.code().name, reject_ms=(time.perf_counter() - t0) * 1e3,
+                 details=e.details())
+    return r
+
+
+async def _client(job: dict) -> list[dict]:
+    import grpc
+
+    per_channel = job["per_channel"]
+    n_ch = max(1, math.ceil(job["streams"] / per_channel)) if job["mode"] == "closed" else \
+        max(1, 128 // per_channel)
+    channels = [grpc.aio.insecure_channel(job["addr"]) for _ in range(n_ch)]
+    for ch in channels:
+        await ch.channel_ready()
+    await asyncio.sleep(max(0.0, job["start_at"] - time.time()))
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    if job["mode"] == "closed":
+        tasks = [asyncio.create_task(_one_call(channels[i % n_ch], job, job["first_id"] + i))
+                 for i in range(job["streams"])]
+    else:
+        rng = random.Random(job["first_id"])
+        tasks, t, end = [], time.time(), job["start_at"] + job["seconds"]
+        i = 0
+        while True:
+            t += rng.expovariate(job["rate"])
+            if t >= end:
+                break
+            await asyncio.sleep(max(0.0, t - time.time()))
+            tasks.append(asyncio.create_task(
+                _one_call(channels[i % n_ch], job, job["first_id"] + i)))
+            i += 1
+    res = await asyncio.gather(*tasks)
+    cpu = {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - t0}
+    for ch in channels:
+        await ch.close()
+    return {"calls": res, **cpu}
+
+
+# -- driver ---------------------------------------------------------------------------------
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 2)
+
+
+def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
+    ncpu = os.cpu_count() or 2
+    server_cpus = "0"
+    client_cpus = list(range(1, ncpu)) or [0]
+    max_sessions = args.max_sessions or (streams + 16 if args.mode == "closed" else 4096)
+    base = args.period_ms if args.mode == "closed" else args.base_ms
+    per_row = 0.0 if args.mode == "closed" else args.per_row_ms
+    cmd = [sys.executable, "-m", "bench.front_bench", "_serve", "--port", str(port),
+           "--max-sessions", str(max_sessions), "--margin", str(args.margin),
+           "--base-ms", str(base), "--per-row-ms", str(per_row), "--frames", str(args.frames),
+           "--cpus", server_cpus]
+    if args.profile:
+        cmd += ["--profile", args.profile]
+    if args.uvloop:
+        cmd += ["--uvloop"]
+    srv = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout is not None and srv.stdin is not None
+        line = srv.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"server did not start: {line!r}")
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        procs = []
+        start_at = time.time() + 2.0
+        n = args.client_procs
+        for j in range(n):
+            job = {"addr": f"127.0.0.1:{port}", "mode": args.mode, "frames": args.frames,
+                   "streams": streams // n + (j < streams % n), "first_id": j * 1_000_000,
+                   "rate": args.rate / n, "seconds": args.seconds, "start_at": start_at,
+                   "cpus": client_cpus, "per_channel": args.per_channel}
+            p = ctx.Process(target=client_proc, args=(job, out))
+            p.start()
+            procs.append(p)
+        time.sleep(max(0.0, start_at - time.time()))
+        srv.stdin.write("mark\n")
+        srv.stdin.flush()
+        results: list[dict] = []
+        client_cpu = 0.0
+        for _ in procs:
+            got = out.get()
+            results += got["calls"]
+            client_cpu += got["cpu_s"]
+        srv.stdin.write("report\n")
+        srv.stdin.flush()
+        server = json.loads(srv.stdout.readline())
+        for p in procs:
+            p.join()
+        srv.stdin.write("quit\n")
+        srv.stdin.flush()
+        srv.wait(10)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    ok = [r for r in results if r["status"] == "OK"]
+    rej = [r for r in results if r["status"] == "RESOURCE_EXHAUSTED"]
+    other = sorted({r["status"] for r in results} - {"OK", "RESOURCE_EXHAUSTED"})
+    late = [r["max_late_ms"] for r in ok if r.get("frames")]
+    summary = {
+        "mode": args.mode, "streams" if args.mode == "closed" else "rate": (
+            streams if args.mode == "closed" else args.rate),
+        "calls": len(results), "ok": len(ok), "rejected": len(rej), "other": other,
+        "frames_per_s": round(server["frames_per_s"]),
+        "client_cpu_share": round(client_cpu / server["window_s"], 3),
+        "front_cpu_share": round(server["front_cpu_share"], 3),
+        "cpu_us_per_frame": round(server["cpu_us_per_frame"], 1),
+        "loop_lag_ms_p50": round(server["loop_lag_ms_p50"], 2),
+        "loop_lag_ms_p99": round(server["loop_lag_ms_p99"], 2),
+        "loop_lag_ms_max": round(server["loop_lag_ms_max"], 2),
+        "ttfa_ms_p50": pct([r["ttfa_ms"] for r in ok if "ttfa_ms" in r], 0.5),
+        "ttfa_ms_p95": pct([r["ttfa_ms"] for r in ok if "ttfa_ms" in r], 0.95),
+        "max_late_ms_p50": pct(late, 0.5), "max_late_ms_p95": pct(late, 0.95),
+        "max_late_ms_max": pct(late, 1.0),
+        "streams_with_underrun": sum(x > 0 for x in late),
+        "streams_late_over_20ms": sum(x > 20 for x in late),
+        "underrun_frames": sum(r.get("late_frames", 0) for r in ok),
+        "frames_received": sum(r.get("frames", 0) for r in ok),
+        "reject_ms_p50": pct([r["reject_ms"] for r in rej], 0.5),
+        "reject_ms_p95": pct([r["reject_ms"] for r in rej], 0.95),
+        "reject_ms_max": pct([r["reject_ms"] for r in rej], 1.0),
+        "server": server,
+    }
+    if rej:
+        summary["reject_message"] = rej[0].get("details")
+    return summary
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_serve":
+        p = argparse.ArgumentParser()
+        for a in ("--port", "--max-sessions", "--frames"):
+            p.add_argument(a, type=int)
+        for a in ("--margin", "--base-ms", "--per-row-ms"):
+            p.add_argument(a, type=float)
+        p.add_argument("--cpus", default="")
+        p.add_argument("--profile", default="")
+        p.add_argument("--uvloop", action="store_true")
+        serve(p.parse_args(sys.argv[2:]))
+        return
+    p = argparse.ArgumentParser(prog="python -m bench.front_bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=("closed", "open"), default="closed")
+    p.add_argument("--streams", default="64,128,256", help="closed: concurrent streams, "
+                   "comma-separated levels")
+    p.add_argument("--frames", type=int, default=100, help="codec frames (80 ms) per "
+                   "utterance (100 = 8 s)")
+    p.add_argument("--period-ms", type=float, default=24.0, help="closed: the stand-in's "
+                   "step period, whatever the batch (24: the 0.6B on an H100 at 256)")
+    p.add_argument("--rate", type=float, default=40.0, help="open: arrivals per second")
+    p.add_argument("--seconds", type=float, default=20.0, help="open: arrival window")
+    p.add_argument("--base-ms", type=float, default=4.0, help="open: stand-in step period "
+                   "at batch 0")
+    p.add_argument("--per-row-ms", type=float, default=0.16, help="open: stand-in step "
+                   "period per stream in the batch")
+    p.add_argument("--margin", type=float, default=0.7, help="TTS_ADMIT_MARGIN (0: off)")
+    p.add_argument("--max-sessions", type=int, default=0, help="TTS_MAX_SESSIONS (0: "
+                   "streams + 16 closed, 4096 open)")
+    p.add_argument("--client-procs", type=int, default=4)
+    p.add_argument("--per-channel", type=int, default=16, help="streams per gRPC channel "
+                   "(HTTP/2 connection) in a client process")
+    p.add_argument("--port", type=int, default=0, help="0: a free port")
+    p.add_argument("--uvloop", action="store_true", help="run the server on uvloop")
+    p.add_argument("--profile", default="", help="cProfile the server's event loop thread "
+                   "over the measured window into this file")
+    p.add_argument("--out", default="", help="also append each level's JSON here")
+    args = p.parse_args()
+    levels = [int(x) for x in args.streams.split(",")] if args.mode == "closed" else [0]
+    for streams in levels:
+        port = args.port or _free_port()
+        r = run_level(args, streams, port)
+        line = json.dumps(r)
+        print(line, flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(line + "\n")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    main()
