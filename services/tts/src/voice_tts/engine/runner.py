@@ -270,7 +270,7 @@ class Runner:
         the speech decoder's codebooks. Graph-safe: fills at a fixed index."""
         s, k = self.state, self.scratch_slot
         for t in (s.last_token, s.position, s.n_generated, s.past_hidden, s.seen):
-            t[k] = 0
+            t[k].zero_()  # a kernel (`t[k] = 0` copies a host scalar: not capturable)
 
     def step_cp(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (frames (B, 16), codec track (B, 1, H)) of each row's pending frame."""
@@ -304,7 +304,7 @@ class Runner:
 
     def step_decoder(self, slots: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
         """frames (B, 16) -> float32 PCM (B, frame_samples), streamed per slot."""
-        self.decoder_slots.frames[self.scratch_slot] = 0  # padding rows: bounded positions
+        self.decoder_slots.frames[self.scratch_slot].zero_()  # padding rows: bounded positions
         return self.model.speech_decoder(frame[:, :, None], self.decoder_slots.rows(slots))
 
     def _sample_talker(self, slots: torch.Tensor, n: torch.Tensor,
