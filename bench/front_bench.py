@@ -19,8 +19,8 @@ open: Poisson arrivals at --rate req/s for --seconds, each one utterance of --fr
 
   python -m bench.front_bench --streams 64,128,256
   python -m bench.front_bench --streams 256 --period-ms 4 --frames 60     # saturate it
-  python -m bench.front_bench --mode open --rate 60 --seconds 20 --per-row-ms 0.16
-  python -m bench.front_bench --mode open --rate 60 --margin 0                # no admission
+  python -m bench.front_bench --mode open --rate 50 --per-row-ms 0.32     # 2x capacity
+  python -m bench.front_bench --mode open --rate 50 --per-row-ms 0.32 --margin 0  # no admission
   python -m bench.front_bench --streams 128 --profile front.prof         # cProfile, loop
 """
 
@@ -48,11 +48,13 @@ def serve(args: argparse.Namespace) -> None:
     """Runs the real front on the stand-in; answers 'mark' / 'report' / 'quit' on stdin."""
     if args.cpus:
         os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
-    if args.uvloop:
+    if args.loop == "uvloop":  # as `python -m voice_tts.server` runs (TTS_UVLOOP)
         import uvloop
 
-        uvloop.install()
-    asyncio.run(_serve(args))
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(_serve(args))
+    else:
+        asyncio.run(_serve(args))
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -63,8 +65,10 @@ async def _serve(args: argparse.Namespace) -> None:
 
     engine = FakeFastEngine(max_sessions=args.max_sessions, base_ms=args.base_ms,
                             per_row_ms=args.per_row_ms, default_frames=args.frames)
+    first, later = (int(x) for x in args.admit_packets.split(","))
     settings = TTSSettings(grpc_host="127.0.0.1", grpc_port=args.port, http_port=0,
                            max_sessions=args.max_sessions, admit_margin=args.margin,
+                           first_packet_frames=first, packet_frames=later,
                            log_level="WARNING")
     running = await start_server(settings, engine=engine)  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
@@ -233,8 +237,7 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
            "--cpus", server_cpus]
     if args.profile:
         cmd += ["--profile", args.profile]
-    if args.uvloop:
-        cmd += ["--uvloop"]
+    cmd += ["--loop", args.loop, "--admit-packets", args.admit_packets]
     srv = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert srv.stdout is not None and srv.stdin is not None
@@ -316,7 +319,8 @@ def main() -> None:
             p.add_argument(a, type=float)
         p.add_argument("--cpus", default="")
         p.add_argument("--profile", default="")
-        p.add_argument("--uvloop", action="store_true")
+        p.add_argument("--loop", default="uvloop")
+        p.add_argument("--admit-packets", default="1,4")
         serve(p.parse_args(sys.argv[2:]))
         return
     p = argparse.ArgumentParser(prog="python -m bench.front_bench", description=__doc__,
@@ -328,24 +332,31 @@ def main() -> None:
                    "utterance (100 = 8 s)")
     p.add_argument("--period-ms", type=float, default=24.0, help="closed: the stand-in's "
                    "step period, whatever the batch (24: the 0.6B on an H100 at 256)")
-    p.add_argument("--rate", type=float, default=40.0, help="open: arrivals per second")
+    p.add_argument("--rate", type=float, default=50.0, help="open: arrivals per second")
     p.add_argument("--seconds", type=float, default=20.0, help="open: arrival window")
     p.add_argument("--base-ms", type=float, default=4.0, help="open: stand-in step period "
                    "at batch 0")
-    p.add_argument("--per-row-ms", type=float, default=0.16, help="open: stand-in step "
-                   "period per stream in the batch")
-    p.add_argument("--margin", type=float, default=0.7, help="TTS_ADMIT_MARGIN (0: off)")
+    p.add_argument("--per-row-ms", type=float, default=0.32, help="open: stand-in step "
+                   "period per stream in the batch (0.32: 20 ms at 50 streams)")
+    p.add_argument("--margin", type=float, default=None, help="TTS_ADMIT_MARGIN (0: off; "
+                   "default 0 closed: all start at once, the front is measured; 0.7 open)")
     p.add_argument("--max-sessions", type=int, default=0, help="TTS_MAX_SESSIONS (0: "
                    "streams + 16 closed, 4096 open)")
     p.add_argument("--client-procs", type=int, default=4)
     p.add_argument("--per-channel", type=int, default=16, help="streams per gRPC channel "
                    "(HTTP/2 connection) in a client process")
     p.add_argument("--port", type=int, default=0, help="0: a free port")
-    p.add_argument("--uvloop", action="store_true", help="run the server on uvloop")
+    p.add_argument("--admit-packets", default="1,4", help="packet sizes (first,later) the "
+                   "server's settings state, for admission's start-up rule; the stand-in "
+                   "always sends 1,4 like the engine (1,1: admission allows 56 ms steps)")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                   help="the server's event loop (the server's default: uvloop)")
     p.add_argument("--profile", default="", help="cProfile the server's event loop thread "
                    "over the measured window into this file")
     p.add_argument("--out", default="", help="also append each level's JSON here")
     args = p.parse_args()
+    if args.margin is None:
+        args.margin = 0.0 if args.mode == "closed" else 0.7
     levels = [int(x) for x in args.streams.split(",")] if args.mode == "closed" else [0]
     for streams in levels:
         port = args.port or _free_port()

@@ -33,7 +33,13 @@ def main(argv: list[str] | None = None) -> None:
     from voice_tts.server.app import serve  # heavy imports (torch) after --help
 
     try:
-        asyncio.run(serve(settings))
+        if settings.uvloop:
+            import uvloop
+
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(serve(settings))
+        else:
+            asyncio.run(serve(settings))
     except RuntimeError as e:
         sys.exit(f"tts: {e}")
 

@@ -10,6 +10,7 @@ so garbage bytes get INVALID_ARGUMENT with a message instead of grpc's generic e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -104,8 +105,16 @@ class TextToSpeechServicer:
             if self.draining:
                 raise CallError(grpc.StatusCode.UNAVAILABLE, "server is draining; retry "
                                 "on another replica")
-            ticket = self.admission.admit()  # else RESOURCE_EXHAUSTED now, before the config
             it = requests.__aiter__()
+            try:
+                ticket = self.admission.admit()  # decided at once, before the config
+            except Rejected:
+                # Said once the client's first message is in (at most 50 ms on): a status
+                # that races the client's write in flight reaches it as INTERNAL, not
+                # RESOURCE_EXHAUSTED (grpc/grpc#36066), and it would not retry elsewhere.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(anext(it), 0.05)
+                raise
             cfg = await self._first_config(it)
             stream = SynthesizeStream(cfg, None, self.metrics, self.settings.max_backlog_s)
             session = self.engine.open_session(
