@@ -257,3 +257,28 @@ def test_front_rule_rejects_when_the_loop_would_saturate() -> None:
     # a share of 0.7 at n = 105, the last one admitted.
     assert admitted == 105
     assert "gRPC front" in e.value.message and "retry on another replica" in e.value.message
+
+
+def test_a_bucket_measured_under_overload_expires_instead_of_locking_admission_out() -> None:
+    """Seen on the H100 (1.7B, 30 req/s): an overload left a slow point at batch 4; with
+    2-5 streams admitted afterwards that bucket never stepped again, so every prediction
+    above batch 2 stayed over the budget and 93% of the calls were refused."""
+    m = FramePeriodModel(alpha=1.0, stale_s=10.0)
+    t = feed(m, 4, 100.0, steps=5)  # the overload
+    t = feed(m, 2, 5.0, steps=100, t0=t)
+    assert m.predict_ms(3) > 20.0  # still within stale_s: the slow point holds
+    feed(m, 2, 5.0, steps=2500, t0=t)  # 12.5 s more of small batches
+    assert m.predict_ms(3) == pytest.approx(7.5)  # extrapolated from batch 2: 5 ms x 3/2
+
+
+def test_front_cost_is_forgotten_after_quiet_windows() -> None:
+    c = Counters()
+    front = FrontModel(sent=lambda: c.sent, made=lambda: c.made, alpha=1.0)
+    front.sample(now=0.0, cpu_s=0.0)
+    c.sent, c.made = 4_000.0, 1_000.0
+    front.sample(now=1.0, cpu_s=1.0)  # an overload: 250 us a message
+    assert front.share(5, 5.0) == pytest.approx(1.0)
+    for t in (2.0, 3.0, 4.0):  # quiet: too few messages to measure
+        c.sent += 100
+        front.sample(now=t, cpu_s=1.0 + t / 100)
+    assert front.share(5, 5.0) is None  # unknown again: admission admits and re-measures
