@@ -22,6 +22,10 @@ open: Poisson arrivals at --rate req/s for --seconds, each one utterance of --fr
   python -m bench.front_bench --mode open --rate 50 --per-row-ms 0.32     # 2x capacity
   python -m bench.front_bench --mode open --rate 50 --per-row-ms 0.32 --margin 0  # no admission
   python -m bench.front_bench --streams 128 --profile front.prof         # cProfile, loop
+  python -m bench.front_bench --streams 128,256 --pace-lead 0             # no pacing
+
+The server paces frames to real time plus TTS_PACE_LEAD_S (`--pace-lead`, the server's
+default unless given): with it a closed level lasts the audio's length, not the stand-in's.
 """
 
 from __future__ import annotations
@@ -66,10 +70,11 @@ async def _serve(args: argparse.Namespace) -> None:
     engine = FakeFastEngine(max_sessions=args.max_sessions, base_ms=args.base_ms,
                             per_row_ms=args.per_row_ms, default_frames=args.frames)
     first, later = (int(x) for x in args.admit_packets.split(","))
+    pace = {} if args.pace_lead is None else {"pace_lead_s": args.pace_lead}
     settings = TTSSettings(grpc_host="127.0.0.1", grpc_port=args.port, http_port=0,
                            max_sessions=args.max_sessions, admit_margin=args.margin,
                            first_packet_frames=first, packet_frames=later,
-                           log_level="WARNING")
+                           log_level="WARNING", **pace)
     running = await start_server(settings, engine=engine)  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
     lags: list[float] = []
@@ -123,7 +128,7 @@ async def _serve(args: argparse.Namespace) -> None:
                 "standin_cpu_s": d["engine_cpu"], "steps": d["steps"],
                 "loop_lag_ms_p50": lag[len(lag) // 2],
                 "loop_lag_ms_p99": lag[int(len(lag) * 0.99)], "loop_lag_ms_max": lag[-1],
-                "rejected": rej,
+                "rejected": rej, "pace_lead_s": settings.pace_lead_s,
                 "model_points": [(round(b, 1), round(p, 2)) for b, p in
                                  running.servicer.admission.model.points()],
             }), flush=True)
@@ -238,6 +243,8 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
     if args.profile:
         cmd += ["--profile", args.profile]
     cmd += ["--loop", args.loop, "--admit-packets", args.admit_packets]
+    if args.pace_lead is not None:
+        cmd += ["--pace-lead", str(args.pace_lead)]
     srv = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert srv.stdout is not None and srv.stdin is not None
@@ -284,6 +291,7 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
     summary = {
         "mode": args.mode, "streams" if args.mode == "closed" else "rate": (
             streams if args.mode == "closed" else args.rate),
+        "pace_lead_s": server["pace_lead_s"],
         "calls": len(results), "ok": len(ok), "rejected": len(rej), "other": other,
         "frames_per_s": round(server["frames_per_s"]),
         "client_cpu_share": round(client_cpu / server["window_s"], 3),
@@ -321,6 +329,7 @@ def main() -> None:
         p.add_argument("--profile", default="")
         p.add_argument("--loop", default="uvloop")
         p.add_argument("--admit-packets", default="1,4")
+        p.add_argument("--pace-lead", type=float, default=None)
         serve(p.parse_args(sys.argv[2:]))
         return
     p = argparse.ArgumentParser(prog="python -m bench.front_bench", description=__doc__,
@@ -351,6 +360,9 @@ def main() -> None:
                    "always sends 1,4 like the engine (1,1: admission allows 56 ms steps)")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
                    help="the server's event loop (the server's default: uvloop)")
+    p.add_argument("--pace-lead", type=float, default=None, help="TTS_PACE_LEAD_S: frames "
+                   "go out in real time this far ahead (0: as fast as made; default: the "
+                   "server's)")
     p.add_argument("--profile", default="", help="cProfile the server's event loop thread "
                    "over the measured window into this file")
     p.add_argument("--out", default="", help="also append each level's JSON here")

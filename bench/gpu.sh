@@ -30,7 +30,8 @@ if [ "${WITH_PEER:-1}" != 0 ] && [ -f .peer/faster_qwen3_tts_bench.py ]; then
   timeout 300 python3 .peer/faster_qwen3_tts_bench.py "$FRAMES" 2>&1 | grep -v Warning | tee "$OUT/peer.log"
 fi
 if [ -n "${WITH_GRPC:-}" ]; then
-  TTS_MODEL=preset:0.6b TTS_DEVICE=cuda TTS_MAX_SESSIONS=64 TTS_HTTP_PORT=0 \
+  # No pacing: the client-side RTF then measures synthesis, not real-time delivery.
+  TTS_MODEL=preset:0.6b TTS_DEVICE=cuda TTS_MAX_SESSIONS=64 TTS_HTTP_PORT=0 TTS_PACE_LEAD_S=0 \
     python3 -m voice_tts.server > "$OUT/server.log" 2>&1 &
   srv=$!
   for _ in $(seq 300); do grep -q "TTS serving" "$OUT/server.log" && break; sleep 1; done

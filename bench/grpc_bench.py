@@ -1,5 +1,7 @@
 """Client-side TTFA/RTF through a real `voice_tts.server` (gRPC on localhost), c streams at
 once, to set against the engine's in-process figures (bench/run.py): the service's cost.
+Run the server with TTS_PACE_LEAD_S=0: a paced server delivers in real time after its
+first second, so the client-side RTF would measure the pacing, not the synthesis.
 
   python -m bench.grpc_bench --addr 127.0.0.1:50051 --concurrency 1,16
 """

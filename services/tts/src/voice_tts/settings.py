@@ -55,8 +55,17 @@ class TTSSettings(BaseSettings):
     decoder_precision: Literal["auto", "fp32", "tf32", "bf16"] = "auto"
     # Seconds a client may take to send its SessionConfig.
     config_timeout_s: float = Field(10.0, gt=0)
-    # Audio a slow reader may leave unread before the engine pauses its session.
+    # Audio a stream may have made but not written (a slow reader's, or paced audio
+    # waiting for its time) before the engine pauses its session; resumed under half.
+    # Keep it well above pace_lead_s (the engine then stays that far ahead).
     max_backlog_s: float = Field(10.0, gt=0)
+    # Pacing: frame i of an utterance is written no earlier than (when its first frame
+    # was written) + i x frame_ms - pace_lead_s, so the first pace_lead_s of audio goes
+    # out at once (TTFA unchanged) and the rest in real time, this far ahead of a player
+    # started at the first frame (plus up to 0.2 s: frames due soon go out together).
+    # It keeps a fast engine's burst of a new stream from holding the event loop while
+    # other streams' clients, with little buffered, wait. 0: no pacing (as fast as made).
+    pace_lead_s: float = Field(1.0, ge=0)
     # On SIGTERM: seconds granted to in-flight utterances before the server exits.
     drain_timeout_s: float = Field(20.0, ge=0)
     # Seconds the engine loop may stand still (a device sync that never returns) before

@@ -1,7 +1,9 @@
 """Streams text pieces into `Synthesize` and collects frames, with client-side timings.
 
 TTFA here is client side: the first text piece written -> the first AudioFrame read
-(server TTFA + network). RTF: the first piece -> the last frame, over the audio length.
+(server TTFA + network). RTF: the first piece -> the last frame, over the audio length:
+delivery, which a paced server (TTS_PACE_LEAD_S) holds near real time after its lead;
+the server's synthesis speed is its `tts_rtf` metric.
 
 The writer stops the moment the call ends: gRPC asyncio reports a write that races the
 server ending the call as INTERNAL, over the server's status (grpc/grpc#36066); the

@@ -89,6 +89,7 @@ class RunningServer:
     async def drain(self, timeout: float) -> None:
         """Stop accepting, let in-flight calls finish (bounded), then stop."""
         self.servicer.draining = True
+        self.servicer.hurry()  # paced audio goes out now: utterances end within the timeout
         self.serving = False
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -37,7 +37,9 @@ loop spends `cost` CPU on each message it writes (its thread's CPU time over the
 wrote, ~25 us on a 2-core CPU VM, bench/front_bench.py): its predicted share of a core
 is cost x per_frame x n / P(n). In a steady state the front must write everything the
 engine makes, whatever the clients' playout: a front that cannot falls behind on every
-stream at once.
+stream at once. Paced (stream.py, TTS_PACE_LEAD_S) it writes them in real time instead of
+as made: the same rate in the long run, and the cost it learns includes pacing's (~20%
+more per message on the bench VM: the loop idles, and is woken, more often).
 
 Thread-safe: `observe` runs on the engine thread, `predict_ms` on the event loop. This
 module knows nothing about gRPC or sessions.

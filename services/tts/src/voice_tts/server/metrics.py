@@ -23,8 +23,9 @@ class TTSMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.ttfa = Histogram("tts_ttfa_seconds", "First text of an utterance in -> first "
-                              "frame out, server side", buckets=_LATENCY_BUCKETS, registry=r)
+        self.ttfa = Histogram("tts_ttfa_seconds", "First text of an utterance in -> its "
+                              "first audio out of the engine, server side",
+                              buckets=_LATENCY_BUCKETS, registry=r)
         self.rtf = Histogram("tts_rtf", "Synthesis wall time / audio duration per utterance",
                              buckets=_RTF_BUCKETS, registry=r)
         self.active_sessions = Gauge("tts_active_sessions", "Open Synthesize streams",
@@ -39,7 +40,9 @@ class TTSMetrics:
         self.errors = Counter("tts_errors_total", "Calls ended with an error, by gRPC status",
                               ["code"], registry=r)
         self.flow_pauses = Counter("tts_flow_control_pauses_total", "Sessions paused in the "
-                                   "engine because their reader fell behind", registry=r)
+                                   "engine: more than TTS_MAX_BACKLOG_S of their audio made "
+                                   "but not written (a slow reader, or paced audio far "
+                                   "ahead)", registry=r)
         self.utterances = Counter("tts_utterances_total", "Utterances by how they ended",
                                   ["reason"], registry=r)
         # Admission (admission.py): why calls were turned away, and how full the engine is.

@@ -116,7 +116,8 @@ class TextToSpeechServicer:
                     await asyncio.wait_for(anext(it), 0.05)
                 raise
             cfg = await self._first_config(it)
-            stream = SynthesizeStream(cfg, None, self.metrics, self.settings.max_backlog_s)
+            stream = SynthesizeStream(cfg, None, self.metrics, self.settings.max_backlog_s,
+                                      0.0 if self.draining else self.settings.pace_lead_s)
             session = self.engine.open_session(
                 SessionParams(voice=cfg.voice, language=cfg.language, instruct=cfg.instruct,
                               seed=cfg.seed, sampling=cfg.sampling,
@@ -163,6 +164,11 @@ class TextToSpeechServicer:
             self.active.discard(task)
             self.cut.pop(task, None)
             self.streams.pop(task, None)
+
+    def hurry(self) -> None:
+        """Draining: open calls stop pacing, so in-flight utterances end in time."""
+        for stream in self.streams.values():
+            stream.hurry()
 
     def cut_open_calls(self, message: str = DRAINED) -> int:
         """Every call still open ends with UNAVAILABLE and `message` (each aborts itself

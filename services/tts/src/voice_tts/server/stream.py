@@ -8,6 +8,25 @@ immediate: STOP and RESET move `drop_below` forward *synchronously*, so every fr
 older utterance still queued (or half framed) is dropped before the STOPPED event goes
 out, and nothing of it is written after.
 
+**Pacing** (`pace_lead_s`, TTS_PACE_LEAD_S). The engine makes an utterance far faster
+than real time; written as fast as it comes, each new stream's burst of hundreds of frames
+holds the one event loop while other streams, whose clients have little audio buffered,
+wait. So the writer keeps the frames it has framed in `_out` and writes frame i of an
+utterance no earlier than t0 + i x frame_ms - lead (t0: when its first frame was written):
+the first `lead` of audio goes out at once (TTFA unchanged), the rest in real time, `lead`
+ahead of a player started at the first frame. A writer whose next frame is not due yet
+sleeps until it is, then writes every frame due within the slack (`PACE_SLACK_S`, at most
+lead / 2) in one go: a few wakeups a second per stream. Engine items that come while it
+sleeps wait for that wakeup; markers (STOP, RESET, FLUSH, end of input, failures) wake it
+at once, so STOPPED still goes out at once and no frame of the stopped utterance after it.
+Events keep their place among the frames (`_out` holds both; seq / next_seq are given as
+they are written). What the metrics mean is unchanged: TTFA and RTF are taken when the
+engine's audio reaches the loop (`_enqueue_engine`), not when paced frames are written.
+Flow control counts the audio not yet written: queued engine audio plus framed frames
+waiting for their time. An utterance is over (its reason counted) once its last frame is
+written: a STOP before that counts it as cancelled. On a drain the writer stops pacing
+(`hurry`), so that in-flight utterances end within the drain timeout.
+
 This module knows the protocol's streaming rules; validation is in `protocol.py`, frame
 cutting in `framing.py`, the engine behind the `Session` API.
 """
@@ -17,7 +36,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +52,58 @@ from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.protocol import CallError, ResolvedConfig, invalid, parse_request
 
 log = logging.getLogger("voice_tts.stream")
+
+# A paced writer, woken for its next frame, also writes the frames due within this much
+# more (at most lead / 2): clients hold lead .. lead + slack of audio; ~5 wakeups/s.
+PACE_SLACK_S = 0.2
+# Paced wakeups are rounded up to this grid of the loop's clock (so up to 10 ms after the
+# frame's time): streams due about the same time wake in one turn of the loop.
+PACE_TICK_S = 0.01
+# Entries of the writer's `_out`, in wire order. Atomic contents only: the garbage
+# collector stops tracking them (a paced stream keeps hundreds waiting).
+_FRAME = 0  # (_FRAME, uid, index in its utterance, pcm, last_in_utterance)
+_END = 1    # (_END, uid, reason, event kinds after its last frame): the utterance is over
+_EVENT = 2  # (_EVENT, uid, kind, tied): tied to a stopped utterance's audio -> dropped
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class _Inbox:
+    """The writer's queue (loop thread only). A writer waiting with a deadline (it has
+    frames not due yet) wakes at it, or at once for an urgent item (a marker: STOP, RESET,
+    FLUSH, end of input, failure); engine items wait for it. A writer with nothing to
+    pace wakes for any item."""
+
+    def __init__(self) -> None:
+        self.items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._pacing = False
+
+    def put_nowait(self, item: Any, urgent: bool = True) -> None:
+        self.items.append(item)
+        if self._waiter is not None and (urgent or not self._pacing):
+            _wake(self._waiter)
+
+    def wake(self) -> None:
+        if self._waiter is not None:
+            _wake(self._waiter)
+
+    async def wait(self, deadline: float | None) -> None:
+        """Until an item comes (an urgent one, with a deadline) or the loop's clock
+        reaches `deadline`."""
+        loop = asyncio.get_running_loop()
+        self._waiter = fut = loop.create_future()
+        self._pacing = deadline is not None
+        timer = None if deadline is None else loop.call_at(deadline, _wake, fut)
+        try:
+            await fut
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
 
 @dataclass
@@ -61,19 +134,22 @@ class _Utterance:
     text_chars: int = 0
     has_speech: bool = False  # any non-whitespace text: worth flushing to the engine
     framer: UtteranceFramer | None = None
-    frames: int = 0
-    first_sent: bool = False
+    made: int = 0                  # frames framed (the next one's index)
+    t0: float = -math.inf          # loop time its first frame was written (pacing)
+    ttfa_s: float | None = None    # first text -> its first audio on the loop
+    timings: dict | None = None    # the engine's, from its first packet
 
 
 @dataclass
 class StreamState:
     cfg: ResolvedConfig
-    queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    queue: _Inbox = field(default_factory=_Inbox)
     drop_below: int = 0            # utterances below this id are dropped (STOP/RESET)
     utterances: dict[int, _Utterance] = field(default_factory=dict)
     flushes: set[int] = field(default_factory=set)  # utterance ids awaiting FLUSHED
     truncated: int | None = None   # ended by the frame cap before its FLUSH came
     backlog_samples: int = 0       # engine audio queued but not yet framed
+    pending_frames: int = 0        # framed, not yet written (waiting for their time)
     paused: bool = False
 
     def utt(self, uid: int) -> _Utterance:
@@ -82,11 +158,14 @@ class StreamState:
 
 class SynthesizeStream:
     def __init__(self, cfg: ResolvedConfig, session: Any, metrics: TTSMetrics,
-                 max_backlog_s: float) -> None:
+                 max_backlog_s: float, pace_lead_s: float = 0.0) -> None:
         self.state = StreamState(cfg)
         self.session = session
         self.metrics = metrics
         self.max_backlog = int(max_backlog_s * NATIVE_RATE)
+        self.lead = max(0.0, pace_lead_s)  # 0: no pacing
+        self._frame_native = NATIVE_RATE * cfg.frame_ms // 1000  # a frame, in backlog units
+        self._out: deque[tuple] = deque()  # framed, not yet written: frames and events
         self.seq = 0
         self.loop = asyncio.get_running_loop()
         self._ending = False
@@ -98,6 +177,22 @@ class SynthesizeStream:
         self._aborted = error
         self.state.queue.put_nowait(_Failed(error))
 
+    def hurry(self) -> None:
+        """Stop pacing: what is left goes out as fast as the client reads (drain)."""
+        self.lead = 0.0
+        self.state.queue.wake()
+
+    def _backlog(self) -> int:
+        """Audio not yet written, in engine samples: queued + framed and waiting."""
+        st = self.state
+        return st.backlog_samples + st.pending_frames * self._frame_native
+
+    def _maybe_resume(self) -> None:
+        st = self.state
+        if st.paused and self._backlog() < self.max_backlog // 2:
+            st.paused = False
+            self.session.resume()
+
     # -- engine thread side ------------------------------------------------------------
     def sink(self, item: AudioPacket | UtteranceEnd) -> None:
         """Called by the engine thread; hands the item to the event loop."""
@@ -107,15 +202,26 @@ class SynthesizeStream:
 
     def _enqueue_engine(self, item: AudioPacket | UtteranceEnd) -> None:
         st = self.state
+        uid = item.utterance_id
         if isinstance(item, AudioPacket):
             st.backlog_samples += item.pcm.size
-            # Flow control: a reader that falls behind pauses its own session in the
-            # engine instead of growing this queue without bound.
-            if st.backlog_samples > self.max_backlog and not st.paused:
+            # Flow control: a reader that falls behind (or paced audio far ahead) pauses
+            # its own session in the engine instead of growing this queue without bound.
+            if not st.paused and self._backlog() > self.max_backlog:
                 st.paused = True
                 self.metrics.flow_pauses.inc()
                 self.session.pause()
-        st.queue.put_nowait(item)
+            if uid >= st.drop_below:
+                u = st.utt(uid)
+                if u.ttfa_s is None:  # synthesis time: taken here, not when written
+                    self._ttfa(uid, u, item.timings)
+        elif (uid >= st.drop_below and item.frames > 0
+              and item.reason not in ("cancelled", "invalid", "error")):
+            u = st.utterances.get(uid)
+            if u is not None and u.first_text_at is not None:
+                audio_s = item.frames * 1920 / NATIVE_RATE
+                self.metrics.rtf.observe((time.perf_counter() - u.first_text_at) / audio_s)
+        st.queue.put_nowait(item, urgent=False)
 
     # -- reader ------------------------------------------------------------------------
     async def read(self, requests: AsyncIterator[bytes]) -> None:
@@ -188,46 +294,122 @@ class SynthesizeStream:
 
     # -- writer ------------------------------------------------------------------------
     async def write(self) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
-        st = self.state
-        while True:
-            item = await st.queue.get()
-            if self._aborted is not None:
-                raise self._aborted
-            if isinstance(item, AudioPacket):
-                for resp in self._on_packet(item):
-                    yield resp
-            elif isinstance(item, UtteranceEnd):
-                for resp in self._on_end(item):
-                    yield resp
-            elif isinstance(item, _Flush):
-                if item.empty or item.utterance_id == st.truncated:
-                    if item.utterance_id == st.truncated:  # its audio is all out
-                        st.truncated = None
-                    yield self._event(tts_pb2.Event.FLUSHED, item.utterance_id)
-                elif item.utterance_id >= st.drop_below:
-                    st.flushes.add(item.utterance_id)
-            elif isinstance(item, _Stop):
-                for uid in [u for u in st.utterances if u < st.drop_below]:
-                    del st.utterances[uid]
-                if st.truncated is not None and st.truncated < st.drop_below:
-                    st.truncated = None
-                kind = tts_pb2.Event.RESET if item.reset else tts_pb2.Event.STOPPED
-                yield self._event(kind, item.utterance_id)
-            elif isinstance(item, _EndOfInput):
-                self._ending = True
-            elif isinstance(item, _Failed):
-                raise item.error
-            if self._ending and not st.flushes:
-                return
+        st, inbox, out, loop = self.state, self.state.queue, self._out, self.loop
+        frame_ms = st.cfg.frame_ms
+        frame_s = frame_ms / 1e3
+        horizon = -math.inf  # frames due before this go out without looking at the clock
+        sent = 0
+        try:
+            while True:
+                if self._aborted is not None:
+                    raise self._aborted
+                while inbox.items:  # in order; frames and events go to `out`
+                    self._take(inbox.items.popleft())
+                if not out:
+                    if self._ending and not st.flushes:
+                        return
+                    if sent:
+                        self.metrics.frames_sent.inc(sent)
+                        sent = 0
+                    await inbox.wait(None)
+                    continue
+                entry = out[0]
+                tag, uid = entry[0], entry[1]
+                if tag == _FRAME:
+                    if uid < st.drop_below:  # stopped while it waited
+                        out.popleft()
+                        st.pending_frames -= 1
+                        self._maybe_resume()
+                        continue
+                    idx = entry[2]
+                    # Kept until its end is written (else: nothing to pace against).
+                    u = st.utterances.get(uid) or _Utterance()
+                    lead = self.lead
+                    if lead > 0.0 and idx:
+                        due = u.t0 + idx * frame_s - lead
+                        if due > horizon:
+                            now = loop.time()
+                            if due > now + 0.002:  # not yet: sleep until it is
+                                if sent:
+                                    self.metrics.frames_sent.inc(sent)
+                                    sent = 0
+                                await inbox.wait(math.ceil(due / PACE_TICK_S) * PACE_TICK_S)
+                                continue
+                            horizon = now + min(PACE_SLACK_S, lead / 2)
+                    out.popleft()
+                    st.pending_frames -= 1
+                    if st.paused:
+                        self._maybe_resume()
+                    if idx == 0:
+                        u.t0 = loop.time()
+                        yield self._first_audio(uid, u)
+                    seq = self.seq
+                    self.seq = seq + 1
+                    sent += 1
+                    if sent >= 64:
+                        self.metrics.frames_sent.inc(sent)
+                        sent = 0
+                    yield tts_pb2.SynthesizeResponse(audio=tts_pb2.AudioFrame(
+                        seq=seq, pcm=entry[3], utterance_id=uid, start_ms=seq * frame_ms,
+                        last_in_utterance=entry[4]))
+                elif tag == _END:
+                    out.popleft()
+                    if uid < st.drop_below:  # stopped: counted at its STOP / RESET
+                        continue
+                    self.metrics.utterances.labels(entry[2]).inc()
+                    st.utterances.pop(uid, None)
+                    for kind in entry[3]:
+                        yield self._event(kind, uid)
+                else:
+                    out.popleft()
+                    if entry[3] and uid < st.drop_below:
+                        continue
+                    yield self._event(entry[2], uid)
+        finally:
+            if sent:
+                self.metrics.frames_sent.inc(sent)
 
-    def _on_packet(self, p: AudioPacket) -> list[tts_pb2.SynthesizeResponse]:
+    def _take(self, item: Any) -> None:
+        """One item off the queue, in order: state moves now, output goes to `_out`."""
+        st = self.state
+        if isinstance(item, AudioPacket):
+            self._on_packet(item)
+        elif isinstance(item, UtteranceEnd):
+            self._on_end(item)
+        elif isinstance(item, _Flush):
+            uid = item.utterance_id
+            if item.empty or uid == st.truncated:
+                tied = uid == st.truncated  # after the truncated utterance's audio
+                if tied:  # its audio is all framed
+                    st.truncated = None
+                self._out.append((_EVENT, uid, tts_pb2.Event.FLUSHED, tied))
+            elif uid >= st.drop_below:
+                st.flushes.add(uid)
+        elif isinstance(item, _Stop):
+            for uid in [u for u in st.utterances if u < st.drop_below]:
+                del st.utterances[uid]
+            if st.truncated is not None and st.truncated < st.drop_below:
+                st.truncated = None
+            # Everything of the dropped utterances still unwritten goes; STOPPED is next.
+            drop = st.drop_below
+            kept = [e for e in self._out if e[1] >= drop or (e[0] == _EVENT and not e[3])]
+            st.pending_frames -= sum(1 for e in self._out if e[0] == _FRAME and e[1] < drop)
+            self._out.clear()
+            self._out.extend(kept)
+            self._maybe_resume()
+            kind = tts_pb2.Event.RESET if item.reset else tts_pb2.Event.STOPPED
+            self._out.append((_EVENT, item.utterance_id, kind, False))
+        elif isinstance(item, _EndOfInput):
+            self._ending = True
+        elif isinstance(item, _Failed):
+            raise item.error
+
+    def _on_packet(self, p: AudioPacket) -> None:
         st = self.state
         st.backlog_samples -= p.pcm.size
-        if st.paused and st.backlog_samples < self.max_backlog // 2:
-            st.paused = False
-            self.session.resume()
         if p.utterance_id < st.drop_below:
-            return []
+            self._maybe_resume()
+            return
         u = st.utt(p.utterance_id)
         if u.framer is None:
             u.framer = UtteranceFramer(st.cfg.sample_rate, st.cfg.frame_ms)
@@ -236,71 +418,67 @@ class SynthesizeStream:
             u.framer = None  # drained: UtteranceEnd has nothing left to flush
         else:
             frames = u.framer.push(p.pcm)
-        return self._frames(p.utterance_id, u, frames, timings=p.timings, last=p.final)
+        self._frames(p.utterance_id, u, frames, last=p.final)
+        self._maybe_resume()
 
-    def _on_end(self, e: UtteranceEnd) -> list[tts_pb2.SynthesizeResponse]:
+    def _on_end(self, e: UtteranceEnd) -> None:
         st = self.state
-        if e.utterance_id < st.drop_below:  # stopped: counted at its STOP / RESET
-            st.utterances.pop(e.utterance_id, None)
-            return []
-        self.metrics.utterances.labels(e.reason).inc()
-        if e.reason == "cancelled":
-            st.utterances.pop(e.utterance_id, None)
-            return []
-        if e.reason == "invalid":  # this session's input: the call ends, no one else's
-            raise invalid(e.error)
-        if e.reason == "error":
-            raise CallError(grpc.StatusCode.INTERNAL, f"synthesis failed: {e.error}; see "
-                            "server logs")
-        u = st.utt(e.utterance_id)
-        out: list[tts_pb2.SynthesizeResponse] = []
+        uid = e.utterance_id
+        if uid < st.drop_below:  # stopped: counted at its STOP / RESET
+            st.utterances.pop(uid, None)
+            return
+        if e.reason in ("cancelled", "invalid", "error"):  # nothing more of it is written
+            self.metrics.utterances.labels(e.reason).inc()
+            st.utterances.pop(uid, None)
+            if e.reason == "invalid":  # this session's input: the call ends, no one else's
+                raise invalid(e.error)
+            if e.reason == "error":
+                raise CallError(grpc.StatusCode.INTERNAL, f"synthesis failed: {e.error}; "
+                                "see server logs")
+            return
+        u = st.utt(uid)
         if u.framer is not None:
-            out = self._frames(e.utterance_id, u, u.framer.finish(), timings=None, last=True)
-        if u.first_text_at is not None and e.frames > 0:
-            audio_s = e.frames * 1920 / NATIVE_RATE
-            self.metrics.rtf.observe((time.perf_counter() - u.first_text_at) / audio_s)
+            self._frames(uid, u, u.framer.finish(), last=True)
+            u.framer = None
+        kinds: list[int] = []
         if e.reason == "max_frames":
-            out.append(self._event(tts_pb2.Event.TRUNCATED, e.utterance_id))
-            if e.utterance_id not in st.flushes:
-                st.truncated = e.utterance_id  # open until its FLUSH (see the proto)
-        if e.utterance_id in st.flushes:
-            st.flushes.discard(e.utterance_id)
-            out.append(self._event(tts_pb2.Event.FLUSHED, e.utterance_id))
-        st.utterances.pop(e.utterance_id, None)
-        return out
+            kinds.append(tts_pb2.Event.TRUNCATED)
+            if uid not in st.flushes:
+                st.truncated = uid  # open until its FLUSH (see the proto)
+        if uid in st.flushes:
+            st.flushes.discard(uid)
+            kinds.append(tts_pb2.Event.FLUSHED)
+        # Counted and forgotten once its last frame is written (the writer).
+        self._out.append((_END, uid, e.reason, tuple(kinds)))
 
     def close(self) -> None:
         """The call is over (done, failed, cancelled by the client, cut by the drain):
-        utterances still in progress count as cancelled."""
+        utterances still in progress (or not all written) count as cancelled."""
         st = self.state
         live = [uid for uid in st.utterances if uid >= st.drop_below]
         self.metrics.utterances.labels("cancelled").inc(len(live))
         st.utterances.clear()
 
-    def _frames(self, uid: int, u: _Utterance, frames: list[bytes], timings: dict | None,
-                last: bool = False) -> list[tts_pb2.SynthesizeResponse]:
-        out: list[tts_pb2.SynthesizeResponse] = []
+    def _frames(self, uid: int, u: _Utterance, frames: list[bytes], last: bool) -> None:
+        n = len(frames)
+        out = self._out
         for i, pcm in enumerate(frames):
-            if not u.first_sent:
-                u.first_sent = True
-                out.append(self._first_audio(uid, u, timings))
-            out.append(tts_pb2.SynthesizeResponse(audio=tts_pb2.AudioFrame(
-                seq=self.seq, pcm=pcm, utterance_id=uid,
-                start_ms=self.seq * self.state.cfg.frame_ms,
-                last_in_utterance=last and i == len(frames) - 1,
-            )))
-            self.seq += 1
-            u.frames += 1
-        self.metrics.frames_sent.inc(len(frames))
-        return out
+            out.append((_FRAME, uid, u.made, pcm, last and i == n - 1))
+            u.made += 1
+        self.state.pending_frames += n
 
-    def _first_audio(self, uid: int, u: _Utterance,
-                     timings: dict | None) -> tts_pb2.SynthesizeResponse:
-        ttfa = time.perf_counter() - (u.first_text_at or time.perf_counter())
-        self.metrics.ttfa.observe(ttfa)
-        t = timings or {}
+    def _ttfa(self, uid: int, u: _Utterance, timings: dict | None) -> None:
+        u.ttfa_s = time.perf_counter() - (u.first_text_at or time.perf_counter())
+        u.timings = timings
+        self.metrics.ttfa.observe(u.ttfa_s)
         log.info("first audio session=%s trace=%s utterance=%d ttfa_ms=%.1f",
-                 self.state.cfg.session_id, self.state.cfg.trace_id, uid, ttfa * 1e3)
+                 self.state.cfg.session_id, self.state.cfg.trace_id, uid, u.ttfa_s * 1e3)
+
+    def _first_audio(self, uid: int, u: _Utterance) -> tts_pb2.SynthesizeResponse:
+        if u.ttfa_s is None:
+            self._ttfa(uid, u, None)
+        ttfa = u.ttfa_s or 0.0
+        t = u.timings or {}
         return tts_pb2.SynthesizeResponse(event=tts_pb2.Event(
             type=tts_pb2.Event.FIRST_AUDIO, utterance_id=uid, next_seq=self.seq,
             timings=tts_pb2.ServerTimings(

@@ -1,0 +1,186 @@
+"""Pacing (TTS_PACE_LEAD_S) on a real server: frames go out in real time plus the lead,
+the first lead at once; STOP stays immediate while the writer waits; flow control still
+bounds what is made but unwritten. One stream each: the tiny model on this CPU is faster
+than real time for one stream (~2x), not for many."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from voice.tts.v1 import tts_pb2, tts_pb2_grpc
+
+from .conftest import config
+from .test_streaming import FLUSH, STOP, audio, drain, is_event, kinds, read_until, text
+
+LEAD = 0.2
+SLACK = 0.1  # stream.PACE_SLACK_S (capped at lead / 2): frames due this soon go together
+TOL = 0.05   # scheduling on a shared 2-core CPU
+TEXT = "Hello there, streaming world, how are you today? " * 3
+
+
+async def timed_frames(call) -> list[tuple[float, tts_pb2.AudioFrame]]:
+    got = []
+    while (r := await asyncio.wait_for(call.read(), 60)) is not grpc.aio.EOF:
+        if r.WhichOneof("response") == "audio":
+            got.append((time.perf_counter(), r.audio))
+    return got
+
+
+async def test_frames_go_out_in_real_time_plus_the_lead(make_server) -> None:
+    srv = make_server(TTS_PACE_LEAD_S=str(LEAD))
+    cfg = config()
+    cfg.sampling.max_frames = 25  # 2 s of audio, made in ~1 s: pacing holds it back
+    async with grpc.aio.insecure_channel(srv.addr) as ch:
+        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        t_text = time.perf_counter()
+        await call.write(text(TEXT))
+        await call.done_writing()
+        got = await timed_frames(call)
+    assert [f.seq for _, f in got] == list(range(100)) and got[-1][1].last_in_utterance
+    t0 = got[0][0]
+    # Frame k no earlier than t0 + k x 20 ms - lead (- the slack of a batched wakeup).
+    early = [t - (t0 + k * 0.02 - LEAD) for k, (t, _) in enumerate(got)]
+    assert min(early) > -(SLACK + TOL), f"a frame {-min(early) * 1e3:.0f} ms early"
+    # Once the engine is ahead (after its slow start on CPU: packets of 1 then 4 codec
+    # frames), each frame goes out at its time, not later; the whole takes its audio
+    # minus the lead.
+    assert max(early[50:]) < TOL, f"a frame {max(early[50:]) * 1e3:.0f} ms after its time"
+    span = got[-1][0] - t0
+    want = 99 * 0.02 - LEAD
+    assert want - SLACK - TOL < span < want + 0.2, f"{span:.2f} s, want ~{want:.2f}"
+    # The server's RTF is synthesis time (done well before the paced delivery ends),
+    # and TTFA is not delayed.
+    rtf = srv.metric("tts_rtf_sum") / srv.metric("tts_rtf_count")
+    assert rtf * 2.0 < span - 0.3, f"RTF {rtf:.2f} over 2 s of audio, delivered in {span}"
+    assert t0 - t_text < 1.0
+
+
+async def test_stop_while_paced_is_answered_at_once(make_server) -> None:
+    srv = make_server(TTS_PACE_LEAD_S=str(LEAD))
+    cfg = config()
+    cfg.sampling.max_frames = 60  # 4.8 s of audio
+    async with grpc.aio.insecure_channel(srv.addr) as ch:
+        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        await call.write(text(TEXT))
+        await call.write(FLUSH)
+        before = await read_until(call, lambda r: r.WhichOneof("response") == "audio")
+        await asyncio.sleep(1.5)  # most of it made by now, waiting for its time
+        t_stop = time.perf_counter()
+        await call.write(STOP)
+        upto = await read_until(call, is_event(tts_pb2.Event.STOPPED))
+        took = time.perf_counter() - t_stop
+        await call.write(text("Again."))
+        await call.done_writing()
+        after = await drain(call)
+    old = audio(before + upto)
+    # ~1.7 s of it written; 3 s were still to come.
+    assert len(old) < 2.2 / 0.02 and all(f.utterance_id == 0 for f in old)
+    assert took < 0.3, f"STOPPED took {took * 1e3:.0f} ms"
+    assert upto[-1].event.utterance_id == 0 and upto[-1].event.next_seq == len(old)
+    new = audio(after)
+    assert new and all(f.utterance_id == 1 for f in new)
+    assert [f.seq for f in old + new] == list(range(len(old) + len(new)))
+    assert kinds(after)[0] == "FIRST_AUDIO" and kinds(after)[-1] == "FLUSHED"
+    assert srv.metric('tts_utterances_total{reason="cancelled"}') == 1
+
+
+async def test_flow_control_bounds_paced_audio_and_loses_nothing(make_server) -> None:
+    # Made but not written counts: with 0.5 s allowed the engine is paused well before
+    # the end of 3.2 s of audio, resumed under 0.25 s, and every frame goes out in order.
+    srv = make_server(TTS_PACE_LEAD_S=str(LEAD), TTS_MAX_BACKLOG_S="0.5")
+    cfg = config()
+    cfg.sampling.max_frames = 40
+    async with grpc.aio.insecure_channel(srv.addr) as ch:
+        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        await call.write(text(TEXT))
+        await call.done_writing()
+        got = await timed_frames(call)
+    assert [f.seq for _, f in got] == list(range(160))
+    assert srv.metric("tts_flow_control_pauses_total") >= 1
+    span = got[-1][0] - got[0][0]
+    assert span > 159 * 0.02 - LEAD - SLACK - TOL  # still paced
+
+
+async def test_a_drain_stops_pacing(make_server) -> None:
+    # 8 s of audio, made in ~4 s: paced it would take ~7.8 s; on SIGTERM the rest goes
+    # out as it is made, so in-flight utterances end within the drain timeout.
+    import signal
+
+    srv = make_server(TTS_PACE_LEAD_S=str(LEAD), TTS_DRAIN_TIMEOUT_S="30")
+    cfg = config()
+    cfg.sampling.max_frames = 100
+    async with grpc.aio.insecure_channel(srv.addr) as ch:
+        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        await call.write(text(TEXT))
+        await call.write(FLUSH)
+        await read_until(call, lambda r: r.WhichOneof("response") == "audio")
+        t0 = time.perf_counter()
+        srv.proc.send_signal(signal.SIGTERM)
+        rest = await read_until(call, is_event(tts_pb2.Event.FLUSHED))
+        took = time.perf_counter() - t0
+        await call.done_writing()
+    assert len(audio(rest)) == 399 and took < 8.0 - LEAD - 2.0, f"{took:.1f} s"
+    assert srv.proc.wait(30) == 0
+
+
+class _StubSession:
+    """The engine session as the stream drives it (no engine: packets are fed by hand)."""
+
+    def __init__(self) -> None:
+        self.utterance_id = 0
+        self.calls: list[str] = []
+
+    def cancel(self) -> None:
+        self.calls.append("cancel")
+        self.utterance_id += 1
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+
+async def test_a_writer_sleeping_for_its_next_frame_wakes_for_stop(monkeypatch) -> None:
+    # In-process, with sleeps made long (2 s) so that a writer that did not wake for
+    # the STOP would show: STOPPED must come at once, and nothing of utterance 0 after.
+    from types import SimpleNamespace
+
+    import numpy as np
+    from voice_tts.engine import AudioPacket
+    from voice_tts.server import stream as stream_mod
+    from voice_tts.server.metrics import TTSMetrics
+
+    monkeypatch.setattr(stream_mod, "PACE_SLACK_S", 2.0)
+    cfg = SimpleNamespace(sample_rate=24000, frame_ms=20, session_id="s", trace_id="t")
+    session = _StubSession()
+    s = stream_mod.SynthesizeStream(cfg, session, TTSMetrics(), max_backlog_s=30.0,
+                                    pace_lead_s=4.0)
+    s.state.utt(0).first_text_at = time.perf_counter()
+    got: list[tuple[float, tts_pb2.SynthesizeResponse]] = []
+
+    async def writer() -> None:
+        async for r in s.write():
+            got.append((time.perf_counter(), r))
+
+    task = asyncio.create_task(writer())
+    s._enqueue_engine(AudioPacket(0, np.zeros(1920 * 100, np.float32), 0, 100))  # 8 s
+    await asyncio.sleep(0.5)
+    # The first 4 s (the lead) + 2 s (the slack) went out; the writer sleeps to the next.
+    assert len(audio([r for _, r in got])) == 301
+    t_stop = time.perf_counter()
+    s._control(tts_pb2.Control.STOP)
+    await asyncio.sleep(0.1)
+    s.state.queue.put_nowait(stream_mod._EndOfInput())
+    await asyncio.wait_for(task, 1.0)
+    resps = [r for _, r in got]
+    assert kinds(resps)[-1] == "STOPPED" and len(audio(resps)) == 301
+    assert got[-1][0] - t_stop < 0.05, "the STOP waited for the writer's wakeup"
+    assert resps[-1].event.utterance_id == 0 and resps[-1].event.next_seq == 301
+    assert s.state.pending_frames == 0 and s._backlog() == 0
