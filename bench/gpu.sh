@@ -39,7 +39,7 @@ if [ -n "${WITH_GRPC:-}" ]; then
   kill $srv; wait $srv
 fi
 if [ -n "${WITH_SOAK:-}" ]; then
-  # Open-loop soak through the real server (bench/soak.py), per preset: Poisson arrivals at
+  # Open-loop soak through the real server (bench/soak/), per preset: Poisson arrivals at
   # SOAK_RATE/s for SOAK_DURATION s, EOS active, STOP/RESET/cancel mixed in; JSON summary,
   # server log and progress under $OUT. The presets share SOAK_DEADLINE s (the whole call
   # has 600): a soak whose server starts slowly gets shorter arrivals, not killed.

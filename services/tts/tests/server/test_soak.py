@@ -1,4 +1,4 @@
-"""The open-loop soak (`bench/soak.py`) through a real server: its stream checker on forged
+"""The open-loop soak (`bench/soak/`) through a real server: its stream checker on forged
 responses, a few seconds of Poisson traffic against the tiny CPU model (every check must
 pass, the counts must add up), and on a GPU (`-m gpu`) a short soak at 0.6B."""
 

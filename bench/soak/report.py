@@ -1,0 +1,214 @@
+"""The summary: percentiles, the checks, the headline."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bench.soak.run import Soak
+
+def pct(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, math.ceil(q / 100 * len(v)) - 1))]
+
+
+def dist(values: list[float], qs: tuple[float, ...] = (50, 95, 99)) -> dict[str, Any]:
+    out: dict[str, Any] = {"n": len(values)}
+    for q in qs:
+        out[f"p{q:g}"] = _r(pct(values, q))
+    out["max"] = _r(max(values) if values else None)
+    return out
+
+
+def _r(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def summarize(soak: Soak, load: dict[str, Any], model: str, planned: int,
+              recs: list[dict[str, Any]], active: float | None, final: dict[str, Any],
+              alive: bool, health: str, metrics_end: dict[str, float],
+              faults: dict[str, Any]) -> dict[str, Any]:
+    """The JSON summary of the ended `soak`: counts, percentiles, the checks."""
+    a = soak.a
+
+    by_outcome: dict[str, int] = {}
+    by_code: dict[str, int] = {}
+    for r in recs:
+        by_outcome[r["outcome"]] = by_outcome.get(r["outcome"], 0) + 1
+        by_code[r["code"]] = by_code.get(r["code"], 0) + 1
+    admitted = [r for r in recs if r["outcome"] not in ("rejected",)
+                and r["started_ms"] is not None]
+    rejected = [r for r in recs if r["outcome"] == "rejected"]
+    utts = sum(r["utterances"] for r in recs)
+    late_utts = sum(r["late_utterances"] for r in recs)
+    frames = sum(r["frames"] for r in recs)
+    late_frames = sum(r["late_frames"] for r in recs)
+    broken = [r for r in recs if r["violations"]]
+    errors = [r for r in recs if r["outcome"] in ("error", "timeout", "hung")]
+    actions: dict[str, dict[str, int]] = {}
+    for r in recs:
+        if r["kind"] != "normal":
+            d = actions.setdefault(r["kind"], {"planned": 0, "done": 0, "skipped": 0})
+            d["planned"] += 1
+            if r["action"] == r["kind"]:
+                d["done"] += 1
+            elif r["action"] == "skipped":
+                d["skipped"] += 1
+    dl = [r["dispatch_late_ms"] for r in recs]
+    lag = load["loop_lag_ms"]
+    ttfa = [r["ttfa_ms"] for r in admitted if r["ttfa_ms"] is not None]
+    ttfa_p95 = pct(ttfa, 95)
+
+    # GPU memory: the first sample after warm-up against the last one (calls ended).
+    warm = a.warmup if a.warmup is not None else min(30.0, max(2.0, 0.2 * a.duration))
+    gpu: dict[str, Any] = {"warmup_s": warm}
+    for key in ("allocated_mb", "reserved_mb", "smi_mb"):
+        series = [s for s in soak.samples if s.get(key) is not None]
+        after = next((s for s in series if s["t"] >= warm), None)
+        if after is None or final.get(key) is None:
+            continue
+        gpu[key] = {"after_warmup": after[key], "last": final[key],
+                    "max": max(s[key] for s in series),
+                    "growth": round(final[key] - after[key], 1)}
+    gate_key = next((k for k in ("allocated_mb", "smi_mb") if k in gpu), None)
+
+    checks: dict[str, dict[str, Any]] = {}
+
+    def check(name: str, ok: bool | None, **detail: Any) -> None:
+        checks[name] = {"pass": ok, **detail}
+
+    check("engine_faults", not faults["counts"] if faults["log"] else None,
+          log=faults["log"], counts=faults["counts"], lines=faults["lines"])
+    check("no_error_logs", None if not faults["log"] or a.allow_error_logs
+          else not faults["errors"], errors=faults["errors"], lines=faults["error_lines"])
+    check("server_alive", alive, health=health,
+          exit_code=None if alive else soak.server.proc.returncode)  # type: ignore[union-attr]
+    check("server_serving", health == "SERVING", health=health)
+    check("no_leaked_slots", None if active is None else active == 0,
+          active_sessions=active)
+    check("gpu_memory_flat",
+          None if gate_key is None else gpu[gate_key]["growth"] <= a.gpu_mem_growth_mb,
+          source=gate_key, bound_mb=a.gpu_mem_growth_mb,
+          growth_mb=gpu[gate_key]["growth"] if gate_key else None)
+    check("streams_intact", not broken, broken=len(broken),
+          examples=[{"index": r["index"], "kind": r["kind"], "violations": r["violations"]}
+                    for r in broken[:5]])
+    check("no_errors", not errors, errors=len(errors),
+          examples=[{"index": r["index"], "outcome": r["outcome"], "code": r["code"],
+                     "message": r["message"]} for r in errors[:5]])
+    check("all_calls_accounted",
+          None if soak.interrupted or soak.server_died
+          else len(recs) == planned and not load["crashed"],
+          planned=planned, recorded=len(recs), crashed=load["crashed"])
+    if soak.interrupted:
+        check("not_interrupted", False, note="SIGTERM/SIGINT before the end: partial")
+    if a.start_server:
+        check("clean_shutdown", soak.server.exit_code == 0,
+              exit_code=soak.server.exit_code)
+    underrun_free = late_frames == 0
+    capacity = {"ttfa_p95_le_100ms": ttfa_p95 is not None and ttfa_p95 <= 100.0,
+                "zero_underruns": underrun_free}
+    capacity["met"] = all(capacity.values())
+    if a.gate_capacity:
+        check("capacity", capacity["met"], **capacity)
+    failures = [f"{k}: {json.dumps({x: y for x, y in v.items() if x != 'pass'})[:400]}"
+                for k, v in checks.items() if v["pass"] is False]
+    cpu_shares = [p["cpu_share"] for p in load["procs"]]
+    client_lagging = bool((pct(dl, 99) or 0) > a.client_lag_warn_ms
+                          or (pct(lag, 99) or 0) > a.client_lag_warn_ms
+                          or any(s > 0.9 for s in cpu_shares))
+
+    def mval(prefix: str) -> dict[str, float]:
+        return {k: v for k, v in metrics_end.items() if k.startswith(prefix)}
+
+    step_n = metrics_end.get("tts_engine_step_seconds_count") or 0
+    batch_n = metrics_end.get("tts_engine_batch_size_count") or 0
+    return {
+        "pass": not failures,
+        "failures": failures,
+        "rate": a.rate, "duration_s": round(a.duration, 1),
+        "duration_requested_s": a.duration_requested, "seed": a.seed, "procs": a.procs,
+        "server": {"addr": soak.server.addr, "model": model,
+                   "started_here": a.start_server,
+                   **({"device": a.device, "max_sessions": a.max_sessions}
+                      if a.start_server else {})},
+        "load": {"stream_text": a.stream_text, "frames_per_char": a.frames_per_char,
+                 "chars": [a.min_chars, a.max_chars], "frame_ms": a.frame_ms,
+                 "sample_rate": a.sample_rate, "stop_share": a.stop_share,
+                 "reset_share": a.reset_share, "cancel_share": a.cancel_share},
+        "arrivals": len(recs),
+        "achieved_rate": round(len(recs) / a.duration, 3),
+        "counts": by_outcome,
+        "by_code": by_code,
+        "actions": actions,
+        "ttfa_ms": dist(ttfa),
+        "session_started_ms": dist([r["started_ms"] for r in admitted]),
+        "server_ttfa_ms": dist([r["server_ttfa_ms"] for r in admitted
+                                if r["server_ttfa_ms"] is not None]),
+        "e2e_ms": dist([r["e2e_ms"] for r in recs if r["e2e_ms"] is not None]),
+        "reset_ttfa_ms": dist([r["reset_ttfa_ms"] for r in recs
+                               if r["reset_ttfa_ms"] is not None]),
+        "truncated_utterances": sum(r["truncated"] for r in recs),
+        "no_audio_calls": sum(1 for r in admitted if r["outcome"] == "ok"
+                              and r["frames"] == 0),
+        "frames": frames, "audio_s": round(frames * a.frame_ms / 1e3, 1),
+        "underruns": {
+            "tolerance_ms": a.underrun_tolerance_ms,
+            "late_frames": late_frames, "frames": frames,
+            "late_frame_share": _r(late_frames / frames, 5) if frames else None,
+            "utterances_with_underrun": late_utts, "utterances": utts,
+            "utterance_share": _r(late_utts / utts, 4) if utts else None,
+            "max_late_ms": _r(max((r["max_late_ms"] for r in recs), default=0.0)),
+            "call_max_late_ms": dist([r["max_late_ms"] for r in recs if r["frames"]]),
+        },
+        "rejections": {"n": len(rejected),
+                       "latency_ms": dist([r["end_ms"] for r in rejected], (50, 95))},
+        "capacity_gate": capacity,
+        "client": {
+            "dispatch_late_ms": dist(dl, (50, 99)),
+            "loop_lag_ms": dist(lag, (50, 99)),
+            "procs": load["procs"],
+            "grpc_write_fix": load["grpc_write_fix"],
+            "lagging": client_lagging,
+            "note": ("client-side lag can show up as TTFA and underruns: use --procs"
+                     if client_lagging else ""),
+        },
+        "gpu_memory_mb": gpu,
+        "server_metrics_end": {
+            "active_sessions": metrics_end.get("tts_active_sessions"),
+            "frames_sent": metrics_end.get("tts_frames_sent_total"),
+            "flow_control_pauses": metrics_end.get("tts_flow_control_pauses_total"),
+            "errors": mval("tts_errors_total{"),
+            "utterances": mval("tts_utterances_total{"),
+            "steps": step_n,
+            "step_ms_mean": _r(1e3 * metrics_end.get("tts_engine_step_seconds_sum", 0)
+                               / step_n) if step_n else None,
+            "batch_mean": _r(metrics_end.get("tts_engine_batch_size_sum", 0) / batch_n)
+            if batch_n else None,
+        },
+        "server_rss_mb": {"first": soak.samples[0].get("server_rss_mb"),
+                          "last": final.get("server_rss_mb")},
+        "checks": checks,
+        "samples": soak.samples,
+    }
+
+
+def headline(s: dict[str, Any]) -> str:
+    """The summary's key numbers on one line."""
+    t, u, c = s["ttfa_ms"], s["underruns"], s["client"]
+    rj = s["rejections"]["latency_ms"]
+    gate = s["checks"]["gpu_memory_flat"]
+    return (f"rate {s['rate']:g}/s for {s['duration_s']:g} s: {s['arrivals']} calls "
+            f"{json.dumps(s['counts'])}; client TTFA p50/p95/p99 {t['p50']}/{t['p95']}/"
+            f"{t['p99']} ms; underruns {u['late_frames']}/{u['frames']} frames, "
+            f"{u['utterances_with_underrun']}/{u['utterances']} utterances (max "
+            f"{u['max_late_ms']} ms); rejections {s['rejections']['n']} (p50/p95/max "
+            f"{rj['p50']}/{rj['p95']}/{rj['max']} ms); client p99 dispatch lateness "
+            f"{c['dispatch_late_ms']['p99']} ms, loop lag {c['loop_lag_ms']['p99']} ms"
+            f"{' (CLIENT LAGGING)' if c['lagging'] else ''}; GPU memory growth "
+            f"{gate['growth_mb']} MB ({gate['source']})")
