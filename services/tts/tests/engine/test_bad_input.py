@@ -100,3 +100,28 @@ def test_decoder_precision_auto_and_unknown() -> None:
     engine.shutdown()
     with pytest.raises(ValueError, match="decoder_precision"):
         EngineSettings(decoder_precision="fp8").validate()
+
+
+def test_a_prompt_too_long_for_the_cache_ends_only_its_own_utterance():
+    """Offline text longer than the KV cache: that session ends "invalid"; the session
+    prefilled in the same batch is served as usual; the engine records no fault."""
+    e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=2,
+                                                                  max_seq_len=64))
+    ends: dict[str, list[UtteranceEnd]] = {"long": [], "short": []}
+
+    def sink(name: str):
+        return lambda ev: ends[name].append(ev) if isinstance(ev, UtteranceEnd) else None
+
+    long = e.open_session(SessionParams(voice="vivian", seed=1, non_streaming_mode=True),
+                          sink("long"))
+    short = e.open_session(SessionParams(voice="vivian", seed=1, max_frames=6),
+                           sink("short"))
+    long.push_text("word " * 80)
+    short.push_text("A short one.")
+    for s in (long, short):
+        s.flush()
+    for _ in range(40):
+        e.run_once()
+    assert [(x.reason, "does not fit" in x.error) for x in ends["long"]] == [("invalid", True)]
+    assert [x.reason for x in ends["short"]] == ["max_frames"]
+    assert e.faults == 0

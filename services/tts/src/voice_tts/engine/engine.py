@@ -40,7 +40,7 @@ from .checkpoint import load_model, prepare, random_model
 from .config import ModelConfig
 from .faults import EngineFailed, poisons_device
 from .model import Qwen3TTS
-from .runner import PrefillRequest, Runner, Step, prompt_rows
+from .runner import PrefillRequest, Runner, Step
 from .sampling import SamplingParams
 from .scheduler import Need, Scheduler, SessionView
 from .session import Session, Sink, Utterance
@@ -326,11 +326,9 @@ class Engine:
                 non_streaming=s.params.non_streaming_mode, instruct_ids=s.instruct_ids),
                 s.params.sampling, s.next_seed()))
             # One session's prompt that cannot fit ends that session's utterance only.
-            rows = len(prompt_rows(self.cfg, reqs[-1][0])[0])
-            if rows + 1 >= self.settings.max_seq_len:
+            if (error := self.runner.prompt_error(reqs[-1][0])) is not None:
                 reqs.pop()
-                self._end(s, utt, "invalid", f"the prompt ({rows} rows: text plus "
-                          f"instruction) does not fit max_seq_len {self.settings.max_seq_len}")
+                self._end(s, utt, "invalid", error)
             else:
                 fits.append((s, utt))
         batch = fits

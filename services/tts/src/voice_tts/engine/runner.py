@@ -354,6 +354,15 @@ class Runner:
         s.n_generated.index_fill_(0, slots, 1)
         self.reset_scratch()
 
+    def prompt_error(self, req: PrefillRequest) -> str | None:
+        """Why this prompt cannot run (its rows plus one frame must fit the KV cache), or
+        None."""
+        rows = len(prompt_rows(self.cfg, req)[0])
+        if rows + 1 < self.max_seq_len:
+            return None
+        return (f"the prompt ({rows} rows: text plus instruction) does not fit "
+                f"max_seq_len {self.max_seq_len}")
+
     @torch.no_grad()
     def prefill(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> list[int]:
         """Prompts (request, sampling, noise seed) into their slots. Prompts run as one
@@ -361,10 +370,9 @@ class Runner:
         -> the prompt lengths."""
         rows = [prompt_rows(self.cfg, req) for req, _, _ in reqs]
         lengths = [len(text) for text, _ in rows]
-        for n in lengths:
-            if n >= self.max_seq_len:
-                raise ValueError(f"prompt of {n} rows does not fit max_seq_len "
-                                 f"{self.max_seq_len}")
+        for req, _, _ in reqs:
+            if (error := self.prompt_error(req)) is not None:
+                raise ValueError(error)
         groups: dict[int, list[int]] = {}
         for i, n in enumerate(lengths):
             key = self.prefill_graphs.length_bucket(n) if self.prefill_graphs else None
