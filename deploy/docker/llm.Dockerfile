@@ -1,41 +1,43 @@
-# syntax=docker/dockerfile:1.7
-# The thinker (python -m voice_llm.server). Build context: the repository root.
-#   GPU (default): CUDA base + vLLM (VLLM_VERSION), LLM_BACKEND=vllm.
-#   CPU (compose profile cpu): BASE_IMAGE=debian:bookworm-slim, VLLM_VERSION="", the
-#   CPU torch, LLM_BACKEND=transformers.
-ARG BASE_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu22.04
-ARG UV_VERSION=0.13.8
-
-FROM ghcr.io/astral-sh/uv:${UV_VERSION} AS uv
+# The thinker (python -m voice_llm.server). Build context: the repository root (the root
+# .dockerignore keeps it to proto/, services/ and deploy/). Any builder.
+#   GPU (default): vLLM (VLLM_VERSION) from PyPI, which brings the CUDA torch it was built
+#     against (CUDA libraries inside the wheels); gcc for Triton. LLM_BACKEND=vllm.
+#   CPU (compose profile cpu): VLLM_VERSION="", the CPU torch from TORCH_INDEX_URL,
+#     APT_PACKAGES="", LLM_BACKEND=transformers.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # --- build ---------------------------------------------------------------------------------
-FROM ${BASE_IMAGE} AS build
+FROM ${PYTHON_IMAGE} AS build
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 ARG VLLM_VERSION=0.33.0
-ENV UV_PYTHON_INSTALL_DIR=/opt/python \
-    UV_PYTHON_PREFERENCE=only-managed \
-    UV_COMPILE_BYTECODE=1 \
-    UV_LINK_MODE=copy \
-    UV_NO_CACHE=1 \
-    VIRTUAL_ENV=/opt/venv
-COPY --from=uv /uv /usr/local/bin/uv
-RUN uv venv --python 3.11 /opt/venv
+COPY deploy/docker/inputs/ /tmp/build/
+RUN sh /tmp/build/apply.sh && python3 -m venv /opt/venv
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS=/tmp/build/wheels \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt PATH=/opt/venv/bin:${PATH}
 # vLLM pins the exact torch it was built against, so with vLLM it brings torch; without
-# it, torch comes first, pinned, from the index matching the base.
+# it, torch comes first, pinned, from the index matching the build.
 RUN if [ -n "${VLLM_VERSION}" ]; then \
-        uv pip install "vllm==${VLLM_VERSION}"; \
+        pip install "vllm==${VLLM_VERSION}"; \
     else \
-        uv pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"; \
+        PIP_INDEX_URL="${TORCH_INDEX_URL:-${PIP_INDEX_URL:-https://pypi.org/simple}}" \
+        pip install "torch==${TORCH_VERSION}"; \
     fi
 COPY proto /src/proto
 COPY services/llm /src/services/llm
-RUN uv pip install /src/proto /src/services/llm
+RUN pip install /src/proto /src/services/llm
 
 # --- runtime -----------------------------------------------------------------------------
-FROM ${BASE_IMAGE} AS runtime
-RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin voice
-COPY --from=build /opt/python /opt/python
+FROM ${PYTHON_IMAGE} AS runtime
+ARG APT_PACKAGES="gcc libc6-dev"
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+# Unpinned on purpose: the base image's Debian release pins them.
+# hadolint ignore=DL3008
+RUN if [ -n "${APT_PACKAGES}" ]; then \
+        apt-get update && apt-get install -y --no-install-recommends ${APT_PACKAGES} \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin app
 COPY --from=build /opt/venv /opt/venv
 COPY deploy/docker/healthcheck.py /opt/voice/healthcheck.py
 ENV PATH=/opt/venv/bin:${PATH} \
@@ -43,7 +45,7 @@ ENV PATH=/opt/venv/bin:${PATH} \
     LLM_GRPC_PORT=50052 \
     LLM_HTTP_PORT=8002
 USER 10001
-WORKDIR /home/voice
+WORKDIR /home/app
 EXPOSE 50052 8002
 # vLLM loads ~30 GB of weights and captures CUDA graphs before /healthz says ready.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=600s --retries=3 \

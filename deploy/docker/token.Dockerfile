@@ -1,11 +1,14 @@
-# syntax=docker/dockerfile:1.7
 # The token service and web page (python -m voice_token). Build context: the repository
-# root. HTTP only: no protos, no torch. The page's JS bundle (livekit-client + our
-# src/*.js, esbuild) is built in a node stage by the service's own web/build.sh.
+# root (the root .dockerignore keeps it to proto/, services/ and deploy/). Any builder.
+# HTTP only: no protos, no torch. The page's JS bundle (livekit-client + our src/*.js,
+# esbuild) is built in a Node stage by the service's own web/build.sh.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG NODE_IMAGE=node:22-bookworm-slim
 
 FROM ${NODE_IMAGE} AS web
+COPY deploy/docker/inputs/ /tmp/build/
+RUN sh /tmp/build/apply.sh
+ENV NODE_EXTRA_CA_CERTS=/tmp/build/extra-ca.pem
 WORKDIR /src/services/token/web
 # Lock file first: `npm ci` is cached until the dependencies change.
 COPY services/token/web/package.json services/token/web/package-lock.json ./
@@ -14,14 +17,18 @@ COPY services/token/web/ ./
 RUN mkdir -p ../src/voice_token/static && bash build.sh
 
 FROM ${PYTHON_IMAGE} AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/venv
+COPY deploy/docker/inputs/ /tmp/build/
+RUN sh /tmp/build/apply.sh && python3 -m venv /opt/venv
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS=/tmp/build/wheels \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt PATH=/opt/venv/bin:${PATH}
 COPY services/token /src/services/token
 COPY --from=web /src/services/token/src/voice_token/static/dist /src/services/token/src/voice_token/static/dist
-RUN /opt/venv/bin/pip install /src/services/token
+RUN pip install /src/services/token
 
 FROM ${PYTHON_IMAGE} AS runtime
-RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin voice
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+# Not "voice": Debian already has a system group of that name (audio devices).
+RUN useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin app
 COPY --from=build /opt/venv /opt/venv
 COPY deploy/docker/healthcheck.py /opt/voice/healthcheck.py
 # TOKEN_HTTP_PORT is a port number, not a secret (hadolint matches the word TOKEN).
@@ -30,7 +37,7 @@ ENV PATH=/opt/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     TOKEN_HTTP_PORT=8080
 USER 10001
-WORKDIR /home/voice
+WORKDIR /home/app
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "/opt/voice/healthcheck.py", "TOKEN_HTTP_PORT"]

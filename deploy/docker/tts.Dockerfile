@@ -1,36 +1,40 @@
-# syntax=docker/dockerfile:1.7
-# The TTS service (python -m voice_tts.server). Build context: the repository root.
-#   GPU (default): BASE_IMAGE=nvidia/cuda:*-runtime, TORCH_INDEX_URL=.../whl/cu128
-#   CPU (compose profile cpu): BASE_IMAGE=debian:bookworm-slim, TORCH_INDEX_URL=.../whl/cpu
-# Python comes from uv (a standalone CPython 3.11), so one file serves both bases.
-ARG BASE_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu22.04
-ARG UV_VERSION=0.13.8
+# The TTS service (python -m voice_tts.server). Build context: the repository root (the
+# root .dockerignore keeps it to proto/, services/ and deploy/). Any builder: no BuildKit
+# features, and no image but the two bases below.
+#   GPU (default): the CUDA build of torch from TORCH_INDEX_URL. Its wheels carry the CUDA
+#     libraries (the driver comes from the NVIDIA Container Toolkit), so the base is a
+#     plain Python image; gcc is there for Triton, which compiles its launchers at start.
+#   CPU (compose profile cpu): TORCH_INDEX_URL=.../whl/cpu, APT_PACKAGES="".
+# Empty TORCH_INDEX_URL: torch from the default index and deploy/docker/inputs/wheels/.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-FROM ghcr.io/astral-sh/uv:${UV_VERSION} AS uv
-
-# --- build: a venv in /opt/venv over a CPython in /opt/python --------------------------
-FROM ${BASE_IMAGE} AS build
+# --- build: a venv in /opt/venv ---------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS build
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
-ENV UV_PYTHON_INSTALL_DIR=/opt/python \
-    UV_PYTHON_PREFERENCE=only-managed \
-    UV_COMPILE_BYTECODE=1 \
-    UV_LINK_MODE=copy \
-    UV_NO_CACHE=1 \
-    VIRTUAL_ENV=/opt/venv
-COPY --from=uv /uv /usr/local/bin/uv
-RUN uv venv --python 3.11 /opt/venv
-# torch first, pinned, from the index that matches the base: resolved later as a plain
+COPY deploy/docker/inputs/ /tmp/build/
+RUN sh /tmp/build/apply.sh && python3 -m venv /opt/venv
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS=/tmp/build/wheels \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt PATH=/opt/venv/bin:${PATH}
+# torch first, pinned, from the index that matches the build: resolved later as a plain
 # dependency it would take whatever build PyPI serves.
-RUN uv pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
+RUN PIP_INDEX_URL="${TORCH_INDEX_URL:-${PIP_INDEX_URL:-https://pypi.org/simple}}" \
+    pip install "torch==${TORCH_VERSION}"
 COPY proto /src/proto
 COPY services/tts /src/services/tts
-RUN uv pip install /src/proto /src/services/tts
+RUN pip install /src/proto /src/services/tts
 
-# --- runtime: no uv, no sources, a non-root user ---------------------------------------
-FROM ${BASE_IMAGE} AS runtime
-RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin voice
-COPY --from=build /opt/python /opt/python
+# --- runtime: no sources, no build inputs, a non-root user ----------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+ARG APT_PACKAGES="gcc libc6-dev"
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+# Unpinned on purpose: the base image's Debian release pins them.
+# hadolint ignore=DL3008
+RUN if [ -n "${APT_PACKAGES}" ]; then \
+        apt-get update && apt-get install -y --no-install-recommends ${APT_PACKAGES} \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin app
 COPY --from=build /opt/venv /opt/venv
 COPY deploy/docker/healthcheck.py /opt/voice/healthcheck.py
 ENV PATH=/opt/venv/bin:${PATH} \
@@ -38,7 +42,7 @@ ENV PATH=/opt/venv/bin:${PATH} \
     TTS_GRPC_PORT=50051 \
     TTS_HTTP_PORT=8001
 USER 10001
-WORKDIR /home/voice
+WORKDIR /home/app
 EXPOSE 50051 8001
 # /healthz turns 200 only after warm-up (weights, CUDA graphs): a long start period.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=300s --retries=3 \

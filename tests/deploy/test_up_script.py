@@ -10,6 +10,7 @@ gets no .env).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,12 @@ from deploy_support import COMPOSE, DEPLOY, ENV_EXAMPLE, compose_binary
 
 FAKE_DOCKER = """#!/bin/sh
 # fake docker: records its arguments; `docker info` fails when FAKE_NO_ENGINE is set and
-# lists an nvidia runtime when FAKE_NVIDIA is set.
+# lists an nvidia runtime when FAKE_NVIDIA is set; with FAKE_NO_COMPOSE, `docker compose`
+# fails as the real client without the plugin does.
 echo "docker $*" >> "$FAKE_LOG"
+if [ "$1" = compose ] && [ -n "$FAKE_NO_COMPOSE" ]; then
+  echo "unknown flag: --profile" >&2; exit 125
+fi
 if [ "$1" = info ]; then
   [ -n "$FAKE_NO_ENGINE" ] && exit 1
   case "$*" in *Runtimes*)
@@ -62,8 +67,8 @@ def layout(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     return root, log, env
 
 
-def run(root: Path, script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(root / "deploy" / script)], env=env,
+def run(root: Path, script: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(root / "deploy" / script), *args], env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -73,7 +78,7 @@ def calls(log: Path, prefix: str = "") -> list[str]:
 
 
 def compose_call(log: Path) -> list[str]:
-    [call] = [c for c in calls(log, "docker compose")]
+    [call] = [c for c in calls(log, "docker compose") if c != "docker compose version"]
     return call.split()
 
 
@@ -106,6 +111,56 @@ def test_no_engine_falls_back_to_the_local_mesh(layout):
     assert not calls(log, "docker compose")
     assert calls(log, "make") == ["make --no-print-directory venvs-mesh"]
     assert calls(log, "mesh") == ["mesh up"]
+    assert not (root / ".env").exists()
+
+
+def test_engine_without_compose_plugin_falls_back_to_the_mesh_with_a_hint(layout):
+    """Debian's docker.io ships no Compose plugin: the old script ran `docker compose
+    --profile ...` anyway and died with "unknown flag: --profile" (exit 125)."""
+    root, log, env = layout
+    env |= {"FAKE_NO_COMPOSE": "1"}
+    proc = run(root, "up.sh", env)
+    assert proc.returncode == 0, proc.stderr
+    [line] = proc.stdout.splitlines()
+    assert line.startswith("up: local mesh") and "docker compose` is missing" in line
+    assert "make images-local" in line  # how to get it
+    assert calls(log, "docker compose") == ["docker compose version"]
+    assert calls(log, "mesh") == ["mesh up"]
+    # `make down` neither: nothing to stop, and no compose call that would fail.
+    proc = run(root, "down.sh", env)
+    assert proc.returncode == 0 and "nothing running" in proc.stdout, proc.stderr
+    assert calls(log, "docker compose") == ["docker compose version"] * 2
+
+
+def test_voice_up_picks_the_mesh_or_compose_explicitly(layout):
+    root, log, env = layout
+    proc = run(root, "up.sh", env | {"VOICE_UP": "mesh"})
+    assert proc.returncode == 0 and proc.stdout.startswith("up: local mesh (VOICE_UP=mesh)")
+    assert not calls(log, "docker")  # an engine is there, but never asked
+    assert calls(log, "mesh") == ["mesh up"]
+
+    proc = run(root, "up.sh", env | {"VOICE_UP": "compose"})
+    assert proc.returncode == 0, proc.stderr
+    assert "up" in compose_call(log)
+
+    log.unlink()
+    proc = run(root, "up.sh", env | {"VOICE_UP": "compose", "FAKE_NO_COMPOSE": "1"})
+    assert proc.returncode == 1 and "`docker compose` is missing" in proc.stderr
+    assert not calls(log, "mesh")  # asked for compose: no silent fallback
+    proc = run(root, "up.sh", env | {"VOICE_UP": "compose", "FAKE_NO_ENGINE": "1"})
+    assert proc.returncode == 1 and "no Docker engine answers" in proc.stderr
+    proc = run(root, "up.sh", env | {"VOICE_UP": "docker"})
+    assert proc.returncode == 2 and "expected auto, compose or mesh" in proc.stderr
+
+
+def test_dry_run_prints_the_choice_and_starts_nothing(layout):
+    root, log, env = layout
+    proc = run(root, "up.sh", env, "--dry-run")
+    assert proc.returncode == 0
+    assert proc.stdout == ("up: docker compose (profile cpu; "
+                           "no NVIDIA runtime: tiny random models)\n")
+    assert not calls(log, "mesh") and not calls(log, "make")
+    assert [c for c in calls(log, "docker compose") if "up" in c.split()] == []
     assert not (root / ".env").exists()
 
 
@@ -145,3 +200,24 @@ def test_the_scripts_are_what_make_runs():
         pytest.skip("no Makefile yet")
     text = makefile.read_text()
     assert "bash deploy/up.sh" in text and "bash deploy/down.sh" in text
+
+
+def _engine_answers() -> bool:
+    docker = shutil.which("docker")
+    return bool(docker) and subprocess.run([docker, "info"], capture_output=True,
+                                           timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _engine_answers(), reason="no Docker engine answers here")
+def test_with_a_real_engine_and_no_compose_plugin_make_up_picks_the_mesh(tmp_path):
+    """The real client and engine; the plugin hidden by an empty DOCKER_CONFIG (where
+    `make images-local` puts it)."""
+    env = {**os.environ, "DOCKER_CONFIG": str(tmp_path)}
+    env.pop("VOICE_UP", None)
+    if subprocess.run(["docker", "compose", "version"], env=env,
+                      capture_output=True).returncode == 0:
+        pytest.skip("a Compose plugin is installed system-wide: cannot hide it")
+    proc = subprocess.run(["bash", str(DEPLOY / "up.sh"), "--dry-run"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("up: local mesh (a Docker engine answers, but `docker compose`")

@@ -63,6 +63,8 @@ def mesh_env(tmp_path: Path) -> dict[str, str]:
     env = {**os.environ, **dict(zip(PORT_VARS, map(str, free_ports(len(PORT_VARS))),
                                     strict=True))}
     env["MESH_RUN_DIR"] = str(tmp_path / "run")
+    # The mesh, even where a Docker engine and Compose answer (`make up` would pick them).
+    env["VOICE_UP"] = "mesh"
     return env
 
 
