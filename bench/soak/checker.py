@@ -32,11 +32,14 @@ class Record:
     utterances: int = 0            # utterances with audio
     truncated: int = 0             # utterances ended by the frame cap (Event TRUNCATED)
     late_frames: int = 0
+    late20_frames: int = 0         # frames more than 20 / 100 ms behind the player
+    late100_frames: int = 0
     late_utterances: int = 0
     max_late_ms: float = 0.0
     action: str = ""               # stop | reset | cancel | skipped (utterance ended first)
     reset_ttfa_ms: float | None = None
     violations: list[str] = field(default_factory=list)
+    dispatch_at: float = 0.0       # time.monotonic() at dispatch (one clock for all procs)
 
 
 class StreamChecker:
@@ -119,6 +122,8 @@ class StreamChecker:
             if late > self.tol:
                 self.utt_late += 1
                 self.rec.late_frames += 1
+            self.rec.late20_frames += late > 0.020
+            self.rec.late100_frames += late > 0.100
             if late * 1e3 > self.rec.max_late_ms:
                 self.rec.max_late_ms = late * 1e3
         self.utt_k += 1

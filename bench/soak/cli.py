@@ -78,6 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="sampling.max_frames = chars x this (0.9 x 80 ms = ~14 chars/s)")
     g.add_argument("--min-chars", type=int, default=20)
     g.add_argument("--max-chars", type=int, default=220)
+    g.add_argument("--prompts", default="", metavar="FILE",
+                   help="draw the sentences from this file (one per line; e.g. "
+                   "bench/prompts/en_read_1088.txt) instead of generating them")
     g.add_argument("--voices", default="", help="comma list to restrict the voices drawn")
     g.add_argument("--stream-text", action="store_true",
                    help="send the text in 1-6 character pieces (LLM speed) instead of whole")

@@ -121,8 +121,9 @@ class Load:
 
     async def _one(self, stub: tts_pb2_grpc.TextToSpeechStub, p: Plan, scheduled: float
                    ) -> None:
+        now = time.monotonic()
         rec = Record(p.index, p.kind, len(p.text), p.max_frames,
-                     dispatch_late_ms=(time.monotonic() - scheduled) * 1e3)
+                     dispatch_late_ms=(now - scheduled) * 1e3, dispatch_at=now)
         t_dispatch = time.perf_counter()
         self.inflight += 1
         try:

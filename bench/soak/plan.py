@@ -71,8 +71,23 @@ class Plan:
     piece_seed: int = 0
 
 
+def read_prompts(path: str) -> list[str]:
+    """One prompt per line (blank lines skipped)."""
+    with open(path, encoding="utf-8") as f:
+        lines = [ln.strip() for ln in f]
+    prompts = [ln for ln in lines if ln]
+    if not prompts:
+        raise ValueError(f"{path}: no prompts")
+    return prompts
+
+
 def make_plans(a: argparse.Namespace, voices: list[tuple[str, list[str]]]) -> list[Plan]:
     rng = random.Random(a.seed)
+    prompts = read_prompts(a.prompts) if a.prompts else None
+
+    def text_of() -> str:
+        return rng.choice(prompts) if prompts else sentence(rng, a.min_chars, a.max_chars)
+
     plans: list[Plan] = []
     t = 0.0
     while True:
@@ -84,8 +99,8 @@ def make_plans(a: argparse.Namespace, voices: list[tuple[str, list[str]]]) -> li
                 "reset" if u < a.stop_share + a.reset_share else
                 "cancel" if u < a.stop_share + a.reset_share + a.cancel_share else "normal")
         voice, langs = rng.choice(voices)
-        text = sentence(rng, a.min_chars, a.max_chars)
-        text2 = sentence(rng, a.min_chars, a.max_chars) if kind == "reset" else ""
+        text = text_of()
+        text2 = text_of() if kind == "reset" else ""
         plans.append(Plan(
             index=len(plans), at=t, kind=kind, voice=voice, language=rng.choice(langs),
             seed=rng.randrange(2**31), text=text,

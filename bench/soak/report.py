@@ -25,6 +25,17 @@ def dist(values: list[float], qs: tuple[float, ...] = (50, 95, 99)) -> dict[str,
     return out
 
 
+def peak_inflight(recs: list[dict[str, Any]]) -> int:
+    """Most calls open at once, from each call's dispatch and end (one monotonic clock)."""
+    edges = sorted(e for r in recs if r["end_ms"] is not None
+                   for e in ((r["dispatch_at"], 1), (r["dispatch_at"] + r["end_ms"] / 1e3, -1)))
+    peak = now = 0
+    for _, d in edges:
+        now += d
+        peak = max(peak, now)
+    return peak
+
+
 def _r(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(x, nd)
 
@@ -157,9 +168,13 @@ def summarize(soak: Soak, load: dict[str, Any], model: str, planned: int,
         "no_audio_calls": sum(1 for r in admitted if r["outcome"] == "ok"
                               and r["frames"] == 0),
         "frames": frames, "audio_s": round(frames * a.frame_ms / 1e3, 1),
+        "audio_s_per_wall_s": _r(frames * a.frame_ms / 1e3 / a.duration),
+        "peak_inflight": peak_inflight(recs),
         "underruns": {
             "tolerance_ms": a.underrun_tolerance_ms,
             "late_frames": late_frames, "frames": frames,
+            "late_frames_over_20ms": sum(r["late20_frames"] for r in recs),
+            "late_frames_over_100ms": sum(r["late100_frames"] for r in recs),
             "late_frame_share": _r(late_frames / frames, 5) if frames else None,
             "utterances_with_underrun": late_utts, "utterances": utts,
             "utterance_share": _r(late_utts / utts, 4) if utts else None,

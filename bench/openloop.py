@@ -1,0 +1,183 @@
+"""Open-loop benchmark through the real gRPC server, by the method the field publishes.
+
+Nari's Qwen3-TTS benchmark (nari-labs/benchmarks): Poisson arrivals at a target rate,
+read English sentences (Seed-TTS test-en), the whole text sent once with streamed audio
+back, p95 time to first audio seen by the client over localhost, and zero playback
+underruns as a hard gate. Here: for each rate of `--rates`, a warm-up (`--warmup` s of
+arrivals, not counted), then `--duration` s of arrivals (>= 120 s for a reported row),
+each call a `Synthesize` stream with a voice drawn from ListVoices, default sampling (EOS
+active) and `sampling.max_frames` set to its sentence's spoken length (0.9 frames of
+80 ms per character, ~14 characters/s), the sentence from `--prompts` sent whole + FLUSH
+(or, `--stream-text`, in 1-6 character pieces every `--piece-interval-ms`, LLM speed).
+
+The load is the soak's (bench/soak/) with no STOP/RESET/drop: its clients in `--procs`
+processes (their CPU share is reported: the client must not be the bottleneck), its
+stream checks and its player clock (an utterance starts playing at its first frame; frame
+k is due k x 20 ms later; a later frame is an underrun, counted any / > 20 ms / > 100 ms).
+Per rate: client TTFA p50/p95/p99, E2E, underruns, errors by status, rejections, peak in
+flight, audio seconds per wall second. The sweep stops after a rate whose p95 TTFA is over
+`--stop-above-ms` or that had errors. `--start-server` starts one server for the sweep.
+
+  python -m bench.openloop --start-server --model preset:1.7b --device cuda \\
+      --max-sessions 256 --rates 1,10,20,40,60 --duration 120 --procs 4 --out ol.json
+  python -m bench.openloop --rates 1,2 --duration 10 --warmup 2   # a running server
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.soak.cli import parse_args as soak_args
+from bench.soak.run import Soak
+from bench.soak.server import Server
+
+PROMPTS = Path(__file__).with_name("prompts") / "en_read_1088.txt"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.openloop", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rates", default="1,10,20", help="arrival rates (req/s), comma list")
+    p.add_argument("--duration", type=float, default=120.0,
+                   help="seconds of counted arrivals per rate (default %(default)s)")
+    p.add_argument("--warmup", type=float, default=15.0,
+                   help="seconds of arrivals before each rate's count (default %(default)s)")
+    p.add_argument("--prompts", default=str(PROMPTS), help="one sentence per line")
+    p.add_argument("--stream-text", action="store_true",
+                   help="send each sentence in small pieces at LLM speed, not whole")
+    p.add_argument("--piece-interval-ms", type=float, default=50.0,
+                   help="--stream-text: ms between pieces (50 = 20 pieces/s)")
+    p.add_argument("--procs", type=int, default=4, help="client processes")
+    p.add_argument("--stop-above-ms", type=float, default=500.0,
+                   help="stop the sweep after a rate whose p95 TTFA is above this")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write the JSON rows here")
+    g = p.add_argument_group("server (as bench.soak)")
+    g.add_argument("--addr", default="127.0.0.1:50051")
+    g.add_argument("--http-port", type=int, default=None)
+    g.add_argument("--start-server", action="store_true")
+    g.add_argument("--model", default="preset:tiny")
+    g.add_argument("--device", default="cpu")
+    g.add_argument("--max-sessions", type=int, default=64)
+    g.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE")
+    g.add_argument("--server-log", default=None)
+    a = p.parse_args(argv)
+    try:
+        a.rates = [float(x) for x in a.rates.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--rates: not a comma list of numbers: {a.rates!r}")
+    if not a.rates or min(a.rates) <= 0:
+        p.error("--rates: give rates > 0")
+    return a
+
+
+def soak_argv(a: argparse.Namespace, server: Server, rate: float, duration: float,
+              seed: int) -> list[str]:
+    """The soak's arguments for one run against the sweep's server."""
+    argv = ["--addr", server.addr, "--http-port", str(server.http_port or 0),
+            "--rate", f"{rate:g}", "--duration", f"{duration:g}", "--seed", str(seed),
+            "--prompts", a.prompts, "--stop-share", "0", "--reset-share", "0",
+            "--cancel-share", "0", "--procs", str(a.procs),
+            "--piece-interval-ms", f"{a.piece_interval_ms:g}", "--no-samples",
+            # admission sheds before it fails: a rejection is a row's number, not a fault
+            "--allow-error-logs"]
+    if a.stream_text:
+        argv.append("--stream-text")
+    if server.log_path:
+        argv += ["--server-log", str(server.log_path)]
+    return argv
+
+
+def row(rate: float, s: dict[str, Any]) -> dict[str, Any]:
+    """The numbers of one rate, as the table reports them."""
+    u = s["underruns"]
+    return {
+        "rate": rate, "achieved_rate": s["achieved_rate"], "calls": s["arrivals"],
+        "ttfa_ms": s["ttfa_ms"], "server_ttfa_ms": s["server_ttfa_ms"], "e2e_ms": s["e2e_ms"],
+        "underruns": {"late_frames": u["late_frames"],
+                      "over_20ms": u["late_frames_over_20ms"],
+                      "over_100ms": u["late_frames_over_100ms"],
+                      "utterances": u["utterances_with_underrun"], "max_late_ms": u["max_late_ms"],
+                      "frames": u["frames"]},
+        "by_code": s["by_code"], "rejected": s["rejections"]["n"],
+        "peak_inflight": s["peak_inflight"], "audio_s_per_wall_s": s["audio_s_per_wall_s"],
+        "client_cpu_share": [p["cpu_share"] for p in s["client"]["procs"]],
+        "client_lagging": s["client"]["lagging"],
+        "server_step_ms_mean": s["server_metrics_end"]["step_ms_mean"],
+        "server_batch_mean": s["server_metrics_end"]["batch_mean"],
+        "pass": s["pass"], "failures": s["failures"],
+    }
+
+
+def line(r: dict[str, Any]) -> str:
+    t, u = r["ttfa_ms"], r["underruns"]
+    return (f"rate {r['rate']:g}/s ({r['calls']} calls): TTFA p50/p95/p99 {t['p50']}/{t['p95']}/"
+            f"{t['p99']} ms; underruns {u['late_frames']} frames (>20 ms {u['over_20ms']}, "
+            f">100 ms {u['over_100ms']}) of {u['frames']}; codes {r['by_code']}; peak in "
+            f"flight {r['peak_inflight']}; audio {r['audio_s_per_wall_s']} s/s; client CPU "
+            f"{r['client_cpu_share']}{' LAGGING' if r['client_lagging'] else ''}")
+
+
+async def sweep(a: argparse.Namespace) -> dict[str, Any]:
+    base = ["--addr", a.addr, "--model", a.model, "--device", a.device,
+            "--max-sessions", str(a.max_sessions)]
+    if a.http_port is not None:
+        base += ["--http-port", str(a.http_port)]
+    if a.start_server:
+        base.append("--start-server")
+    for kv in a.server_env:
+        base += ["--server-env", kv]
+    if a.server_log:
+        base += ["--server-log", a.server_log]
+    server = Server(soak_args(base))
+    rows: list[dict[str, Any]] = []
+    result = {"date": time.strftime("%Y-%m-%d"), "model": a.model, "device": a.device,
+              "max_sessions": a.max_sessions, "stream_text": a.stream_text,
+              "piece_interval_ms": a.piece_interval_ms if a.stream_text else None,
+              "duration_s": a.duration, "warmup_s": a.warmup, "procs": a.procs,
+              "prompts": a.prompts, "server_env": a.server_env, "rows": rows}
+    if a.start_server:
+        server.start()
+    try:
+        await server.wait_serving(900)
+        for i, rate in enumerate(a.rates):
+            if a.warmup > 0:
+                warm = soak_args(soak_argv(a, server, rate, a.warmup, a.seed + 1000 + i))
+                await Soak(warm).run()
+            s = await Soak(soak_args(soak_argv(a, server, rate, a.duration, a.seed + i))).run()
+            rows.append(row(rate, s))
+            write(a.out, result)  # after each rate: a sweep cut short keeps its rows
+            print("openloop: " + line(rows[-1]), file=sys.stderr, flush=True)
+            p95 = rows[-1]["ttfa_ms"]["p95"]
+            if p95 is None or p95 > a.stop_above_ms or not s["pass"]:
+                print(f"openloop: stopping after {rate:g}/s (p95 {p95} ms, pass {s['pass']})",
+                      file=sys.stderr, flush=True)
+                break
+    finally:
+        if a.start_server:
+            server.stop()
+    return result
+
+
+def write(path: str | None, result: dict[str, Any]) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse_args(argv)
+    result = asyncio.run(sweep(a))
+    write(a.out, result)
+    print(json.dumps(result, indent=1), flush=True)
+    sys.exit(0 if result["rows"] and all(r["pass"] for r in result["rows"]) else 1)
+
+
+if __name__ == "__main__":
+    main()

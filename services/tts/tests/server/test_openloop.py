@@ -1,0 +1,62 @@
+"""The open-loop benchmark (`bench/openloop.py`): a sweep of two rates through one real
+server (tiny model, CPU) with the shipped prompt set; every row adds up, and the prompt
+set keeps the length profile it documents."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[4]
+sys.path.insert(0, str(ROOT))
+
+from bench.prompts import make_prompts  # noqa: E402
+from bench.soak.report import peak_inflight  # noqa: E402
+
+
+def test_prompt_set_is_the_documented_one() -> None:
+    shipped = make_prompts.OUT.read_text().splitlines()
+    assert shipped == make_prompts.make(), "rerun python -m bench.prompts.make_prompts"
+    lens = [len(s) for s in shipped]
+    assert len(lens) == 1088 and 70 <= statistics.median(lens) <= 90
+    assert sum(40 <= n <= 150 for n in lens) / len(lens) >= 0.8
+    assert all(s[-1] in ".?!" for s in shipped if len(s) < make_prompts.HI)
+
+
+def test_peak_inflight_sweeps_dispatch_and_end() -> None:
+    recs = [{"dispatch_at": 0.0, "end_ms": 1000.0}, {"dispatch_at": 0.5, "end_ms": 1000.0},
+            {"dispatch_at": 1.0, "end_ms": 100.0}, {"dispatch_at": 2.0, "end_ms": None}]
+    # The first ends as the third starts: two at once, never three.
+    assert peak_inflight(recs) == 2
+
+
+@pytest.mark.slow
+def test_sweep_on_cpu_reports_each_rate(tmp_path: Path) -> None:
+    out = tmp_path / "ol.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        x for x in (str(ROOT), os.environ.get("PYTHONPATH", "")) if x)}
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.openloop", "--start-server", "--model", "preset:tiny",
+         "--max-sessions", "8", "--rates", "0.5,1", "--duration", "6", "--warmup", "2",
+         "--procs", "2", "--out", str(out), "--server-log", str(tmp_path / "server.log"),
+         "--server-env", "TTS_ADMIT_MARGIN=0", "--stop-above-ms", "60000"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert out.exists(), r.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert [row["rate"] for row in result["rows"]] == [0.5, 1.0], r.stderr[-3000:]
+    for row in result["rows"]:
+        assert row["pass"], row["failures"]
+        assert row["calls"] >= 1 and sum(row["by_code"].values()) == row["calls"]
+        assert row["ttfa_ms"]["n"] == row["calls"] - row["rejected"]
+        u = row["underruns"]
+        assert u["late_frames"] >= u["over_20ms"] >= u["over_100ms"] >= 0
+        assert 1 <= row["peak_inflight"] <= row["calls"]
+        assert row["audio_s_per_wall_s"] > 0 and len(row["client_cpu_share"]) == 2
+    assert r.returncode == 0
+    assert r.stderr.count("openloop: rate ") == 2
