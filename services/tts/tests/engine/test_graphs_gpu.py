@@ -152,6 +152,11 @@ def test_graphs_equal_eager(engines) -> None:
     eager = run(engines["eager"], TEXTS, greedy=True)
     graph = run(engines["graph"], TEXTS, greedy=True)
     assert engines["graph"].runner.prefill_graphs.replays > 0  # prompts ran as graphs too
+    # Every bucket was timed at warm-up (admission's baseline), on scratch rows only:
+    # the outputs above still equal the eager engine's.
+    steps = engines["graph"].bucket_step_ms
+    assert sorted(steps) == [1, 2, 4, 8] and all(0 < ms < 1000 for ms in steps.values())
+    assert engines["eager"].bucket_step_ms == {}
     for a, b in zip(eager, graph, strict=True):
         assert len(a) == len(b)
         assert snr_db(a, b) >= 60, f"SNR {snr_db(a, b):.1f} dB"

@@ -282,3 +282,51 @@ def test_front_cost_is_forgotten_after_quiet_windows() -> None:
         c.sent += 100
         front.sample(now=t, cpu_s=1.0 + t / 100)
     assert front.share(5, 5.0) is None  # unknown again: admission admits and re-measures
+
+
+H100_WARMUP = {b: h100_period(b) * 1.3 for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)}
+
+
+def test_a_seeded_model_predicts_from_the_warmup_before_any_step() -> None:
+    m = FramePeriodModel()
+    m.seed(H100_WARMUP)
+    assert m.predict_ms(1) == pytest.approx(3.6 * 1.3)
+    assert m.predict_ms(100) == pytest.approx(
+        9.7 * 1.3 + (15.1 - 9.7) * 1.3 * (100 - 64) / 64)
+    assert m.max_streams(20.0, 1000) == 131  # 128 at 19.6 ms, + 12.4 ms per 128 above
+
+
+def test_fresh_steps_override_their_bucket_and_fall_back_to_the_seed_when_stale() -> None:
+    m = FramePeriodModel(alpha=1.0, stale_s=10.0)
+    m.seed(H100_WARMUP)
+    t = feed(m, 4, 100.0, steps=5)  # an overload measured at batch 4
+    assert m.predict_ms(4) == pytest.approx(100.0)
+    assert m.predict_ms(64) == pytest.approx(100.0)  # never faster than a smaller batch
+    feed(m, 1, 3.0, steps=4000, t0=t)  # 12 s of batch 1: batch 4 is stale
+    assert m.predict_ms(4) == pytest.approx(4.8 * 1.3)  # the seed again, not 3 ms x 4
+
+
+def test_a_server_back_from_idle_takes_a_burst_the_gpu_can_carry() -> None:
+    """Seen on the H100 (bench/openloop.py, 0.6B, 20 req/s right after an idle pause):
+    with only its batch-1 point fresh, the unseeded model extrapolated in proportion and
+    refused 18 of the first 20 calls while the GPU ran 8 ms steps."""
+    cold, m = admission(margin=0.7)  # budget 20 ms (frame_budget_ms(0.7, 1, 4))
+    cold.budget_ms = frame_budget_ms(0.7, 1, 4)
+    feed(m, 1, 6.2)  # the last steps before the pause, at batch 1
+    seeded, m2 = admission(margin=0.7)
+    seeded.budget_ms = cold.budget_ms
+    m2.seed(H100_WARMUP)
+    feed(m2, 1, 6.2)
+
+    def burst(adm: Admission) -> int:
+        n = 0
+        for _ in range(20):
+            try:
+                speak(adm, 0.0)
+                n += 1
+            except Rejected:
+                pass
+        return n
+
+    assert burst(cold) == 3  # 6.2 ms x 4 / 1 > 20 ms: the fourth is refused
+    assert burst(seeded) == 20

@@ -128,6 +128,13 @@ class Engine:
         return self._name
 
     @property
+    def bucket_step_ms(self) -> dict[int, float]:
+        """One decode step's ms per CUDA-graph batch bucket, timed at warm-up ({} without
+        graphs): where admission's capacity model starts."""
+        graphs = self.runner.graphs
+        return dict(graphs.step_ms) if graphs is not None else {}
+
+    @property
     def active_sessions(self) -> int:
         with self._lock:
             return len(self._sessions)

@@ -148,6 +148,26 @@ class DecodeGraphs:
         torch.cuda.synchronize()
         log.info("captured decode graphs for batch %s in %.1f s (%.1f GB reserved)",
                  self.buckets, time.perf_counter() - t0, torch.cuda.memory_reserved() / 1e9)
+        self.step_ms = self.time_buckets()
+        log.info("step per bucket (ms, parts back to back): %s",
+                 {b: round(ms, 2) for b, ms in self.step_ms.items()})
+
+    def time_buckets(self, reps: int = 3) -> dict[int, float]:
+        """Wall ms of one decode step per bucket: its graphs replayed back to back on
+        scratch rows (the decoder not beside the next step, so an upper bound of the
+        engine's frame period). Admission's capacity model starts from these."""
+        out = {}
+        for b in self.buckets:
+            bk = self._by_size[b]
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                for g in (*bk.graphs, bk.decoder):
+                    g.replay()
+            torch.cuda.synchronize()
+            out[b] = (time.perf_counter() - t0) * 1e3 / reps
+        self.runner.reset_scratch()
+        return out
 
     def join(self) -> None:
         """Make the engine's stream wait for the decoder's (before eager decoder work)."""

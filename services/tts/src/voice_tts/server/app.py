@@ -129,6 +129,8 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
             sample_gpu_memory()
 
     servicer = TextToSpeechServicer(engine, settings, metrics)  # before the first step
+    # Capacity before any traffic: the warm-up's step time per batch bucket (GPU).
+    servicer.admission.model.seed(engine.bucket_step_ms)
     engine.on_step = on_step
     sample_gpu_memory()
     engine.start()

@@ -29,7 +29,15 @@ margin.
   measured during an overload (a slow period at batch 4, say) would otherwise hold the
   prediction above the budget at every load that never steps batch 4 again: seen on the
   H100, the 1.7B server rejected 93% of a 30 req/s soak with 2-5 streams running.
-- **Nothing measured yet**: `predict_ms` is None; the caller decides (admission admits).
+- **A baseline from warm-up** (`seed`): the engine times one step of every CUDA-graph
+  bucket after capturing them (graphs.py, `step_ms`: the parts back to back, so an
+  upper bound of the period). A bucket with no fresh measurement takes its baseline
+  point, which never goes stale. Without it a server coming back from idle had only
+  its batch-1 point and extrapolated in proportion: seen on the H100 (bench/openloop.py),
+  18 of the first 20 calls of a 20 req/s run rejected at a load the GPU runs at 8 ms a
+  step, and 2-6 % of every rate's calls.
+- **Nothing measured yet** (no baseline, no step): `predict_ms` is None; the caller
+  decides (admission admits).
 
 `FrontModel` is the same idea for the gRPC front: the engine makes n / P(n) codec frames
 a second at batch n, each one `per_frame` messages (4 at 20 ms frames), and the event
@@ -69,6 +77,7 @@ class FramePeriodModel:
         self._lock = threading.Lock()
         # bucket -> (mean batch, ms, when last stepped)
         self._buckets: dict[int, tuple[float, float, float]] = {}
+        self._baseline: dict[int, tuple[float, float]] = {}  # bucket -> (batch, ms)
         self._points: list[tuple[float, float]] = []  # sorted by batch, for predict
         self._last_at: float | None = None
         self.frames_made = 0  # codec frames stepped (rows of every step), for FrontModel
@@ -97,13 +106,27 @@ class FramePeriodModel:
             self._buckets[key] = new
             for k in [k for k, v in self._buckets.items() if now - v[2] > self.stale_s]:
                 del self._buckets[k]
-            # A bigger batch never runs faster: the running max keeps P non-decreasing
-            # through noise (and max_streams' bisection valid).
-            points, top = [], 0.0
-            for b, p, _ in sorted(self._buckets.values()):
-                top = max(top, p)
-                points.append((b, top))
-            self._points = points
+            self._rebuild()
+
+    def seed(self, step_ms: dict[int, float]) -> None:
+        """Baseline period per batch bucket ({batch: ms}, the engine's warm-up timing):
+        used where no fresh measurement is; never stale."""
+        with self._lock:
+            self._baseline = {bucket_of(b): (float(b), ms) for b, ms in step_ms.items()
+                              if b >= 1 and ms > 0}
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """The points predict reads: fresh buckets, else baselines (under the lock)."""
+        merged = dict(self._baseline)
+        merged.update({k: (b, p) for k, (b, p, _) in self._buckets.items()})
+        # A bigger batch never runs faster: the running max keeps P non-decreasing
+        # through noise (and max_streams' bisection valid).
+        points, top = [], 0.0
+        for b, p in sorted(merged.values()):
+            top = max(top, p)
+            points.append((b, top))
+        self._points = points
 
     def predict_ms(self, n: int) -> float | None:
         """The frame period with `n` streams in the batch, or None before any step."""
