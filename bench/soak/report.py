@@ -199,6 +199,7 @@ def summarize(soak: Soak, load: dict[str, Any], model: str, planned: int,
             "frames_sent": metrics_end.get("tts_frames_sent_total"),
             "flow_control_pauses": metrics_end.get("tts_flow_control_pauses_total"),
             "errors": mval("tts_errors_total{"),
+            "admission_rejected": mval("tts_admission_rejected_total{"),
             "utterances": mval("tts_utterances_total{"),
             "steps": step_n,
             "step_ms_mean": _r(1e3 * metrics_end.get("tts_engine_step_seconds_sum", 0)

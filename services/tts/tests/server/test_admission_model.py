@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 from voice_tts.engine import StepStats, UtteranceEnd
@@ -244,9 +246,10 @@ def test_front_rule_rejects_when_the_loop_would_saturate() -> None:
     front = FrontModel(sent=lambda: c.sent, made=lambda: c.made, alpha=1.0)
     adm = Admission(m, 1000, 56.0, 2.0, front, front_share=0.7)
     feed(m, 300, 15.0)  # the engine alone would take ~1100 streams
-    front.sample(now=0.0, cpu_s=0.0)
+    now = time.monotonic()  # admit() samples the front on the real clock
+    front.sample(now=now - 1.0, cpu_s=0.0)
     c.sent, c.made = 40_000.0, 10_000.0
-    front.sample(now=1.0, cpu_s=1.0)  # 25 us per message, 4 per frame
+    front.sample(now=now, cpu_s=1.0)  # 25 us per message, 4 per frame
     admitted = 0
     with pytest.raises(Rejected) as e:
         for _ in range(1000):
@@ -330,3 +333,19 @@ def test_a_server_back_from_idle_takes_a_burst_the_gpu_can_carry() -> None:
 
     assert burst(cold) == 3  # 6.2 ms x 4 / 1 > 20 ms: the fourth is refused
     assert burst(seeded) == 20
+
+
+def test_front_cost_is_forgotten_after_a_pause_with_no_samples() -> None:
+    """No admissions for a while (between two runs of traffic): the next sample closes a
+    window that spans the pause, which says nothing about the cost now."""
+    c = Counters()
+    front = FrontModel(sent=lambda: c.sent, made=lambda: c.made, alpha=1.0, stale_s=10.0)
+    front.sample(now=0.0, cpu_s=0.0)
+    c.sent, c.made = 4_000.0, 1_000.0
+    front.sample(now=1.0, cpu_s=1.0)  # learned under an overload: 250 us a message
+    c.sent, c.made = 6_000.0, 1_500.0  # the tail of that traffic, then 15 s of nothing
+    front.sample(now=16.0, cpu_s=1.2)
+    assert front.share(5, 5.0) is None  # admission admits and measures again
+    c.sent, c.made = 10_000.0, 2_500.0
+    front.sample(now=17.0, cpu_s=1.3)  # a fresh window: 25 us a message
+    assert front.share(5, 5.0) == pytest.approx(0.1)

@@ -165,9 +165,11 @@ class FrontModel:
     predicts its CPU share of one core at n speaking streams. Loop thread only."""
 
     def __init__(self, sent: Callable[[], float], made: Callable[[], float],
-                 window_s: float = 1.0, alpha: float = 0.3, min_messages: int = 1000) -> None:
+                 window_s: float = 1.0, alpha: float = 0.3, min_messages: int = 1000,
+                 stale_s: float = 10.0) -> None:
         self._sent, self._made = sent, made  # messages written, codec frames made so far
         self.window_s, self.alpha, self.min_messages = window_s, alpha, min_messages
+        self.stale_s = stale_s
         self.cost_s: float | None = None      # loop CPU per message written
         self.per_frame: float | None = None   # messages per codec frame
         self._mark: tuple[float, float, float, float] | None = None
@@ -186,6 +188,14 @@ class FrontModel:
         if now - t0 < self.window_s:
             return
         self._mark = (now, cpu_s, sent, made)
+        if now - t0 > self.stale_s:
+            # Nothing sampled for a while (no admissions: a pause). A cost learned before
+            # it is old, and this window mixes the pause with whatever came after: start
+            # over. Seen on the H100 (bench/openloop.py): a cost kept over a 15 s pause
+            # refused 27 of the first 29 calls of the next run at 10 req/s.
+            self.cost_s = self.per_frame = None
+            self._quiet = 0
+            return
         d_sent, d_made = sent - sent0, made - made0
         if d_sent < self.min_messages or d_made <= 0:
             # Too little traffic to tell the cost from the loop's idle work. After a few
