@@ -9,10 +9,20 @@ import asyncio
 import time
 
 import grpc
-from voice.tts.v1 import tts_pb2, tts_pb2_grpc
+from voice.tts.v1 import tts_pb2
 
 from .conftest import config
-from .test_streaming import FLUSH, STOP, audio, drain, is_event, kinds, read_until, text
+from .test_streaming import (
+    FLUSH,
+    STOP,
+    audio,
+    drain,
+    is_event,
+    kinds,
+    open_call,
+    read_until,
+    text,
+)
 
 LEAD = 0.2
 SLACK = 0.1  # stream.PACE_SLACK_S (capped at lead / 2): frames due this soon go together
@@ -33,8 +43,7 @@ async def test_frames_go_out_in_real_time_plus_the_lead(make_server) -> None:
     cfg = config()
     cfg.sampling.max_frames = 25  # 2 s of audio, made in ~1 s: pacing holds it back
     async with grpc.aio.insecure_channel(srv.addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        call = await open_call(ch, cfg)
         t_text = time.perf_counter()
         await call.write(text(TEXT))
         await call.done_writing()
@@ -63,10 +72,7 @@ async def test_stop_while_paced_is_answered_at_once(make_server) -> None:
     cfg = config()
     cfg.sampling.max_frames = 60  # 4.8 s of audio
     async with grpc.aio.insecure_channel(srv.addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
-        await call.write(text(TEXT))
-        await call.write(FLUSH)
+        call = await open_call(ch, cfg, text(TEXT), FLUSH)
         before = await read_until(call, lambda r: r.WhichOneof("response") == "audio")
         await asyncio.sleep(1.5)  # most of it made by now, waiting for its time
         t_stop = time.perf_counter()
@@ -95,9 +101,7 @@ async def test_flow_control_bounds_paced_audio_and_loses_nothing(make_server) ->
     cfg = config()
     cfg.sampling.max_frames = 40
     async with grpc.aio.insecure_channel(srv.addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
-        await call.write(text(TEXT))
+        call = await open_call(ch, cfg, text(TEXT))
         await call.done_writing()
         got = await timed_frames(call)
     assert [f.seq for _, f in got] == list(range(160))
@@ -115,10 +119,7 @@ async def test_a_drain_stops_pacing(make_server) -> None:
     cfg = config()
     cfg.sampling.max_frames = 100
     async with grpc.aio.insecure_channel(srv.addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
-        await call.write(text(TEXT))
-        await call.write(FLUSH)
+        call = await open_call(ch, cfg, text(TEXT), FLUSH)
         await read_until(call, lambda r: r.WhichOneof("response") == "audio")
         t0 = time.perf_counter()
         srv.proc.send_signal(signal.SIGTERM)

@@ -22,6 +22,16 @@ def text(t: str) -> tts_pb2.SynthesizeRequest:
     return tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=t))
 
 
+async def open_call(ch: grpc.aio.Channel, cfg: tts_pb2.SessionConfig,
+                    *requests: tts_pb2.SynthesizeRequest) -> grpc.aio.StreamStreamCall:
+    """A Synthesize call that has sent its config, then `requests` in order."""
+    call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+    await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+    for r in requests:
+        await call.write(r)
+    return call
+
+
 def kinds(resps: list[tts_pb2.SynthesizeResponse]) -> list[str]:
     out = []
     for r in resps:
@@ -59,8 +69,7 @@ def audio(resps) -> list[tts_pb2.AudioFrame]:
 
 async def one_shot(addr: str, cfg: tts_pb2.SessionConfig, pieces: list[str]) -> list:
     async with grpc.aio.insecure_channel(addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        call = await open_call(ch, cfg)
         for p in pieces:
             await call.write(text(p))
         await call.done_writing()
@@ -102,10 +111,7 @@ async def test_exact_frame_sizes(server, rate: int, frame_ms: int) -> None:
 
 async def test_flush_keeps_session_open_and_starts_new_utterance(server) -> None:
     async with grpc.aio.insecure_channel(server.addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=config()))
-        await call.write(text("First one."))
-        await call.write(FLUSH)
+        call = await open_call(ch, config(), text("First one."), FLUSH)
         first = await read_until(call, is_event(tts_pb2.Event.FLUSHED))
         await call.write(text("Second one."))
         await call.write(FLUSH)
@@ -124,10 +130,7 @@ async def test_stop_sends_no_frame_after_stopped(server) -> None:
     cfg = config()
     cfg.sampling.max_frames = 60  # long enough to still be speaking at STOP
     async with grpc.aio.insecure_channel(server.addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
-        await call.write(text(TEXT * 3))
-        await call.write(FLUSH)
+        call = await open_call(ch, cfg, text(TEXT * 3), FLUSH)
         before = await read_until(call, lambda r: r.WhichOneof("response") == "audio")
         await call.write(STOP)
         upto = await read_until(call, is_event(tts_pb2.Event.STOPPED))
@@ -151,10 +154,7 @@ async def test_reset_restarts_like_a_new_session(server) -> None:
     cfg.sampling.greedy = False  # sampled: only the re-seeded generator repeats itself
     cfg.sampling.max_frames = 6
     async with grpc.aio.insecure_channel(server.addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
-        await call.write(text(TEXT))
-        await call.write(FLUSH)
+        call = await open_call(ch, cfg, text(TEXT), FLUSH)
         first = await read_until(call, is_event(tts_pb2.Event.FLUSHED))
         await call.write(RESET)
         reset = await read_until(call, is_event(tts_pb2.Event.RESET))
@@ -169,9 +169,7 @@ async def test_reset_restarts_like_a_new_session(server) -> None:
 
 async def test_empty_and_whitespace_flush_answer_at_once(server) -> None:
     async with grpc.aio.insecure_channel(server.addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=config()))
-        await call.write(FLUSH)
+        call = await open_call(ch, config(), FLUSH)
         a = await read_until(call, is_event(tts_pb2.Event.FLUSHED))
         await call.write(text("   \n "))
         await call.write(FLUSH)
@@ -187,8 +185,7 @@ async def test_utf8_bytes_split_mid_character_equal_whole_text(server) -> None:
     raw = whole.encode()
     pieces = [raw[i : i + 2] for i in range(0, len(raw), 2)]  # splits every CJK character
     async with grpc.aio.insecure_channel(server.addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=config()))
+        call = await open_call(ch, config())
         for p in pieces:
             await call.write(tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(utf8=p)))
         await call.done_writing()
@@ -209,8 +206,7 @@ async def test_eight_interleaved_sessions_each_equal_their_solo_run(server) -> N
     async def interleaved(i: int) -> bytes:
         words = texts[i].split(" ")
         async with grpc.aio.insecure_channel(server.addr) as ch:
-            call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-            await call.write(tts_pb2.SynthesizeRequest(config=cfgs[i]))
+            call = await open_call(ch, cfgs[i])
             for w in words:
                 await call.write(text(w + " " if w != words[-1] else w))
                 await asyncio.sleep(0.003 * (i % 3))
