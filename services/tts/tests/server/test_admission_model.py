@@ -310,9 +310,8 @@ def test_fresh_steps_override_their_bucket_and_fall_back_to_the_seed_when_stale(
 
 
 def test_a_server_back_from_idle_takes_a_burst_the_gpu_can_carry() -> None:
-    """Seen on the H100 (bench/openloop.py, 0.6B, 20 req/s right after an idle pause):
-    with only its batch-1 point fresh, the unseeded model extrapolated in proportion and
-    refused 18 of the first 20 calls while the GPU ran 8 ms steps."""
+    """After an idle pause only the batch-1 point is fresh: unseeded, the model
+    extrapolates in proportion and refuses a burst the GPU carries at ~8 ms a step."""
     cold, m = admission(margin=0.7)  # budget 20 ms (frame_budget_ms(0.7, 1, 4))
     cold.budget_ms = frame_budget_ms(0.7, 1, 4)
     feed(m, 1, 6.2)  # the last steps before the pause, at batch 1

@@ -32,10 +32,9 @@ margin.
 - **A baseline from warm-up** (`seed`): the engine times one step of every CUDA-graph
   bucket after capturing them (graphs.py, `step_ms`: the parts back to back, so an
   upper bound of the period). A bucket with no fresh measurement takes its baseline
-  point, which never goes stale. Without it a server coming back from idle had only
-  its batch-1 point and extrapolated in proportion: seen on the H100 (bench/openloop.py),
-  18 of the first 20 calls of a 20 req/s run rejected at a load the GPU runs at 8 ms a
-  step, and 2-6 % of every rate's calls.
+  point, which never goes stale. Without it a server coming back from idle has only
+  its batch-1 point fresh and extrapolates in proportion (0.6B on an H100: 6.2 ms at
+  batch 1 puts the 20 ms budget at ~3 streams, while the GPU runs batch 8 in 7.2 ms).
 - **Nothing measured yet** (no baseline, no step): `predict_ms` is None; the caller
   decides (admission admits).
 
