@@ -118,6 +118,10 @@ class SpeakerOutput(io.AudioOutput):
         self.clears: list[float] = []
         self._on_first_audio = on_first_audio
         self._task: asyncio.Task[None] | None = None
+        # Each tick that plays agent audio: (at, pcm, segment no.). A test harness's
+        # network model sends it on from here, as a room track would (AutoRTC's link).
+        self.on_played: Callable[[float, bytes, int], None] | None = None
+        self.segment = 0  # counts playback segments (one per reply)
 
     # --- framework side -------------------------------------------------------------------
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
@@ -126,6 +130,7 @@ class SpeakerOutput(io.AudioOutput):
             return
         if not self._active:
             self._active, self._flushed, self._played_s, self._started = True, False, 0.0, False
+            self.segment += 1
         self._buf += bytes(frame.data)
 
     def flush(self) -> None:
@@ -178,6 +183,8 @@ class SpeakerOutput(io.AudioOutput):
                         self._on_first_audio(at)
                     self.on_playback_started(created_at=time.time())
                 self._played_s += len(chunk) / 2 / self._rate
+                if self.on_played is not None:
+                    self.on_played(at, chunk, self.segment)
             self.recording += chunk.ljust(nbytes, b"\0")
             self.ticks.append(Tick(at=at, audible=audible))
             if self._active and self._flushed and not self._buf:
