@@ -1,4 +1,5 @@
-"""The agent's HTTP side: /metrics (Prometheus) and /healthz (AGENT_HTTP_PORT).
+"""The agent's HTTP side: /metrics (Prometheus), /healthz and the WebSocket transport
+GET /v1/talk (ws_session.py, AGENT_WS_MAX_SESSIONS > 0), on AGENT_HTTP_PORT.
 
 /healthz answers 200 while the process runs and says whether each backend's gRPC
 channel connects (the agent keeps sessions alive with a fallback when one is down,
@@ -45,6 +46,12 @@ def make_app(settings: AgentSettings) -> web.Application:
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    if settings.ws_max_sessions > 0:
+        from .ws_session import PATH, TALK_HUB, TalkHub
+
+        hub = app[TALK_HUB] = TalkHub(settings)
+        app.router.add_get(PATH, hub.handle)
+        app.on_shutdown.append(hub.close_all)
     return app
 
 
@@ -52,13 +59,14 @@ async def start_http(settings: AgentSettings) -> web.AppRunner:
     runner = web.AppRunner(make_app(settings), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.http_host, settings.http_port).start()
-    log.info("http on %s:%d (/metrics, /healthz)", settings.http_host, settings.http_port)
+    log.info("http on %s:%d (/metrics, /healthz%s)", settings.http_host, settings.http_port,
+             ", /v1/talk" if settings.ws_max_sessions else "")
     return runner
 
 
 async def serve_forever(settings: AgentSettings) -> None:
-    """`serve-direct`: the HTTP side only, until SIGTERM/SIGINT (no LiveKit here; the
-    sessions are driven in-process through voice_agent.direct, e.g. by AutoRTC)."""
+    """`serve-direct`: the HTTP side only, until SIGTERM/SIGINT (no LiveKit here): browsers
+    converse over /v1/talk; AutoRTC drives sessions in-process through voice_agent.direct."""
     import signal
 
     runner = await start_http(settings)
@@ -66,6 +74,6 @@ async def serve_forever(settings: AgentSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("serve-direct: no LiveKit worker; /metrics and /healthz until SIGTERM")
+    log.info("serve-direct: no LiveKit worker; /metrics, /healthz, /v1/talk until SIGTERM")
     await stop.wait()
     await runner.cleanup()

@@ -27,6 +27,9 @@ class AgentSettings(BaseSettings):
     http_port: int = Field(8003, ge=0, le=65535)
     # Interface the HTTP server binds.
     http_host: str = "0.0.0.0"
+    # Concurrent conversations on the HTTP server's WebSocket transport, GET /v1/talk
+    # (ws_session.py; no LiveKit, no auth: loopback or behind a proxy). 0 = no route.
+    ws_max_sessions: int = Field(4, ge=0, le=1000)
 
 
     # --- TTS session --------------------------------------------------------------

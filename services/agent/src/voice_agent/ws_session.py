@@ -1,0 +1,440 @@
+"""WebSocket transport: one conversation per connection, no LiveKit (`GET /v1/talk`).
+
+The agent's HTTP server (AGENT_HTTP_PORT) serves it in `serve-direct` (the local mesh)
+and in the worker mode. Each connection runs the same pipeline as the direct mode
+(`build_pipeline` + `attach_duplex`: plugins, Silero VAD, duplex controller, fallback,
+transcript synchronizer) with `SocketInput` / `SocketOutput` in place of room tracks.
+
+Protocol (v1). Text messages are JSON objects with a "type"; binary messages are PCM.
+  client -> server
+    {"type": "start", "sample_rate": 48000}    first message, exactly once; the rate of
+                                               the mic PCM that follows (INPUT_RATES)
+    binary: s16le mono mic PCM at that rate, any length up to MAX_MESSAGE_MS, in real time
+    {"type": "stop"}                           end the conversation (or just close)
+  server -> client
+    {"type": "ready", "protocol": 1, "session_id", "input_rate", "output_rate": 24000,
+     "frame_ms": 20, "encoding": "s16le"}
+    binary: s16le mono reply PCM at output_rate, one frame_ms frame a message, paced in
+            real time (the client keeps a small jitter buffer)
+    {"type": "state", "state": "listening"|"thinking"|"speaking"|"interrupting"}
+    {"type": "transcript", "role": "user"|"assistant", "text", "interrupted"}
+    {"type": "latency", "trace_id", "eot_to_first_audio_ms", "llm_ttft_ms", "tts_ttfa_ms"}
+            (the record the worker publishes on the "latency" data topic)
+    {"type": "clear"}   barge-in: no more audio of this reply; drop what is buffered
+    {"type": "error", "code", "message"}, then the server closes the socket
+Close codes: 1000 normal, 1001 server going away, 1003 binary before "start",
+1007 text that is not a JSON message, 1008 other protocol errors, 1009 message too
+large, 1011 internal error, 1013 at capacity (AGENT_WS_MAX_SESSIONS; try again later).
+
+Not here: authentication (bind AGENT_HTTP_HOST to loopback or put an authenticating
+proxy in front), and any knowledge of the page that uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+
+from aiohttp import WSMsgType, web
+from livekit import rtc
+from livekit.agents.utils.audio import AudioByteStream
+from livekit.agents.voice import io
+from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
+from prometheus_client import Counter, Gauge
+
+from .agent import PhraseCache, attach_duplex, build_pipeline
+from .duplex import DuplexState
+from .metrics import TurnTracker
+from .settings import AgentSettings
+
+log = logging.getLogger("voice_agent.ws")
+
+PATH = "/v1/talk"
+PROTOCOL = 1
+INPUT_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
+VAD_RATE = 16000  # what the VAD and the STT take
+MAX_MESSAGE_MS = 500  # audio in one binary message (browsers send 3-100 ms)
+HELLO_TIMEOUT_S = 10.0
+MAX_BACKLOG_S = 5.0  # mic audio the session may lag behind the client
+MAX_OUTBOX_S = 10.0  # reply audio waiting for a client that does not read
+
+SESSIONS = Gauge("agent_ws_sessions", "Open /v1/talk WebSocket conversations")
+REFUSED = Counter("agent_ws_refused_total", "/v1/talk connections refused, by reason",
+                  ["reason"])
+
+
+class ProtocolError(Exception):
+    def __init__(self, code: str, message: str, close_code: int = 1008) -> None:
+        super().__init__(message)
+        self.code, self.message, self.close_code = code, message, close_code
+
+
+def parse_start(text: str) -> int:
+    """The client's first message -> its mic sample rate (ProtocolError if bad)."""
+    msg = parse_json(text)
+    if msg.get("type") != "start":
+        raise ProtocolError("expected_start", f'the first message must be {{"type": "start", '
+                            f'"sample_rate": N}}, got type {msg.get("type")!r}')
+    rate = msg.get("sample_rate")
+    if isinstance(rate, bool) or not isinstance(rate, int) or rate not in INPUT_RATES:
+        raise ProtocolError("bad_sample_rate", f"sample_rate {rate!r} is not supported; "
+                            f"use one of {list(INPUT_RATES)} (s16le mono)")
+    return rate
+
+
+def parse_json(text: str) -> dict[str, object]:
+    try:
+        msg = json.loads(text)
+    except ValueError:
+        raise ProtocolError("bad_json", "text messages must be JSON objects", 1007) from None
+    if not isinstance(msg, dict):
+        raise ProtocolError("bad_json", "text messages must be JSON objects", 1007)
+    return msg
+
+
+class Outbox:
+    """What goes to the client, in order: JSON events and PCM frames, sent by one task.
+    `drop_audio()` removes frames not yet sent (barge-in)."""
+
+    def __init__(self, ws: web.WebSocketResponse, frame_s: float) -> None:
+        self._ws = ws
+        self._items: deque[str | bytes] = deque()
+        self._ready = asyncio.Event()
+        self._audio = 0
+        self._max_audio = int(MAX_OUTBOX_S / frame_s)
+        self.audio_sent = 0
+        self.stalled = False  # the client stopped reading: the sender gives up
+
+    def event(self, **msg: object) -> None:
+        self._items.append(json.dumps(msg, ensure_ascii=False))
+        self._ready.set()
+
+    def audio(self, pcm: bytes) -> None:
+        if self._audio >= self._max_audio:
+            self.stalled = True
+        self._items.append(pcm)
+        self._audio += 1
+        self._ready.set()
+
+    def drop_audio(self) -> None:
+        self._items = deque(x for x in self._items if isinstance(x, str))
+        self._audio = 0
+
+    async def run(self) -> None:
+        """Send until cancelled; returns when the client is gone."""
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._items:
+                item = self._items.popleft()
+                if self._ws.closed or self.stalled:
+                    return
+                try:
+                    if isinstance(item, bytes):
+                        self._audio -= 1
+                        await self._ws.send_bytes(item)
+                        self.audio_sent += 1
+                    else:
+                        await self._ws.send_str(item)
+                except (ConnectionError, RuntimeError):
+                    return
+
+
+class SocketInput(io.AudioInput):
+    """The client's mic: PCM at its rate -> 20 ms frames at 16 kHz, as they arrive."""
+
+    def __init__(self, input_rate: int, frame_ms: int = 20) -> None:
+        super().__init__(label="SocketInput")
+        self._resampler = (rtc.AudioResampler(input_rate=input_rate, output_rate=VAD_RATE,
+                                              num_channels=1)
+                           if input_rate != VAD_RATE else None)
+        self._input_rate = input_rate
+        self._framer = AudioByteStream(VAD_RATE, 1, samples_per_channel=VAD_RATE * frame_ms // 1000)
+        self._queue: asyncio.Queue[rtc.AudioFrame | None] = asyncio.Queue(
+            maxsize=int(MAX_BACKLOG_S * 1000 / frame_ms))
+
+    def push(self, pcm: bytes) -> None:
+        if self._resampler is not None:
+            frame = rtc.AudioFrame(data=pcm, sample_rate=self._input_rate, num_channels=1,
+                                   samples_per_channel=len(pcm) // 2)
+            pcm = b"".join(bytes(f.data) for f in self._resampler.push(frame))
+        for f in self._framer.push(pcm):
+            try:
+                self._queue.put_nowait(f)
+            except asyncio.QueueFull:
+                raise ProtocolError("too_fast", "mic audio arrives faster than real time "
+                                    f"(over {MAX_BACKLOG_S:.0f} s ahead)") from None
+
+    def close(self) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(None)
+
+    async def __anext__(self) -> rtc.AudioFrame:
+        frame = await self._queue.get()
+        if frame is None:
+            self._queue.put_nowait(None)  # stays closed for any later reader
+            raise StopAsyncIteration
+        return frame
+
+
+class SocketOutput(io.AudioOutput):
+    """The client's loudspeaker, seen from here: captured frames go out one `frame_ms`
+    tick at a time on a wall-clock schedule (the client plays as it receives), so the
+    playback position the framework reads is what the client has been sent."""
+
+    def __init__(self, outbox: Outbox, *, sample_rate: int, frame_ms: int,
+                 on_first_audio: Callable[[float], None]) -> None:
+        super().__init__(label="SocketOutput", capabilities=io.AudioOutputCapabilities(
+            pause=False), sample_rate=sample_rate)
+        self._outbox = outbox
+        self._frame_bytes = sample_rate * frame_ms // 1000 * 2
+        self._frame_s = frame_ms / 1000.0
+        self._rate = sample_rate
+        self._on_first_audio = on_first_audio
+        self._buf = bytearray()
+        self._active = self._flushed = self._discarding = self._started = False
+        self._played_s = 0.0
+        self._last_audible = float("-inf")
+        self._task: asyncio.Task[None] | None = None
+
+    async def capture_frame(self, frame: rtc.AudioFrame) -> None:
+        await super().capture_frame(frame)
+        if self._discarding:
+            return
+        if not self._active:
+            self._active, self._flushed, self._played_s, self._started = True, False, 0.0, False
+        self._buf += bytes(frame.data)
+
+    def flush(self) -> None:
+        super().flush()
+        if self._discarding:
+            self._discarding = False
+        elif self._active:
+            self._flushed = True
+
+    def clear_buffer(self) -> None:
+        self._buf.clear()
+        if not self._active:
+            return
+        self._active = False
+        self._discarding = not self._flushed
+        self._outbox.drop_audio()
+        self._outbox.event(type="clear")
+        self.on_playback_finished(playback_position=self._played_s, interrupted=True)
+
+    def silent_from(self, t: float) -> float:
+        """When the client stopped being sent audio, for a barge-in decided at `t`."""
+        if self._last_audible < t - self._frame_s:
+            return t
+        return max(t, self._last_audible + self._frame_s)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._playout(), name="SocketOutput.playout")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _playout(self) -> None:
+        t0, n = time.perf_counter(), 0
+        while True:
+            due = t0 + n * self._frame_s
+            if (delay := due - time.perf_counter()) > 0:
+                await asyncio.sleep(delay)
+            n += 1
+            if not self._active or not self._buf:
+                if self._active and self._flushed:
+                    self._active = False
+                    self.on_playback_finished(playback_position=self._played_s,
+                                              interrupted=False)
+                continue
+            chunk = bytes(self._buf[:self._frame_bytes]).ljust(self._frame_bytes, b"\0")
+            del self._buf[:self._frame_bytes]
+            at = time.perf_counter()
+            if not self._started:
+                self._started = True
+                self._on_first_audio(at)  # before the framework hears of it
+                self.on_playback_started(created_at=time.time())
+            self._outbox.audio(chunk)
+            self._last_audible = at
+            self._played_s += self._frame_s
+
+
+class TalkSession:
+    """One conversation on one socket: the pipeline, its I/O and its events."""
+
+    def __init__(self, settings: AgentSettings, cache: PhraseCache, cache_lock: asyncio.Lock,
+                 ws: web.WebSocketResponse, input_rate: int) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        self._cache_lock = cache_lock  # sessions starting together synthesize a phrase once
+        self.settings = settings
+        self.ws = ws
+        self.outbox = Outbox(ws, settings.tts_frame_ms / 1000)
+        tracker = TurnTracker(on_report=lambda rec: self.outbox.event(type="latency", **rec))
+        self.pipeline = p = build_pipeline(settings, tracker=tracker, cache=cache)
+        self.mic = SocketInput(input_rate)
+        self.speaker = SocketOutput(self.outbox, sample_rate=settings.tts_sample_rate,
+                                    frame_ms=settings.tts_frame_ms,
+                                    on_first_audio=tracker.audio_published)
+        self._sync = TranscriptSynchronizer(next_in_chain_audio=self.speaker,
+                                            next_in_chain_text=None)
+        duplex = attach_duplex(p, silent_from=self.speaker.silent_from)
+        duplex.on_state(lambda s: self.outbox.event(type="state", state=s.value))
+        p.session.on("conversation_item_added", self._on_item)
+        self.outbox.event(type="ready", protocol=PROTOCOL, session_id=self.id,
+                          input_rate=input_rate, output_rate=settings.tts_sample_rate,
+                          frame_ms=settings.tts_frame_ms, encoding="s16le")
+        self.outbox.event(type="state", state=DuplexState.LISTENING.value)
+
+    def _on_item(self, ev: object) -> None:
+        item = getattr(ev, "item", None)
+        if getattr(item, "type", None) != "message" or item.role not in ("user", "assistant"):
+            return
+        self.outbox.event(type="transcript", role=item.role, text=item.text_content or "",
+                          interrupted=bool(item.interrupted))
+
+    async def run(self) -> None:
+        """Until the client stops or goes, or a protocol error (raised after teardown)."""
+        p = self.pipeline
+        sender = asyncio.create_task(self.outbox.run(), name=f"talk-{self.id}-send")
+        receiver = asyncio.create_task(self._receive(), name=f"talk-{self.id}-recv")
+        try:
+            if self.settings.starter_cache:
+                phrases = [x for x in (self.settings.greeting, self.settings.fallback_reply) if x]
+                async with self._cache_lock:
+                    await p.cache.warm(p.tts, phrases, timeout_s=10.0)
+            p.session.input.audio = self.mic
+            p.session.output.audio = self._sync.audio_output
+            p.session.output.transcription = self._sync.text_output
+            self.speaker.start()
+            await p.session.start(agent=p.agent, record=False)
+            # either side ending ends the conversation
+            await asyncio.wait([sender, receiver], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            receiver.cancel()
+            await self._teardown()
+            sender.cancel()
+            await asyncio.gather(sender, receiver, return_exceptions=True)
+        if not receiver.cancelled() and (err := receiver.exception()) is not None:
+            raise err
+
+    async def _receive(self) -> None:
+        async for msg in self.ws:
+            if msg.type == WSMsgType.BINARY:
+                check_audio(msg.data, self.mic._input_rate)
+                self.mic.push(msg.data)
+            elif msg.type == WSMsgType.TEXT:
+                kind = parse_json(msg.data).get("type")
+                if kind == "stop":
+                    return
+                if kind == "start":
+                    raise ProtocolError("duplicate_start", '"start" was already received')
+                raise ProtocolError("unknown_type", f"unknown message type {kind!r}")
+            elif msg.type == WSMsgType.ERROR:
+                raise ProtocolError("too_large", str(self.ws.exception()), 1009)
+
+    async def _teardown(self) -> None:
+        self.mic.close()
+        p = self.pipeline
+        try:
+            await p.session.aclose()
+        finally:
+            await self._sync.aclose()  # its segment tasks outlive the session otherwise
+            await self.speaker.aclose()
+            for comp in (p.stt, p.llm, p.tts):
+                await comp.aclose()
+
+
+def check_audio(data: bytes, rate: int) -> None:
+    if len(data) % 2:
+        raise ProtocolError("bad_audio", "binary messages are s16le PCM: an even byte count")
+    limit = rate * MAX_MESSAGE_MS // 1000 * 2
+    if len(data) > limit:
+        raise ProtocolError("too_large", f"binary message of {len(data)} bytes: at most "
+                            f"{MAX_MESSAGE_MS} ms of audio ({limit} bytes at {rate} Hz)", 1009)
+
+
+class TalkHub:
+    """The route: admission (AGENT_WS_MAX_SESSIONS), the hello, one TalkSession each."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self.cache = PhraseCache()  # one per process: the greeting is the same for all
+        self.cache_lock = asyncio.Lock()
+        self.sockets: set[web.WebSocketResponse] = set()
+
+    async def handle(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4 * 48000 * MAX_MESSAGE_MS // 1000)
+        await ws.prepare(request)
+        if len(self.sockets) >= self.settings.ws_max_sessions:
+            REFUSED.labels(reason="busy").inc()
+            await _refuse(ws, ProtocolError(
+                "busy", f"the agent is at capacity ({self.settings.ws_max_sessions} "
+                "conversations, AGENT_WS_MAX_SESSIONS); try again later", 1013))
+            return ws
+        self.sockets.add(ws)
+        SESSIONS.inc()
+        t0 = time.perf_counter()
+        session: TalkSession | None = None
+        try:
+            rate = await self._hello(ws)
+            session = TalkSession(self.settings, self.cache, self.cache_lock, ws, rate)
+            log.info("talk %s: start, mic %d Hz, from %s", session.id, rate, request.remote)
+            await session.run()
+            await ws.close()
+        except ConnectionResetError:
+            log.info("talk: client left before starting")
+        except ProtocolError as e:
+            REFUSED.labels(reason=e.code).inc()
+            log.info("talk %s: %s: %s", session.id if session else "-", e.code, e.message)
+            await _refuse(ws, e)
+        except Exception:
+            log.exception("talk %s failed", session.id if session else "-")
+            await _refuse(ws, ProtocolError("internal", "internal error in the agent", 1011))
+        finally:
+            self.sockets.discard(ws)
+            SESSIONS.dec()
+            if session is not None:
+                log.info("talk %s: end after %.1f s, %d frames sent", session.id,
+                         time.perf_counter() - t0, session.outbox.audio_sent)
+        return ws
+
+    async def _hello(self, ws: web.WebSocketResponse) -> int:
+        try:
+            msg = await ws.receive(timeout=HELLO_TIMEOUT_S)
+        except TimeoutError:
+            raise ProtocolError("no_start", f'no "start" message within {HELLO_TIMEOUT_S:.0f} '
+                                "s") from None
+        if msg.type == WSMsgType.BINARY:
+            raise ProtocolError("expected_start", 'binary audio before the "start" message',
+                                1003)
+        if msg.type == WSMsgType.TEXT:
+            return parse_start(msg.data)
+        if msg.type == WSMsgType.ERROR:
+            raise ProtocolError("too_large", str(ws.exception()), 1009)
+        raise ConnectionResetError("client left before starting")
+
+    async def close_all(self, _app: web.Application | None = None) -> None:
+        """On shutdown: every conversation ends with 1001 (going away)."""
+        for ws in list(self.sockets):
+            with contextlib.suppress(Exception):
+                await ws.close(code=1001, message=b"agent shutting down")
+
+
+TALK_HUB = web.AppKey("talk_hub", TalkHub)
+
+
+async def _refuse(ws: web.WebSocketResponse, e: ProtocolError) -> None:
+    if ws.closed:
+        return
+    with contextlib.suppress(Exception):
+        await ws.send_str(json.dumps({"type": "error", "code": e.code, "message": e.message}))
+        await ws.close(code=e.close_code, message=e.code.encode())

@@ -1,0 +1,248 @@
+"""The WebSocket transport (GET /v1/talk, ws_session.py) through aiohttp's client against
+the agent's real HTTP app on a real localhost port, with the real TTS and thinker.
+
+A conversation: mic PCM at 48 kHz (resampled by the agent), the reply's PCM paced in
+real time, state/transcript/latency events, barge-in ("clear", no audio after it). Every
+bad input gets an error event and a close code; a client that vanishes mid-reply leaves
+no session and no task behind; a full agent refuses clearly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import pytest
+from aiohttp import web
+from voice_agent import ws_session
+from voice_agent.http import make_app
+from voice_agent.settings import AgentSettings
+
+from .backends import Server, espeak
+
+
+def settings_for(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
+    # a long reply (seed 1 at temperature 0.3 writes to max_tokens; 60 codec frames =
+    # 4.8 s of audio), so the barge-in lands while the agent speaks; no greeting
+    base: dict[str, object] = dict(
+        tts_addr=tts.addr, thinker_addr=thinker.addr, tts_voice="aiden", http_port=0,
+        stt_max_tokens=16, tts_max_frames=60, llm_max_tokens=1000, llm_temperature=0.3,
+        llm_seed=1, greeting="", ws_max_sessions=2,
+    )
+    base.update(kw)
+    return AgentSettings(**base)  # type: ignore[arg-type]
+
+
+class Agent:
+    def __init__(self, runner: web.AppRunner, port: int) -> None:
+        self.runner, self.url = runner, f"ws://127.0.0.1:{port}{ws_session.PATH}"
+        self.hub = runner.app[ws_session.TALK_HUB]
+
+
+@pytest.fixture
+async def agent(tts_server: Server, thinker: Server) -> AsyncIterator[Agent]:
+    runner = web.AppRunner(make_app(settings_for(tts_server, thinker)))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield Agent(runner, port)
+    await runner.cleanup()
+
+
+def at_48k(pcm16k: np.ndarray) -> bytes:
+    t_in = np.arange(len(pcm16k)) / 16000
+    t_out = np.arange(len(pcm16k) * 3) / 48000
+    return np.interp(t_out, t_in, pcm16k.astype(np.float32)).astype(np.int16).tobytes()
+
+
+class Mic:
+    """A browser-like client: mic frames every 20 ms (speech when queued, else silence)."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, rate: int = 48000) -> None:
+        self.ws, self.rate = ws, rate
+        self.queue = bytearray()
+        self.task = asyncio.create_task(self._run())
+
+    def say(self, pcm: bytes) -> None:
+        self.queue += pcm
+
+    async def _run(self) -> None:
+        n = self.rate // 50 * 2
+        t0, i = time.perf_counter(), 0
+        while not self.ws.closed:
+            chunk = bytes(self.queue[:n]).ljust(n, b"\0")
+            del self.queue[:n]
+            await self.ws.send_bytes(chunk)
+            i += 1
+            await asyncio.sleep(max(0.0, t0 + i * 0.02 - time.perf_counter()))
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+class Inbox:
+    """Everything the server sent, with arrival times."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.events: list[tuple[float, dict]] = []
+        self.audio: list[tuple[float, bytes]] = []
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        async for msg in self.ws:
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                self.audio.append((time.perf_counter(), msg.data))
+            elif msg.type == aiohttp.WSMsgType.TEXT:
+                self.events.append((time.perf_counter(), json.loads(msg.data)))
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for _, e in self.events if e["type"] == kind]
+
+    async def wait(self, pred, timeout: float) -> None:  # type: ignore[no-untyped-def]
+        async with asyncio.timeout(timeout):
+            while not pred():
+                await asyncio.sleep(0.01)
+
+
+def audible(pcm: bytes) -> bool:
+    return bool(np.abs(np.frombuffer(pcm, dtype=np.int16)).max() > 300)
+
+
+async def test_conversation_with_barge_in(agent: Agent, thinker: Server, tmp_path: Path) -> None:
+    question = at_48k(espeak("Tell me a long story about the sea.", tmp_path))
+    interrupt = at_48k(espeak("Stop, stop please.", tmp_path))
+    async with aiohttp.ClientSession() as http, http.ws_connect(agent.url) as ws:
+        await ws.send_json({"type": "start", "sample_rate": 48000})
+        inbox = Inbox(ws)
+        await inbox.wait(lambda: inbox.of("ready"), 10)
+        mic = Mic(ws)
+        mic.say(question)
+        await inbox.wait(lambda: {"state": "speaking"} in
+                         [{"state": e["state"]} for e in inbox.of("state")], 60)
+        await asyncio.sleep(0.6)  # hear the reply for a while
+        mic.say(interrupt)
+        await inbox.wait(lambda: inbox.of("clear"), 20)
+        clear_at = next(t for t, e in inbox.events if e["type"] == "clear")
+        await asyncio.sleep(0.3)
+        await mic.stop()
+        await ws.send_json({"type": "stop"})
+        await inbox.wait(lambda: ws.closed, 20)
+    ready = inbox.of("ready")[0]
+    assert ready["output_rate"] == 24000 and ready["input_rate"] == 48000
+    assert ready["frame_ms"] == 20 and ready["encoding"] == "s16le"
+    states = [e["state"] for e in inbox.of("state")]
+    assert states[:3] == ["listening", "thinking", "speaking"], states
+    assert "interrupting" in states
+    users = [e for e in inbox.of("transcript") if e["role"] == "user"]
+    assert users and users[0]["text"].strip(), inbox.of("transcript")
+    lat = inbox.of("latency")
+    assert lat and set(lat[0]) == {"type", "trace_id", "eot_to_first_audio_ms", "llm_ttft_ms",
+                                   "tts_ttfa_ms"}
+    assert 0 < lat[0]["eot_to_first_audio_ms"] < 30_000 and lat[0]["llm_ttft_ms"] > 0
+    before = [pcm for t, pcm in inbox.audio if t < clear_at]
+    assert all(len(p) == 960 for p, in [(p,) for p in before])  # 20 ms at 24 kHz, s16le
+    assert sum(map(audible, before)) >= 10, "the reply was not heard"
+    # paced in real time: ~50 frames a second, not a burst
+    times = [t for t, _ in inbox.audio if t < clear_at]
+    assert len(times) / (times[-1] - times[0] + 0.02) < 60
+    # barge-in: no frame of the interrupted reply after "clear" (a new reply may follow,
+    # but not within the 100 ms the VAD needs to hear the interruption end)
+    assert not [t for t, _ in inbox.audio if clear_at < t < clear_at + 0.1]
+    assert ws.close_code == 1000
+    await inbox.wait(lambda: not agent.hub.sockets, 10)
+
+
+async def expect_error(url: str, *send: object, code: str, close: int,
+                       start: bool = False) -> dict:
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        if start:
+            await ws.send_json({"type": "start", "sample_rate": 16000})
+        for m in send:
+            await (ws.send_bytes(m) if isinstance(m, bytes) else ws.send_str(str(m)))
+        events = []
+        async with asyncio.timeout(20):
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    events.append(json.loads(msg.data))
+    err = [e for e in events if e["type"] == "error"]
+    assert err and err[-1]["code"] == code, events
+    assert ws.close_code == close, (ws.close_code, events)
+    return err[-1]
+
+
+async def test_bad_input_gets_a_clear_error_and_a_clean_close(agent: Agent) -> None:
+    u = agent.url
+    e = await expect_error(u, "hello there", code="bad_json", close=1007)
+    assert "JSON" in e["message"]
+    await expect_error(u, b"\0\0" * 320, code="expected_start", close=1003)
+    e = await expect_error(u, json.dumps({"type": "start", "sample_rate": 12345}),
+                           code="bad_sample_rate", close=1008)
+    assert "48000" in e["message"] and "12345" in e["message"]
+    await expect_error(u, json.dumps({"type": "start", "sample_rate": "16000"}),
+                       code="bad_sample_rate", close=1008)
+    await expect_error(u, json.dumps({"type": "hello"}), code="expected_start", close=1008)
+    # after a good start: the session ends with the error, torn down
+    e = await expect_error(u, b"\0" * 32_002, code="too_large", close=1009, start=True)
+    assert "500 ms" in e["message"]
+    await expect_error(u, b"\0" * 641, code="bad_audio", close=1008, start=True)
+    await expect_error(u, "[1, 2]", code="bad_json", close=1007, start=True)
+    await expect_error(u, json.dumps({"type": "dance"}), code="unknown_type", close=1008,
+                       start=True)
+    await expect_error(u, json.dumps({"type": "start", "sample_rate": 16000}),
+                       code="duplicate_start", close=1008, start=True)
+    await asyncio.sleep(0.2)
+    assert not agent.hub.sockets
+
+
+async def test_no_start_in_time_and_capacity(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ws_session, "HELLO_TIMEOUT_S", 0.5)
+    e = await expect_error(agent.url, code="no_start", close=1008)
+    assert "start" in e["message"]
+    async with aiohttp.ClientSession() as http:
+        held = [await http.ws_connect(agent.url) for _ in range(2)]  # AGENT_WS_MAX_SESSIONS=2
+        for ws in held:
+            await ws.send_json({"type": "start", "sample_rate": 16000})
+            assert (await ws.receive_json(timeout=10))["type"] == "ready"
+        e = await expect_error(agent.url, code="busy", close=1013)
+        assert "AGENT_WS_MAX_SESSIONS" in e["message"]
+        for ws in held:
+            await ws.close()
+    async with asyncio.timeout(15):  # each session finishes starting, then tears down
+        while agent.hub.sockets:
+            await asyncio.sleep(0.05)
+
+
+async def test_client_vanishing_mid_reply_tears_the_session_down(
+        agent: Agent, thinker: Server, tmp_path: Path) -> None:
+    question = espeak("Tell me a long story about the sea.", tmp_path).tobytes()
+    tasks_before = set(asyncio.all_tasks())
+    aborts0 = thinker.metric("llm_aborts_total")
+    async with aiohttp.ClientSession() as http:
+        ws = await http.ws_connect(agent.url)
+        await ws.send_json({"type": "start", "sample_rate": 16000})
+        inbox = Inbox(ws)
+        mic = Mic(ws, rate=16000)
+        mic.say(question)
+        await inbox.wait(lambda: len(inbox.audio) >= 10, 60)
+        assert agent.hub.sockets
+        await mic.stop()
+        ws._conn.transport.abort()  # type: ignore[union-attr]  # gone: no close frame
+        await inbox.wait(lambda: not agent.hub.sockets, 10)
+        await asyncio.gather(inbox.task, return_exceptions=True)
+    # the reply's thinker call was cancelled, and no task of the session is left
+    async with asyncio.timeout(10):
+        while thinker.metric("llm_aborts_total") <= aborts0:
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    left = [t for t in asyncio.all_tasks() - tasks_before
+            if not t.done() and t is not asyncio.current_task()]
+    assert not left, [t.get_name() for t in left]
+    assert ws_session.SESSIONS._value.get() == 0
