@@ -24,9 +24,11 @@ log = logging.getLogger("voice_token")
 
 EPILOG = """\
 environment (see services/token/README.md):
-  LIVEKIT_URL                  LiveKit URL given to browsers (default ws://localhost:7880)
-  LIVEKIT_API_KEY / _FILE      API key, or a file holding it (required)
-  LIVEKIT_API_SECRET / _FILE   API secret, or a file holding it (required)
+  LIVEKIT_URL                  LiveKit URL given to browsers (default ws://localhost:7880);
+                               empty: the page talks to the agent's WebSocket instead
+  TOKEN_AGENT_WS_URL           that WebSocket (default ws://127.0.0.1:8003/v1/talk)
+  LIVEKIT_API_KEY / _FILE      API key, or a file holding it (required with LiveKit)
+  LIVEKIT_API_SECRET / _FILE   API secret, or a file holding it (required with LiveKit)
   TOKEN_HTTP_PORT              HTTP port (default 8080); TOKEN_HTTP_HOST (default 0.0.0.0)
   TOKEN_TTL_SECONDS            token lifetime, 60..86400 (default 600)
   TOKEN_CORS_ORIGINS           comma-separated origins allowed cross-origin, or *
@@ -63,7 +65,8 @@ async def serve(settings: Settings) -> None:
     await site.start()
     port = runner.addresses[0][1] if runner.addresses else settings.token_http_port
     log.info("listening", extra={"host": settings.token_http_host, "port": port,
-                                 "livekit_url": settings.livekit_url})
+                                 "livekit_url": settings.livekit_url,
+                                 "transport": settings.transport})
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

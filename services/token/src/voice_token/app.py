@@ -1,7 +1,9 @@
 """The HTTP app: routes, CORS, rate limiting, request ids, metrics.
 
-    GET  /            the voice page (static/index.html + the bundled LiveKit client)
+    GET  /            the voice page (static/index.html + the bundled LiveKit client);
+                      it uses LiveKit, or the agent's WebSocket when LIVEKIT_URL is empty
     POST /api/token   {room, identity, name?} -> {server_url, participant_token, expires_at}
+                      (409 without LiveKit: there is nothing to sign a token for)
     OPTIONS /api/token  CORS preflight for allowlisted origins
     GET  /healthz     {"status": "ok", ...}
     GET  /metrics     Prometheus text
@@ -48,13 +50,14 @@ LOG_EXTRA = web.RequestKey("log_extra", dict)
 
 
 def build_app(settings: Settings, *, limiter: RateLimiter | None = None) -> web.Application:
-    api_key, api_secret = settings.credentials()
     app = web.Application(middlewares=[_request_context], client_max_size=MAX_BODY_BYTES * 4)
     app[SETTINGS_KEY] = settings
-    app[MINTER_KEY] = TokenMinter(
-        api_key, api_secret, dt.timedelta(seconds=settings.token_ttl_seconds),
-        settings.token_agent_name,
-    )
+    if settings.transport == "livekit":
+        api_key, api_secret = settings.credentials()
+        app[MINTER_KEY] = TokenMinter(
+            api_key, api_secret, dt.timedelta(seconds=settings.token_ttl_seconds),
+            settings.token_agent_name,
+        )
     app[LIMITER_KEY] = limiter or RateLimiter(
         settings.token_rate_limit_per_minute, settings.token_rate_limit_burst
     )
@@ -168,6 +171,9 @@ async def _token_response(request: web.Request) -> web.Response:
     origin = request.headers.get("Origin")
     if origin and not _origin_allowed(request, origin):
         return _error(403, f"origin {origin!r} is not allowed (see TOKEN_CORS_ORIGINS)")
+    if MINTER_KEY not in request.app:
+        return _error(409, "no LiveKit server is configured (LIVEKIT_URL is empty): the page "
+                      "talks to the agent over its WebSocket, TOKEN_AGENT_WS_URL")
     wait = request.app[LIMITER_KEY].acquire(_client_key(request))
     if wait > 0:
         retry = max(1, int(wait + 0.999))
@@ -208,7 +214,9 @@ async def _index(request: web.Request) -> web.Response:
     page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
     page = page.replace(
         "{{CONNECT_TIMEOUT_MS}}", str(int(settings.token_connect_timeout_seconds * 1000))
-    ).replace("{{VERSION}}", html.escape(__version__))
+    ).replace("{{VERSION}}", html.escape(__version__)).replace(
+        "{{TRANSPORT}}", settings.transport
+    ).replace("{{AGENT_WS_URL}}", html.escape(settings.token_agent_ws_url, quote=True))
     return web.Response(
         text=page, content_type="text/html",
         headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
@@ -220,7 +228,8 @@ async def _healthz(request: web.Request) -> web.Response:
     # Liveness + config sanity: credentials were loaded at start-up (or we would not be
     # running). LiveKit itself is not probed: its URL is the browsers', not ours.
     return web.json_response(
-        {"status": "ok", "version": __version__, "page_bundle": BUNDLE.is_file()}
+        {"status": "ok", "version": __version__, "page_bundle": BUNDLE.is_file(),
+         "transport": request.app[SETTINGS_KEY].transport}
     )
 
 

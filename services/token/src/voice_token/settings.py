@@ -34,8 +34,12 @@ class Settings(BaseSettings):
     # Interface to bind; 0.0.0.0 in a container, 127.0.0.1 for a laptop-only demo.
     token_http_host: str = "0.0.0.0"
     # LiveKit URL handed to BROWSERS (ws:// or wss://), so it must be reachable from them;
-    # in compose that is the published port, not the internal service name.
+    # in compose that is the published port, not the internal service name. Empty: no
+    # LiveKit; the page talks to the agent over its WebSocket (TOKEN_AGENT_WS_URL).
     livekit_url: str = "ws://localhost:7880"
+    # The agent's WebSocket transport (GET /v1/talk on AGENT_HTTP_PORT), handed to
+    # browsers when LIVEKIT_URL is empty (the local mesh).
+    token_agent_ws_url: str = "ws://127.0.0.1:8003/v1/talk"
     # API key / secret that sign the tokens (must match the LiveKit server's keys).
     livekit_api_key: SecretStr | None = None
     livekit_api_secret: SecretStr | None = None
@@ -62,9 +66,11 @@ class Settings(BaseSettings):
     # Log level of the JSON logs (DEBUG, INFO, WARNING, ERROR).
     token_log_level: str = "INFO"
 
-    @field_validator("livekit_url")
+    @field_validator("livekit_url", "token_agent_ws_url")
     @classmethod
     def _ws_url(cls, v: str) -> str:
+        if not v.strip():
+            return ""
         parts = urlsplit(v)
         if parts.scheme not in ("ws", "wss", "http", "https") or not parts.netloc:
             raise ValueError("must be a ws:// or wss:// URL such as ws://localhost:7880")
@@ -97,6 +103,11 @@ class Settings(BaseSettings):
         if v not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
         return v
+
+    @property
+    def transport(self) -> str:
+        """What the page uses: "livekit" (WebRTC) or "websocket" (the agent, no LiveKit)."""
+        return "livekit" if self.livekit_url else "websocket"
 
     def credentials(self) -> tuple[str, str]:
         """(api_key, api_secret), from the env or the files; SettingsError if missing."""
@@ -146,5 +157,9 @@ def load_settings(**overrides: object) -> Settings:
             var = ".".join(str(p) for p in err["loc"]).upper() or "settings"
             lines.append(f"{var}: {err['msg']}")
         raise SettingsError("invalid configuration:\n  " + "\n  ".join(lines)) from None
-    settings.credentials()  # fail at start-up, not at the first request
+    if settings.transport == "livekit":
+        settings.credentials()  # fail at start-up, not at the first request
+    elif not settings.token_agent_ws_url:
+        raise SettingsError("invalid configuration:\n  LIVEKIT_URL and TOKEN_AGENT_WS_URL "
+                            "are both empty; set one (LiveKit, or the agent's WebSocket)")
     return settings

@@ -1,7 +1,9 @@
 // The voice page: get a token from this service, join the LiveKit room, publish the
 // microphone, play the agent, show the conversation state and the agent's latency
 // figures. Bundled with the LiveKit client by esbuild (web/build.sh); nothing is
-// fetched from a CDN at run time.
+// fetched from a CDN at run time. Without LiveKit (the server says data-transport=
+// "websocket", LIVEKIT_URL empty) the same page talks to the agent's own WebSocket
+// (agent_socket.js) and shows the same states, transcripts and latency.
 //
 // It never hangs: every step that waits on the network has a bound (the token fetch,
 // and room.connect raced against TOKEN_CONNECT_TIMEOUT_SECONDS), and its failure lands
@@ -15,16 +17,21 @@ import {
   Track,
 } from 'livekit-client';
 
+import { AgentSocket } from './agent_socket.js';
 import { formatMs, LATENCY_FIELDS, LATENCY_TOPIC, LatencyStats, parseLatency } from './latency.js';
 import { conversationState, IN_CALL, STATES } from './states.js';
+import { pageState } from './talk.js';
 
 const $ = (id) => document.getElementById(id);
 const connectTimeoutMs = Number(document.body.dataset.connectTimeoutMs) || 15000;
+const transport = document.body.dataset.transport === 'websocket' ? 'websocket' : 'livekit';
+const agentWsUrl = document.body.dataset.agentWsUrl || '';
 const identity = `web-${[...crypto.getRandomValues(new Uint8Array(4))]
   .map((b) => b.toString(16).padStart(2, '0')).join('')}`;
 
 let state = 'loading';
 let room = null;
+let socket = null; // AgentSocket, when transport is "websocket"
 let attempt = 0; // bumps on every join/leave so late events of an old room are ignored
 const latency = new LatencyStats();
 
@@ -87,6 +94,10 @@ async function join(event) {
   const roomName = $('room').value.trim();
   const name = $('name').value.trim();
   notice('');
+  if (transport === 'websocket') {
+    joinSocket(my);
+    return;
+  }
   setState('token', `room ${roomName}`);
   let tok;
   try {
@@ -125,6 +136,39 @@ async function join(event) {
   refreshMute();
 }
 
+async function joinSocket(my) {
+  setState('connecting', agentWsUrl);
+  const s = new AgentSocket(agentWsUrl, {
+    onOpen: (micError) => {
+      if (my !== attempt) return;
+      setState('listening');
+      if (micError) {
+        notice(`Microphone unavailable: ${micError.message}. You can still hear the agent.`);
+      }
+      refreshMute();
+    },
+    onEvent: (ev) => my === attempt && onAgentEvent(ev),
+    onEnd: ([next, detail]) => {
+      if (my !== attempt) return;
+      socket = null;
+      setState(next, detail);
+      refreshMute();
+    },
+  });
+  socket = s;
+  window.voiceDemo.socket = s;
+  await s.start(connectTimeoutMs);
+}
+
+function onAgentEvent(ev) {
+  if (ev.type === 'state' && IN_CALL.has(state)) setState(pageState(ev.state));
+  else if (ev.type === 'transcript') {
+    $(ev.role === 'user' ? 'user-text' : 'agent-text').textContent =
+      ev.text + (ev.interrupted ? ' …(interrupted)' : '');
+    $('transcript').dataset.count = String(Number($('transcript').dataset.count || 0) + 1);
+  } else if (ev.type === 'latency') onData(JSON.stringify(ev), LATENCY_TOPIC);
+}
+
 function wireRoom(r, my) {
   const live = () => my === attempt && room === r;
   const refresh = () => live() && IN_CALL.has(state) && refreshConversation();
@@ -158,13 +202,18 @@ function refreshConversation() {
 }
 
 function refreshMute() {
-  const muted = !!room && !room.localParticipant.isMicrophoneEnabled;
+  const muted = room ? !room.localParticipant.isMicrophoneEnabled : !!socket?.muted;
   $('mute').textContent = muted ? 'Unmute' : 'Mute';
   $('mute').setAttribute('aria-pressed', String(muted));
   $('state').dataset.muted = String(muted && IN_CALL.has(state));
 }
 
 async function toggleMute() {
+  if (socket) {
+    socket.muted = !socket.muted;
+    refreshMute();
+    return;
+  }
   if (!room) return;
   const lp = room.localParticipant;
   try {
@@ -178,9 +227,12 @@ async function toggleMute() {
 async function leave() {
   attempt += 1;
   const r = room;
+  const s = socket;
   room = null;
-  setState('idle', 'You left the room.');
+  socket = null;
+  setState('idle', transport === 'websocket' ? 'You left the conversation.' : 'You left the room.');
   refreshMute();
+  s?.close();
   if (r) await r.disconnect();
 }
 
@@ -206,12 +258,14 @@ function renderLatency() {
 function init() {
   const params = new URLSearchParams(location.search);
   $('room').value = params.get('room') || 'voice-demo';
+  $('transport').textContent = transport === 'websocket' ? `agent ${agentWsUrl}` : 'LiveKit';
   $('identity').textContent = identity;
   $('join-form').addEventListener('submit', join);
   $('leave').addEventListener('click', leave);
   $('mute').addEventListener('click', toggleMute);
   $('enable-audio').addEventListener('click', async () => {
     await room?.startAudio();
+    await socket?.ctx?.resume();
     $('enable-audio').hidden = true;
   });
   setState('idle', 'Pick a room and press Join; allow the microphone when asked.');
@@ -222,6 +276,8 @@ function init() {
 window.voiceDemo = {
   state: () => state,
   identity,
+  transport,
+  socket: null, // the AgentSocket of the current call: .stats = received audio
   receiveData: (text, topic = LATENCY_TOPIC) => onData(new TextEncoder().encode(text), topic),
   latency,
 };
