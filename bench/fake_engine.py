@@ -9,11 +9,11 @@ stream.py, framing, grpc.aio) can be driven at a chosen packet rate with no mode
 way. Used by bench/front_bench.py only.
 
 Its steps behave like the real engine's: every step advances every speaking session by
-one codec frame (1920 samples, 80 ms), packets of `first_packet_frames` then
-`packet_frames`, and a step at batch b takes `period_ms(b) = base_ms + per_row_ms * b`
-(wall time, slept), reported to `on_step` as `StepStats` exactly as the engine does. So
-with `per_row_ms > 0` it has a capacity (the batch at which the period reaches the
-admission budget) that the server's capacity model learns from its stats.
+one codec frame (1920 samples, 80 ms), packets of `first_packet_frames` then the
+engine's ramp up to `packet_frames`, and a step at batch b takes `period_ms(b) = base_ms +
+per_row_ms * b` (wall time, slept), reported to `on_step` as `StepStats` exactly as the
+engine does. So with `per_row_ms > 0` it has a capacity (the batch at which the period
+reaches the admission budget) that the server's capacity model learns from its stats.
 
 An utterance starts at its first text (no tokenizer, no waiting for stable words) and
 ends after `SessionParams.max_frames` frames (default `default_frames`), flushed or not.
@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 from voice_tts.engine import AudioPacket, EngineFull, StepStats, UtteranceEnd, Voice
+from voice_tts.engine.api import packet_ramp
 
 FRAME_SAMPLES = 1920
 
@@ -103,6 +104,7 @@ class FakeFastEngine:
         self.max_sessions = max_sessions
         self.base_ms, self.per_row_ms = base_ms, per_row_ms
         self.first_packet_frames, self.packet_frames = first_packet_frames, packet_frames
+        self.bucket_step_ms: dict[int, float] = {}  # no warm-up timing: learned online
         self.default_frames = default_frames
         self.model_name = "fake-fast-engine (stand-in, noise)"
         self.sample_rate = 24000
@@ -178,7 +180,8 @@ class FakeFastEngine:
                         continue  # cancelled or closed meanwhile
                     u.done += 1
                     final = u.done >= u.frames
-                    size = self.first_packet_frames if u.emitted == 0 else self.packet_frames
+                    size = packet_ramp(u.emitted, self.first_packet_frames,
+                                       self.packet_frames)
                     if u.done - u.emitted >= size or final:
                         n = u.done - u.emitted
                         timings = ({"queue_ms": 0.0, "prefill_ms": 0.0,

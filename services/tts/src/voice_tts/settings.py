@@ -37,9 +37,9 @@ class TTSSettings(BaseSettings):
     max_sessions: int = Field(32, ge=1, le=4096)
     # Admission by capacity (server/admission.py): a call is admitted only while, with one
     # more speaking stream, the engine's measured frame period stays under admit_margin x
-    # 80 ms (the audio one codec frame holds; also at most first_packet_frames /
-    # packet_frames x 80 ms, so that an utterance's second packet comes before its first
-    # has played) and the event loop's predicted CPU share stays under admit_margin of a
+    # 80 ms (the audio one codec frame holds; also at most what the packet ramp allows,
+    # 60 ms for packets (1, 4), so that no packet comes after the audio before it has
+    # played) and the event loop's predicted CPU share stays under admit_margin of a
     # core. 0 turns both off (the open-stream cap alone).
     admit_margin: float = Field(0.7, ge=0.0, le=1.0)
     # A new stream counts as engine load for this long before its first text (a burst
@@ -47,7 +47,8 @@ class TTSSettings(BaseSettings):
     admit_idle_grace_s: float = Field(2.0, ge=0.0)
     # Characters of text one utterance may hold (between FLUSH/STOP/RESET).
     max_text_chars: int = Field(4000, ge=1, le=1_000_000)
-    # Codec frames in the first packet (each 80 ms) and in every later packet.
+    # Codec frames in the first packet (each 80 ms) and the most in a later one; between
+    # them a ramp: each packet at most half the audio already sent (1, 1, 1, 1, 2, 3, 4).
     first_packet_frames: int = Field(1, ge=1, le=16)
     packet_frames: int = Field(4, ge=1, le=64)
     # Speech decoder arithmetic: auto (bf16 on CUDA, fp32 on CPU), fp32 (exact), tf32 or

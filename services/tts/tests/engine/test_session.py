@@ -60,8 +60,9 @@ def test_flush_produces_utterance_end(engine):
     (end,) = c.ends()
     assert end.utterance_id == 0 and end.reason == "max_frames" and end.frames == 9
     packets = c.packets()
-    assert [p.frames for p in packets] == [1, 4, 4]
-    assert [p.first_frame for p in packets] == [0, 1, 5]
+    # The packet ramp (api.packet_ramp): each at most half the audio already sent.
+    assert [p.frames for p in packets] == [1, 1, 1, 1, 2, 3]
+    assert [p.first_frame for p in packets] == [0, 1, 2, 3, 4, 6]
     assert all(p.pcm.dtype == np.float32 and len(p.pcm) == p.frames * 1920 for p in packets)
     assert set(packets[0].timings) == {"queue_ms", "prefill_ms", "first_packet_ms"}
     assert all(p.timings is None for p in packets[1:])
@@ -355,7 +356,7 @@ def test_a_failed_step_ends_its_utterances_once_and_the_engine_goes_on():
 
     def flaky(slots, text_ids):
         calls[0] += 1
-        if calls[0] == 6:  # steps 2-5 make the second packet, delivered in this iteration
+        if calls[0] == 6:  # steps 1-4 went out (packets of 1: the ramp); 5's is in flight
             raise RuntimeError("device fault (test)")
         step = launch(slots, text_ids)
         step.pipelined = True
@@ -370,7 +371,7 @@ def test_a_failed_step_ends_its_utterances_once_and_the_engine_goes_on():
         e.run_once()
     assert [end.reason for end in c.ends()] == ["error"]
     assert isinstance(c.events[-1], UtteranceEnd)
-    assert sum(p.frames for p in c.packets()) == 1
+    assert sum(p.frames for p in c.packets()) == 4
     s.push_text("And the next one.")
     s.flush()
     for _ in range(50):

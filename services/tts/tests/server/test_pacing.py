@@ -27,6 +27,7 @@ from .test_streaming import (
 LEAD = 0.2
 SLACK = 0.1  # stream.PACE_SLACK_S (capped at lead / 2): frames due this soon go together
 TOL = 0.05   # scheduling on a shared 2-core CPU
+GAP_TOL = 0.03  # a frame this late is an audible gap; measured: every frame ahead of time
 TEXT = "Hello there, streaming world, how are you today? " * 3
 
 
@@ -65,6 +66,35 @@ async def test_frames_go_out_in_real_time_plus_the_lead(make_server) -> None:
     rtf = srv.metric("tts_rtf_sum") / srv.metric("tts_rtf_count")
     assert rtf * 2.0 < span - 0.3, f"RTF {rtf:.2f} over 2 s of audio, delivered in {span}"
     assert t0 - t_text < 1.0
+
+
+async def test_the_start_of_speech_has_no_gap(server) -> None:
+    """Default packets (1, then the ramp to 4): a player that starts at an utterance's
+    first frame never waits for the next one. Before the ramp (1 then straight 4) the
+    fifth 20 ms frame came ~170 ms after the first here (a ~90 ms gap 80 ms in)."""
+    cfg = config()
+    cfg.sampling.max_frames = 16  # 1.28 s: past the ramp
+    async with grpc.aio.insecure_channel(server.addr) as ch:
+        call = await open_call(ch, cfg)
+        for utterance in range(2):  # the second one starts on a warm stream
+            await call.write(text(TEXT))
+            await call.write(FLUSH)
+            arrivals = []
+            while not is_event(tts_pb2.Event.FLUSHED)(r := await asyncio.wait_for(
+                    call.read(), 60)):
+                if r.WhichOneof("response") == "audio":
+                    arrivals.append(time.perf_counter())
+            assert len(arrivals) == 64
+            # Frame n plays at first + n x 20 ms; it must be in by then (+ a margin for
+            # the scheduling of a shared 2-core CPU).
+            late = [(t - arrivals[0]) - n * 0.02 for n, t in enumerate(arrivals)]
+            worst = max(range(len(late)), key=late.__getitem__)
+            assert late[worst] < GAP_TOL, (
+                f"utterance {utterance}: frame {worst} arrived {late[worst] * 1e3:.0f} ms "
+                f"after its play time; arrivals (ms): "
+                f"{[round((t - arrivals[0]) * 1e3) for t in arrivals[:48:4]]}")
+        await call.done_writing()
+        await drain(call)
 
 
 async def test_stop_while_paced_is_answered_at_once(make_server) -> None:

@@ -14,10 +14,41 @@ class EngineFull(RuntimeError):
     """All `max_sessions` slots are taken: reject the new session (never degrade others)."""
 
 
+def packet_ramp(emitted: int, first: int, most: int) -> int:
+    """Codec frames in an utterance's next packet, once `emitted` have been sent.
+
+    The speech decoder makes one codec frame (80 ms, 1920 samples) per engine step; a
+    packet only holds decoded frames back to hand over fewer, larger pieces. A held frame
+    costs nothing while the client still has audio to play, so after the first packet
+    each one holds at most half the audio already sent (at least 1 frame, at most
+    `most`): 1, 1, 1, 1, 2, 3, 4, 4 ... for (1, 4). A player that starts at the first
+    frame then never waits while a step takes up to 60 ms (`ramp_period_fraction`);
+    packets of 1 then straight 4 needed <= 20 ms (the second packet is made 4 steps after
+    the first, which holds 80 ms): on a CPU every reply had a gap 80 ms in."""
+    if emitted == 0:
+        return first
+    return max(1, min(most, emitted // 2))
+
+
+def ramp_period_fraction(first: int, most: int) -> float:
+    """The longest step period, as a fraction of a frame's 80 ms, at which a player that
+    starts with an utterance's first packet never runs dry: packet k+1 is ready
+    (sent_{k+1} - first) steps after the first packet, when sent_k x 80 ms has arrived.
+    (1, 4): 0.75 (60 ms); (1, 1): 1.0; without the ramp (1 then 4) it was 0.25."""
+    sent = first
+    worst = 1.0
+    for _ in range(64):  # past the ramp the ratio only grows toward 1
+        nxt = sent + packet_ramp(sent, first, most)
+        worst = min(worst, sent / (nxt - first))
+        sent = nxt
+    return worst
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     max_sessions: int = 32
-    # Codec frames (80 ms each) in the first packet of an utterance, then in every packet.
+    # Codec frames (80 ms each) in the first packet of an utterance, and the most in any
+    # later one; between them the ramp of `packet_ramp` (1, 1, 1, 1, 2, 3, 4, 4 ...).
     first_packet_frames: int = 1
     packet_frames: int = 4
     # Talker KV-cache rows per session slot (prompt + frames of one utterance).
@@ -41,6 +72,10 @@ class EngineSettings:
     # CPU only: torch intra-op threads (process-wide!). Small models on a busy machine run
     # far faster with 1 (OpenMP barriers under oversubscription); None leaves torch's default.
     cpu_threads: int | None = None
+
+    def packet_size(self, emitted: int) -> int:
+        """Codec frames in the next packet of an utterance that has sent `emitted`."""
+        return packet_ramp(emitted, self.first_packet_frames, self.packet_frames)
 
     def validate(self) -> None:
         if self.max_sessions < 1 or self.max_batch < 1:

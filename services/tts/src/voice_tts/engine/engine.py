@@ -11,8 +11,8 @@ ends when its last audio is out.
 What the engine waits for (see README): a streaming utterance starts (prefill) once its
 first text token is *stable* (the first word is followed by another character, or
 flush) and some non-whitespace text has arrived; afterwards each talker step needs the
-next text token (or flush). Frames reach the client in packets of `first_packet_frames`
-then `packet_frames`.
+next text token (or flush). Frames reach the client in packets of `first_packet_frames`,
+then a ramp up to `packet_frames` (`api.packet_ramp`).
 
 The engine knows nothing about gRPC, resampling or 20 ms framing: that is the server's.
 """
@@ -416,10 +416,10 @@ class Engine:
                          prefills, emit_ms)
 
     def _emit_packets(self, s: Session, utt: Utterance, final: bool) -> None:
-        """Decoded frames out in packets: `first_packet_frames`, then `packet_frames`."""
+        """Decoded frames out in packets: `first_packet_frames`, then the ramp up to
+        `packet_frames` (`EngineSettings.packet_size`)."""
         while utt.pending and not utt.cancelled:
-            size = self.settings.first_packet_frames if utt.emitted == 0 else \
-                self.settings.packet_frames
+            size = self.settings.packet_size(utt.emitted)
             if len(utt.pending) < size and not final:
                 break
             chunk, utt.pending = utt.pending[:size], utt.pending[size:]

@@ -39,6 +39,7 @@ from typing import Any
 import grpc
 
 from voice_tts.engine import UtteranceEnd
+from voice_tts.engine.api import ramp_period_fraction
 from voice_tts.server.capacity import FRAME_MS, FramePeriodModel, FrontModel
 from voice_tts.server.protocol import CallError
 
@@ -53,12 +54,12 @@ class Rejected(CallError):
 
 def frame_budget_ms(margin: float, first_packet_frames: int, packet_frames: int) -> float:
     """The longest engine frame period admission allows: `margin` x 80 ms, and no more
-    than the start of an utterance allows. Its first packet carries `first_packet_frames`
-    x 80 ms of audio; the next one comes `packet_frames` steps later: a player that starts
-    at the first frame never waits only if packet_frames x P <= first_packet_frames x 80
-    ms (P <= 20 ms with packets of 1 then 4 frames: the 0.6B on an H100 keeps that to
-    ~190 streams; at 256 (P 24.6 ms) every utterance's second packet is ~18 ms late)."""
-    return FRAME_MS * min(margin, first_packet_frames / packet_frames)
+    than the start of an utterance allows: with the packet ramp (`packet_ramp`) a player
+    that starts at the first frame never waits while P <= 60 ms for packets (1, 4)
+    (`ramp_period_fraction`). Before the ramp (1 then straight 4) that bound was 20 ms:
+    the 0.6B on an H100 kept it to ~190 streams; at 256 (P 24.6 ms) every utterance's
+    second packet was ~18 ms late."""
+    return FRAME_MS * min(margin, ramp_period_fraction(first_packet_frames, packet_frames))
 
 
 class Admission:
