@@ -76,10 +76,6 @@ def spawn_backends(log_dir: Path, *, tts_python: str, llm_python: str,
     specs = [
         ("tts", tts_python, "voice_tts.server", ports["tts_http"], {
             "TTS_MODEL": base.get("TTS_MODEL", "preset:tiny"), "TTS_DEVICE": "cpu",
-            # One codec frame (80 ms) per packet: with the default 1-then-4 packets the
-            # second packet comes after the first has played out on a CPU (measured: a
-            # 40-60 ms gap 80 ms into every reply). See README, "findings".
-            "TTS_PACKET_FRAMES": base.get("TTS_PACKET_FRAMES", "1"),
             "TTS_GRPC_PORT": str(ports["tts_grpc"]), "TTS_HTTP_PORT": str(ports["tts_http"]),
         }),
         ("llm", llm_python, "voice_llm.server", ports["llm_http"], {
