@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings()
+    if not worker:  # the worker warms in its prewarm (worker._prewarm)
+        from .warmup import warm_transcript_timing
+
+        warm_transcript_timing()
     if args.command == "serve-direct":
         from .http import serve_forever
 

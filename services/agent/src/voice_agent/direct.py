@@ -33,6 +33,7 @@ from .agent import Pipeline, attach_duplex, build_pipeline
 from .audio_io import MicrophoneInput, SpeakerOutput
 from .duplex import BargeIn, DuplexState
 from .settings import AgentSettings
+from .warmup import warm_transcript_timing
 
 log = logging.getLogger("voice_agent.direct")
 
@@ -100,6 +101,7 @@ class DirectSession:
         return self.pipeline.session
 
     async def start(self) -> None:
+        warm_transcript_timing()  # once per process, before any reply (warmup.py)
         p = self.pipeline
         if self.settings.starter_cache:
             phrases = [x for x in (self.settings.greeting, self.settings.fallback_reply) if x]

@@ -31,6 +31,7 @@ from .autortc_marks import AutoRTCMarks
 from .http import start_http
 from .metrics import TurnTracker
 from .settings import AgentSettings, load_settings
+from .warmup import warm_transcript_timing
 
 log = logging.getLogger("voice_agent.worker")
 
@@ -39,6 +40,7 @@ _CACHE = PhraseCache()  # one per process: the greeting/fallback audio is the sa
 
 def _prewarm(proc: JobProcess) -> None:
     load_vad(load_settings())  # the ONNX session, once per process
+    warm_transcript_timing()  # else built on the loop during the first reply
 
 
 async def entrypoint(ctx: JobContext) -> None:
