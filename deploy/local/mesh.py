@@ -75,7 +75,11 @@ def services() -> list[Service]:
             {"gRPC": llm_g, "HTTP": llm_h}, llm_h),
         Service("token", "token", ["-m", "voice_token"], {
             "TOKEN_HTTP_HOST": "127.0.0.1", "TOKEN_HTTP_PORT": str(tok_h),
-            "LIVEKIT_URL": os.environ.get("LIVEKIT_URL", "ws://127.0.0.1:7880"),
+            # No LiveKit server in the mesh: unless the user names one, the page talks to
+            # the agent's own WebSocket (GET /v1/talk on its HTTP port).
+            "LIVEKIT_URL": os.environ.get("LIVEKIT_URL", ""),
+            "TOKEN_AGENT_WS_URL": os.environ.get("TOKEN_AGENT_WS_URL",
+                                                 f"ws://127.0.0.1:{agent_h}/v1/talk"),
             "LIVEKIT_API_KEY": os.environ.get("LIVEKIT_API_KEY", "devkey"),
             "LIVEKIT_API_SECRET": os.environ.get(
                 "LIVEKIT_API_SECRET", "secret-for-local-development-only-0123456789")},
@@ -227,7 +231,10 @@ def up(args: argparse.Namespace) -> int:
             ports = ", ".join(f"{role} {p}" for role, p in s.ports.items())
             print(f"  {s.name:8s} {ports:28s} log {_rel(s.log)}")
         web = next((s.health_port for s in svcs if s.name == "token"), 8080)
-        print(f"  web page: http://127.0.0.1:{web}/   stop: Ctrl-C or `make down`", flush=True)
+        via = (f"LiveKit at {os.environ['LIVEKIT_URL']}" if os.environ.get("LIVEKIT_URL")
+               else "the agent's WebSocket, no LiveKit")
+        print(f"  web page: http://127.0.0.1:{web}/ ({via})   stop: Ctrl-C or `make down`",
+              flush=True)
         rc = mesh.watch()
     except RuntimeError as e:
         print(f"mesh: {e}", file=sys.stderr)

@@ -259,6 +259,8 @@ function init() {
   const params = new URLSearchParams(location.search);
   $('room').value = params.get('room') || 'voice-demo';
   $('transport').textContent = transport === 'websocket' ? `agent ${agentWsUrl}` : 'LiveKit';
+  // no rooms without LiveKit: one conversation with the agent per Join
+  if (transport === 'websocket') $('room').closest('label').hidden = true;
   $('identity').textContent = identity;
   $('join-form').addEventListener('submit', join);
   $('leave').addEventListener('click', leave);

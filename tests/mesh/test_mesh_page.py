@@ -1,0 +1,144 @@
+"""The web page converses with the agent in the local mesh, no LiveKit: headless Chromium
+(Debian's, driven by playwright) with a fake microphone that plays real espeak-ng speech,
+the page served by the real token service, the real agent (`serve-direct`, its WebSocket
+/v1/talk) with the real tiny TTS and tiny thinker, all started by deploy/local/mesh.py.
+
+The page must hear a reply (audible PCM received), show the user's transcript and the
+turn's latency. The tiny thinker is text-only: the agent's STT fallback names the speech
+("[untranscribed speech, N.N s]", or a real recogniser's words), so the assertion is on
+a non-empty transcript. Screenshot: artifacts/mesh/page_websocket_conversation.png.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import wave
+from pathlib import Path
+
+import pytest
+from test_mesh import PORT_VARS, ROOT, free_ports
+
+playwright = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "artifacts" / "mesh"
+
+pytestmark = pytest.mark.skipif(
+    not all((ROOT / ".venv" / v / "bin/python").exists() for v in ("tts", "llm", "token", "agent")),
+    reason="service venvs missing (make venvs)")
+
+
+def mic_wav(tmp: Path) -> Path:
+    """espeak-ng speech between silences (chromium loops the file): 1 s, speech, 7 s."""
+    if shutil.which("espeak-ng") is None:
+        pytest.fail("espeak-ng missing: run services/agent/setup.sh")
+    raw = tmp / "speech.wav"
+    subprocess.run(["espeak-ng", "-v", "en", "-w", str(raw), "What is the weather like today?"],
+                   check=True)
+    with wave.open(str(raw)) as w:
+        rate, speech = w.getframerate(), w.readframes(w.getnframes())
+    pcm = bytes(2 * rate) + speech + bytes(2 * rate * 7)  # s16 silence around it
+    out = tmp / "mic.wav"
+    with wave.open(str(out), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm)
+    return out
+
+
+def start_mesh(tmp: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    env = {k: v for k, v in os.environ.items() if k not in ("LIVEKIT_URL", "TOKEN_AGENT_WS_URL")}
+    env.update(zip(PORT_VARS, map(str, free_ports(len(PORT_VARS))), strict=True))
+    env.update({
+        "MESH_RUN_DIR": str(tmp / "run"),
+        # a short reply from the random models (as the agent's own session tests), no
+        # greeting: every audible frame the page gets answers the user
+        "AGENT_GREETING": "", "AGENT_TTS_MAX_FRAMES": "25", "AGENT_LLM_MAX_TOKENS": "24",
+        "AGENT_LLM_TEMPERATURE": "1.0", "AGENT_LLM_SEED": "3", "AGENT_TTS_VOICE": "aiden",
+        # the text-only tiny thinker cannot transcribe (see the module docstring)
+        "AGENT_STT_FALLBACK": os.environ.get("AGENT_STT_FALLBACK", "placeholder"),
+    })
+    proc = subprocess.Popen(["python3", "deploy/local/mesh.py", "up"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    out: list[str] = []
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            break
+        out.append(line)
+        if "mesh: up" in line:
+            break
+    if not any("mesh: up" in x for x in out):
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("mesh did not start:\n" + "".join(out))
+    return proc, env
+
+
+def stop_mesh(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_page_talks_to_the_agent_over_its_websocket(tmp_path: Path) -> None:
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: run services/token/setup.sh (apt chromium)")
+    subprocess.run(["bash", str(ROOT / "services/token/web/build.sh")], check=True)
+    wav = mic_wav(tmp_path)
+    proc, env = start_mesh(tmp_path)
+    try:
+        with playwright.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+                "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update",
+                "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={wav}",
+                "--autoplay-policy=no-user-gesture-required"])
+            page = browser.new_page(viewport={"width": 1000, "height": 820})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"http://127.0.0.1:{env['TOKEN_HTTP_PORT']}/")
+            expect = playwright.expect
+            expect(page.locator("body")).to_have_attribute("data-transport", "websocket")
+            expect(page.locator("#transport")).to_contain_text(
+                f"ws://127.0.0.1:{env['AGENT_HTTP_PORT']}/v1/talk")
+            page.click("#join")
+            expect(page.locator("#state")).to_have_attribute("data-state", "listening",
+                                                             timeout=20_000)
+            # the user's turn: transcript, then the reply's latency record and its audio
+            expect(page.locator("#user-text")).not_to_have_text("–", timeout=60_000)
+            eot = page.locator('[data-metric="eot_to_first_audio_ms"] .last')
+            expect(eot).to_have_text(re.compile(r"^\d+ ms$"), timeout=60_000)
+            deadline = time.monotonic() + 30  # (wait_for_function would eval: CSP says no)
+            while (page.evaluate("() => window.voiceDemo.socket.stats.audible") < 25
+                   and time.monotonic() < deadline):
+                time.sleep(0.1)
+            expect(page.locator("#agent-text")).not_to_have_text("–", timeout=30_000)
+            stats = page.evaluate("window.voiceDemo.socket.stats")
+            user_text = page.locator("#user-text").inner_text()
+            eot_text = eot.inner_text()
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            shot = ARTIFACTS / "page_websocket_conversation.png"
+            page.screenshot(path=str(shot))
+            page.click("#leave")
+            expect(page.locator("#state")).to_have_attribute("data-state", "idle")
+            browser.close()
+    finally:
+        stop_mesh(proc)
+    print(f"\npage: user said {user_text!r}, EoT->first audio {eot_text}, received {stats}")
+    assert user_text.strip() and user_text != "–"
+    assert stats["sent"] > 100, stats  # the mic streamed
+    assert stats["peak"] > 1000 and stats["audible"] >= 25, stats  # ~0.5 s of reply heard
+    assert errors == [], errors
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
