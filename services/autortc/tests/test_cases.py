@@ -10,13 +10,18 @@ from voice_autortc.cases import load_cases
 from voice_autortc.gates import GATE_NAMES
 
 
-def test_default_suite_is_12_p0_and_4_p1() -> None:
+def test_default_suite_is_12_p0_and_6_p1() -> None:
     cf, path = load_cases()
     assert path.name == "all_cases.json"
     pr = [c.priority for c in cf.cases]
-    assert pr.count("P0") == 12 and pr.count("P1") == 4
+    assert pr.count("P0") == 12 and pr.count("P1") == 6
     kinds = sorted(c.fault.kind for c in cf.cases if c.fault)
-    assert kinds == ["boom", "distort", "speed", "stall"]
+    assert kinds == ["boom", "distort", "speed"]
+    links = {c.id: c.fault_label() for c in cf.cases if c.link}
+    assert links == {"p1_stall": "link: stall 180 ms", "p1_loss": "link: loss 10 % x3",
+                     "p1_jitter": "link: jitter 120 ms"}
+    # The known mid-sentence reply is marked, not hidden: its gate stays as it is.
+    assert [c.id for c in cf.cases if c.xfail] == ["stutter_long_pause"]
     for c in cf.cases:  # every expected failure names a real gate
         assert set(c.expect_fail) <= set(GATE_NAMES), c.id
     quick = cf.select(quick=True)

@@ -2,9 +2,11 @@
 agent's real-time microphone/speaker), real TTS and thinker gRPC servers with tiny
 random models, started by `run_suite --spawn-backends`, exactly as a user runs it.
 
-One `--quick` run (2 clean P0 cases + the 4 P1 fault cases), then checks:
+One `--quick` run (2 clean P0 cases + 4 P1 fault cases: a decoder fault and three
+live link impairments), then checks:
 - clean cases: captured OK, every transport gate PASS, pre vs post identical in quality;
-- P1 cases: the gates each fault must break FAIL (the gates can fail);
+- P1 cases: the gates each fault must break FAIL (the gates can fail), and the link
+  faults acted live (the listener's clock saw the stall, the lost and late packets);
 - report.md, report.json, PNG plots and the WAVs are written; latencies are measured.
 No fakes: nothing here stands in for the agent, the TTS or the thinker.
 """
@@ -56,7 +58,7 @@ def _gates(case: dict[str, Any]) -> dict[str, str]:
 
 def test_all_quick_cases_ran(run: dict[str, Any]) -> None:
     assert set(run["cases"]) == {"endpoint_short_hello", "endpoint_long_sentence",
-                                 "p1_boom", "p1_speed", "p1_distort", "p1_stall"}
+                                 "p1_boom", "p1_stall", "p1_loss", "p1_jitter"}
     # The exit code follows the verdict.
     assert run["rc"] == (0 if run["report"]["verdict"] == "PASS" else 1)
 
@@ -68,13 +70,20 @@ def test_clean_cases_pass_transport_and_quality_gates(run: dict[str, Any]) -> No
         assert c["capture_status"] == "OK", (cid, c["error"], c["notes"])
         g = _gates(c)
         bad = {n for n in TRANSPORT_GATES if g[n] != "PASS"}
-        # Gaps are allowed only where the replay of the speaker's clock proves the sender
-        # (TTS + agent on this host) handed the frames over late: a busy 2-core host.
-        # A clean link itself must add nothing.
-        timing = {"audible_dropouts", "max_gap", "inter_arrival_p95"}
-        if bad and bad <= timing and m.get("sender_late_frames", 0) > 0:
+        # The clean link adds nothing: every frame sent arrived, none lost or late.
+        assert m["link_dropped"] == m["rx_lost"] == m["rx_late"] == 0, m
+        # Gaps are allowed only where the sender is proven to have made them: the replay
+        # of the speaker's clock shows the TTS + agent handed frames over late, or the
+        # speaker itself paused that long between frames (the agent's event loop held
+        # up: a real underrun, which the gates rightly fail; seen here on a 2-core host).
+        timing = {"audible_dropouts", "max_gap", "inter_arrival_p95", "inter_arrival_max"}
+        sender_gap = m.get("sender_gap_max_ms") or 0.0
+        sender_made_it = m.get("sender_late_frames", 0) > 0 or (
+            sender_gap > 40 and m["inter_arrival_max_ms"] <= sender_gap + 10)
+        if bad and bad <= timing and sender_made_it:
             warnings.warn(f"{cid}: {sorted(bad)} FAIL with the sender late "
                           f"({m['sender_late_frames']:.0f} frames, {m['sender_late_ms']} ms, "
+                          f"its longest pause {sender_gap} ms, "
                           f"host load {run['report']['run']['host_load']})", stacklevel=1)
         else:
             assert not bad, (cid, bad, m, f"see {run['dir']}/report.md")
@@ -85,12 +94,23 @@ def test_clean_cases_pass_transport_and_quality_gates(run: dict[str, Any]) -> No
 
 
 def test_p1_faults_fail_their_gates(run: dict[str, Any]) -> None:
-    for cid in ("p1_boom", "p1_speed", "p1_distort", "p1_stall"):
+    for cid in ("p1_boom", "p1_stall", "p1_loss", "p1_jitter"):
         c = run["cases"][cid]
         assert c["capture_status"] == "OK", (cid, c["error"])
         g = _gates(c)
         assert c["expect_fail"] and all(g[n] == "FAIL" for n in c["expect_fail"]), (cid, g)
         assert c["verdict"] == "PASS" and c["detected"] == c["expect_fail"]
+
+
+def test_link_faults_happened_live(run: dict[str, Any]) -> None:
+    # The impairments acted on the stream as it played, seen by the listener's clock.
+    m = {cid: run["cases"][cid]["metrics"] for cid in ("p1_stall", "p1_loss", "p1_jitter")}
+    assert m["p1_stall"]["inter_arrival_max_ms"] >= 170  # 180 ms of nothing, then a burst
+    assert m["p1_stall"]["link_dropped"] == m["p1_stall"]["rx_lost"] == 0  # late, not lost
+    assert m["p1_loss"]["link_dropped"] > 0 and m["p1_loss"]["rx_lost"] > 0
+    assert m["p1_loss"]["speed_drift"] > 0.02  # lost audio is missing from what was heard
+    assert m["p1_jitter"]["rx_lost"] + m["p1_jitter"]["rx_late"] > 0
+    assert m["p1_jitter"]["inter_arrival_p95_ms"] > 30
 
 
 def test_latencies_are_measured(run: dict[str, Any]) -> None:
@@ -109,7 +129,7 @@ def test_report_plots_and_wavs_written(run: dict[str, Any]) -> None:
     d: Path = run["dir"]
     md = (d / "report.md").read_text()
     assert md.startswith("# AutoRTC report:") and "## Suite gates" in md
-    assert "| p1_stall | P1 | stall | OK |" in md
+    assert "| p1_stall | P1 | link: stall 180 ms | OK |" in md
     assert (d / "plots" / "latency.png").read_bytes()[:8] == PNG
     for cid in run["cases"]:
         cd = d / "cases" / cid

@@ -21,7 +21,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def _results(eot_ms: float = 400.0) -> list:
     out = []
-    for cid in ("endpoint_short_hello", "p1_stall", "p1_boom"):
+    for cid in ("endpoint_short_hello", "p1_distort", "p1_boom"):
         pre = speechlike(seed=2)
         rx = received(pre.copy())
         cap = Capture(case_id=cid, trace_id=f"tr-{cid}", status=OK, rate=rx.rate, full=pre,
@@ -49,7 +49,7 @@ def test_markdown_has_verdict_tables_and_fixes(tmp_path: Path) -> None:
     md = (tmp_path / "run1" / "report.md").read_text()
     assert md.startswith("# AutoRTC report: PASS")
     assert "PRIMARY KPI" in md and "| max gap in reply |" in md
-    assert "### p1_stall (P1) — PASS" in md and "detected: audible_dropouts" in md
+    assert "### p1_distort (P1) — PASS" in md and "detected: clipping_ratio" in md
     # A P1 case's failing gates are expected: no Suggested Fix for them.
     assert "None: every gate passed" in md
     assert rep["capture_status"] == {"OK": 3}

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-FaultKind = Literal["boom", "speed", "distort", "stall"]
+FaultKind = Literal["boom", "speed", "distort"]
 
 
 class _Strict(BaseModel):
@@ -61,18 +61,29 @@ class Expect(_Strict):
 
 
 class Fault(_Strict):
-    """A broken transport, applied by the probe to what it records (see faults.py)."""
+    """A broken decoder/codec, applied by the probe to the reply it received after the
+    run (see faults.py). Network faults the session lives through are `link`."""
 
     kind: FaultKind
-    # boom: clicks at full scale; speed: playback rate; distort: drive + lowpass;
-    # stall: frames lost then delivered in bursts.
+    # boom: clicks at full scale; speed: playback rate; distort: drive + lowpass.
     clicks: int = Field(3, ge=1, le=100)
     click_ms: float = Field(8.0, gt=0, le=200)
     rate: float = Field(1.12, gt=0.25, lt=4.0)
     drive_db: float = Field(12.0, ge=0, le=60)  # over the peak
     lowpass_hz: float = Field(2500.0, gt=100, le=24_000)
-    lost_ms: int = Field(400, ge=20, le=10_000)
-    burst_frames: int = Field(5, ge=2, le=100)
+
+
+class Link(_Strict):
+    """The network between the agent's output and the listener, impaired live while the
+    session plays (link.py; direct transport). Applies from the user's turn on."""
+
+    loss_pct: float = Field(0.0, ge=0.0, le=90.0)  # packets lost, in bursts
+    loss_burst_frames: int = Field(1, ge=1, le=50)
+    jitter_ms: float = Field(0.0, ge=0.0, le=2000.0)  # delay uniform(0, jitter_ms)
+    stall_ms: int = Field(0, ge=0, le=10_000)  # nothing arrives, then a burst
+    stall_at_ms: int = Field(1000, ge=0, le=60_000)  # after the first packet of the turn
+    prebuffer_ms: int = Field(20, ge=0, le=1000)  # the receiver's playout delay
+    seed: int = 1
 
 
 class Case(_Strict):
@@ -83,15 +94,36 @@ class Case(_Strict):
     input: Input
     expect: Expect = Expect()
     fault: Fault | None = None
+    link: Link | None = None  # a live network impairment (None: a clean link)
     # Gates this case must FAIL (P1: proof that the gates can fail).
     expect_fail: list[str] = Field(default_factory=list)
+    # A known issue: the case is reported (XFAIL, or XPASS once fixed) and does not
+    # fail the suite. The reason says what is wrong and who is fixing it.
+    xfail: str | None = Field(None, min_length=1)
+
+    def fault_label(self) -> str:
+        """What is broken, in a few words ("-" for a clean case)."""
+        if self.fault is not None:
+            return self.fault.kind
+        if self.link is None:
+            return "-"
+        ln, parts = self.link, []
+        if ln.stall_ms:
+            parts.append(f"stall {ln.stall_ms} ms")
+        if ln.loss_pct:
+            parts.append(f"loss {ln.loss_pct:g} % x{ln.loss_burst_frames}")
+        if ln.jitter_ms:
+            parts.append(f"jitter {ln.jitter_ms:g} ms")
+        return "link: " + (", ".join(parts) or "clean")
 
     @model_validator(mode="after")
     def _p1_has_fault(self) -> Case:
-        if self.priority == "P1" and (self.fault is None or not self.expect_fail):
-            raise ValueError(f"case {self.id}: a P1 case needs a `fault` and `expect_fail`")
-        if self.priority == "P0" and self.fault is not None:
-            raise ValueError(f"case {self.id}: a P0 case must not have a fault")
+        broken = self.fault is not None or self.link is not None
+        if self.priority == "P1" and (not broken or not self.expect_fail):
+            raise ValueError(f"case {self.id}: a P1 case needs a `fault` or `link`, and "
+                             "`expect_fail`")
+        if self.priority == "P0" and broken:
+            raise ValueError(f"case {self.id}: a P0 case must not have a fault or link")
         return self
 
 

@@ -1,9 +1,10 @@
-"""P1 fault generators: a broken transport between the agent and the probe.
+"""P1 decoder faults: what a broken codec or mixer at the listener does to the sound.
 
-The probe applies a case's fault to what it received (audio frames and their arrival
-times) before any metric runs, so the agent and the TTS run exactly as in a clean case
-and only the "transport" is broken. Each fault leaves the fingerprint the gates look
-for (seed 000: spike=1, drift=2.04, mel=9.74 were the seed's P1 fingerprints):
+The probe applies a case's fault to the reply it received, after the run and before
+any metric runs: these are signal transforms, not faults the session lives through.
+Network faults (loss, jitter, stalls) are not here: link.py impairs the live stream.
+Each fault leaves the fingerprint the gates look for (seed 000: spike=1, drift=2.04,
+mel=9.74 were the seed's P1 fingerprints):
 
 - boom: clicks at full scale (a popping codec or a glitching mixer) -> spikes,
   clipping_ratio.
@@ -11,9 +12,6 @@ for (seed 000: spike=1, drift=2.04, mel=9.74 were the seed's P1 fingerprints):
   time-stretch plus pitch shift) -> speed_drift, mel_distance.
 - distort: muffled (low-pass, a narrowband codec) then over-driven into saturation
   -> clipping_ratio, hf_ratio_drop, mel_distance.
-- stall: `lost_ms` of frames lost mid-reply, then the rest delivered in bursts of
-  `burst_frames` (a jitter buffer collapsing) -> audible_dropouts, max_gap,
-  inter_arrival_p95.
 
 Everything is deterministic: the same input gives the same faulty output.
 """
@@ -83,25 +81,7 @@ def distort(rx: Received, f: Fault) -> Received:
     return Received(rx.rate, x.astype(np.float32), list(rx.arrivals), rx.frame_samples)
 
 
-def stall(rx: Received, f: Fault) -> Received:
-    x = rx.audio.copy()
-    fs = rx.frame_samples
-    a, b = _audible_bounds(x, rx.rate)
-    lost = max(1, int(f.lost_ms * rx.rate / 1000) // fs)
-    first = (a + (b - a) // 3) // fs
-    x[first * fs : (first + lost) * fs] = 0.0  # the receiver plays silence for lost frames
-    arrivals = list(rx.arrivals)
-    kept = [t for i, t in enumerate(arrivals) if not first <= i < first + lost]
-    # After the stall the jitter buffer releases frames in bursts.
-    head, tail = kept[:first], kept[first:]
-    burst: list[float] = []
-    for g in range(0, len(tail), f.burst_frames):
-        group = tail[g : g + f.burst_frames]
-        burst += [group[-1]] * len(group)
-    return Received(rx.rate, x.astype(np.float32), head + burst, fs)
-
-
-FAULTS = {"boom": boom, "speed": speed, "distort": distort, "stall": stall}
+FAULTS = {"boom": boom, "speed": speed, "distort": distort}
 
 
 def apply_fault(rx: Received, fault: Fault | None) -> Received:

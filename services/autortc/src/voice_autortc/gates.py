@@ -107,11 +107,27 @@ GATES: tuple[Gate, ...] = (
     Gate("audio_valid", "ring0", "case", "audio_valid", "==", 1, "", "audible reply",
          "No audible reply: see capture_status; check the agent's logs for this "
          "trace_id, the probe's subscription (probe_ready) and the TTS server."),
+    # --- ours: timing at the listener and turn-taking (README: Gates) ------------------------
+    Gate("inter_arrival_max", "ring0", "case", "inter_arrival_max_ms", "<=", 100, "ms",
+         "frame inter-arrival max",
+         "Nothing arrived for this long inside the reply: a network stall or an underrun "
+         "at the sender (see sender_late_ms: if the sender was late it is the TTS/agent, "
+         "else the link); a jitter buffer only hides what it has buffered."),
+    Gate("barge_in_cut", "ring2", "case", "barge_in_to_silence_ms", "<=", 500, "ms",
+         "barge-in speech onset -> reply silent",
+         "The reply went on over the user: check AGENT_ALLOW_INTERRUPTIONS, the VAD's "
+         "min speech / AGENT_MIN_INTERRUPTION_MS, and that the barge-in cascade clears "
+         "the output buffer (cancel_to_silence_ms) and sends STOP to the TTS."),
+    Gate("early_reply", "ring2", "case", "early_reply_ms", "<=", 0, "ms",
+         "agent spoke before the user finished",
+         "The agent answered mid-sentence (a pause inside the turn was taken for its "
+         "end): use a turn detector (end-of-utterance model) or a longer "
+         "AGENT_MIN_ENDPOINTING_DELAY_S; see the case's input.wav and post_rtc_full.wav."),
 )
 
 GATE_NAMES = tuple(g.name for g in GATES)
 TRANSPORT_GATES = ("audible_dropouts", "max_gap", "clipping_ratio", "inter_arrival_p95",
-                   "spikes", "audio_valid")
+                   "inter_arrival_max", "spikes", "audio_valid")
 
 
 def configure(overrides: Mapping[str, float] | None = None) -> tuple[Gate, ...]:

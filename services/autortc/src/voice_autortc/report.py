@@ -21,8 +21,10 @@ _KEYS_MD = (  # the figures shown per case, in this order
     "eot_to_first_audio_ms", "agent_eot_to_first_audio_ms", "llm_ttft_ms", "tts_ttfa_ms",
     "tts_first_to_publish_ms", "stt_ms", "cancel_to_silence_ms", "audible_ms", "post_rms",
     "max_gap_ms", "audible_dropouts", "clipping_ratio", "spikes", "inter_arrival_p50_ms",
-    "inter_arrival_p95_ms", "mel_distance_db", "hf_ratio_drop_db", "speed_drift",
-    "sender_late_frames", "sender_late_ms", "sender_delivery_rtf",
+    "inter_arrival_p95_ms", "inter_arrival_max_ms", "early_reply_ms",
+    "barge_in_to_silence_ms", "link_dropped", "rx_lost", "rx_late", "mel_distance_db",
+    "hf_ratio_drop_db", "speed_drift",
+    "sender_late_frames", "sender_late_ms", "sender_delivery_rtf", "sender_gap_max_ms",
 )
 
 
@@ -38,7 +40,8 @@ def case_json(r: CaseResult) -> dict[str, Any]:
     c = r.capture
     return {
         "case_id": r.case.id, "priority": r.case.priority, "trace_id": c.trace_id,
-        "description": r.case.description, "fault": r.case.fault.kind if r.case.fault else None,
+        "description": r.case.description,
+        "fault": r.case.fault_label() if r.case.fault or r.case.link else None,
         "capture_status": c.status, "error": c.error, "slicing": c.slicing,
         "attempts": r.attempts, "verdict": r.verdict, "expect_fail": r.case.expect_fail,
         "detected": r.detected, "metrics": r.metrics, "notes": c.notes,
@@ -104,7 +107,7 @@ def build_markdown(report: dict[str, Any], results: list[CaseResult],
     ]
     for r in results:
         failed = ", ".join(g.name for g in r.failed()) or "-"
-        fault = r.case.fault.kind if r.case.fault else "-"
+        fault = r.case.fault_label()
         v = r.verdict + (f" (detected {len(r.detected)}/{len(r.case.expect_fail)})"
                          if r.case.priority == "P1" else "")
         lines.append(f"| {r.case.id} | {r.case.priority} | {fault} | {r.capture.status} | "
@@ -117,9 +120,11 @@ def build_markdown(report: dict[str, Any], results: list[CaseResult],
         lines.append(f"trace `{r.capture.trace_id}` · capture_status **{r.capture.status}** · "
                      f"slicing {r.capture.slicing} · attempts {r.attempts}")
         if r.case.priority == "P1":
-            lines.append(f" · fault **{r.case.fault.kind if r.case.fault else '-'}** must fail "
+            lines.append(f" · fault **{r.case.fault_label()}** must fail "
                          f"{', '.join(r.case.expect_fail)}; detected: "
                          f"{', '.join(r.detected) or 'none'}")
+        if r.case.xfail:
+            lines.append(f" · known issue (xfail): {r.case.xfail}")
         if r.capture.error:
             lines.append(f"\n> error: {r.capture.error}")
         for n in r.capture.notes:

@@ -128,7 +128,8 @@ def _save_case(run_dir: Path, r: CaseResult, clip: UserClip) -> None:
         write_wav(d / "pre_rtc.wav", c.pre, c.pre_rate)
     if r.post is not None:
         write_wav(d / "post_rtc_reply.wav", r.post.audio, r.post.rate)
-        fault = f"[fault: {r.case.fault.kind}]" if r.case.fault else "[clean]"
+        label = r.case.fault_label()
+        fault = f"[fault: {label}]" if label != "-" else "[clean]"
         reply_plot(d / "reply.png", case_id=r.case.id, post=r.post.audio, rate=r.post.rate,
                    arrivals=r.post.arrivals, pre=c.pre, pre_rate=c.pre_rate,
                    silence_dbfs=MetricConfig().silence_dbfs, gap_min_ms=40, title_extra=fault)

@@ -43,4 +43,11 @@ class Capture:
     barge_in: dict[str, float] | None = None
     # direct only: was the sender behind real time (see direct._sender_lateness)
     sender: dict[str, float] = field(default_factory=dict)
+    # direct only: what the link did (packets sent, dropped; lost/late at the receiver)
+    link: dict[str, float] = field(default_factory=dict)
+    # On the listener's clock, for the turn-taking gates (None: not measured):
+    user_speech_start: float | None = None  # first sample of the user's speech
+    agent_audio_during_user: float | None = None  # first agent audio before the EoT
+    barge_onset: float | None = None  # first sample of the barge-in speech
+    reply_last_audible: float | None = None  # end of the reply's last audible sound
     notes: list[str] = field(default_factory=list)

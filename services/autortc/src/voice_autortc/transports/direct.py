@@ -2,15 +2,18 @@
 
 The agent's own real-time devices stand in for the room: the user bot is its
 `MicrophoneInput` (our clip played in real time, so Silero VAD and endpointing see a
-live signal), the probe is its `SpeakerOutput` (frames played out on a 20 ms wall
-clock; each tick's time is the frame's arrival). Between the agent and the speaker
-we tap the frames the session hands over: that is pre-RTC (what the TTS produced);
-what the speaker plays is post-RTC. With no network in between they should match,
-which is exactly what the clean cases must show; the P1 faults break the link after.
+live signal); its `SpeakerOutput` is the sender (frames played out on a 20 ms wall
+clock, as a room track publishes them). Each frame it plays goes over `link.Link` (the
+network: clean, or impaired live as the case's `link` says) to `link.Receiver`, the
+listener: it stamps arrivals on its own clock and plays out through its own jitter
+buffer. pre-RTC = what the speaker sent for the reply; post-RTC = what the receiver
+played. On a clean link they match sample for sample, which the clean cases must show.
 
-Reply slicing (seed D9): reply_start = first agent frame played after the user's EoT,
-reply_end = the end of that playback segment (the speaker's playback_finished, or the
-barge-in's clear). The greeting and any later reply stay out of the slice.
+Reply slicing (seed D9): the reply is the first playback segment still playing at the
+listener after the user's EoT, from its first to its last frame there. The greeting
+and any later reply stay out of the slice. Also measured here, on the listener's side:
+agent audio while the user was still speaking (a mid-sentence reply) and, on barge-in,
+the last audible sample of the reply.
 """
 
 from __future__ import annotations
@@ -23,52 +26,40 @@ from typing import Any
 import numpy as np
 
 from ..audio import to_float
+from ..audio_metrics import SILENCE_DBFS, envelope_db
 from ..cases import Case
 from ..faults import Received
+from ..link import Impairment, Link, Receiver, RxTick
 from ..speech import UserClip
 from .base import ERROR, NO_REPLY, OK, POST_SILENT, PRE_MISSING, Capture
 
 
 @dataclass
 class _Tap:
-    """Frames handed to the speaker, grouped into playback segments."""
+    """Frames the session handed to the speaker (capture time, pcm), per its segment."""
 
-    # Each segment: the frames (capture time, pcm) the session handed over, in order.
-    segments: list[list[tuple[float, bytes]]] = field(default_factory=list)
-    open: bool = False
-    finished: list[tuple[float, bool]] = field(default_factory=list)  # (t, interrupted)
+    segments: dict[int, list[tuple[float, bytes]]] = field(default_factory=dict)
 
 
 def _install_tap(speaker: Any) -> _Tap:
-    # Instance attributes shadow the methods: the session's audio chain calls these.
+    # An instance attribute shadows the method: the session's audio chain calls it.
     tap = _Tap()
-    capture, flush, clear = speaker.capture_frame, speaker.flush, speaker.clear_buffer
-    finished = speaker.on_playback_finished
+    capture = speaker.capture_frame
 
     async def capture_frame(frame: Any) -> None:
-        if not tap.open:
-            tap.segments.append([])
-            tap.open = True
-        tap.segments[-1].append((time.perf_counter(), bytes(frame.data)))
+        t = time.perf_counter()
         await capture(frame)
-
-    def on_flush() -> None:
-        tap.open = False
-        flush()
-
-    def on_clear() -> None:
-        tap.open = False
-        clear()
-
-    def on_finished(*args: Any, **kwargs: Any) -> None:
-        tap.finished.append((time.perf_counter(), bool(kwargs.get("interrupted", False))))
-        finished(*args, **kwargs)
+        if not speaker._discarding:  # a frame after a barge-in's clear is dropped
+            tap.segments.setdefault(speaker.segment, []).append((t, bytes(frame.data)))
 
     speaker.capture_frame = capture_frame
-    speaker.flush = on_flush
-    speaker.clear_buffer = on_clear
-    speaker.on_playback_finished = on_finished
     return tap
+
+
+def _impairment(case: Case) -> Impairment:
+    if case.link is None:
+        return Impairment()
+    return Impairment(**case.link.model_dump())
 
 
 async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id: str,
@@ -82,25 +73,37 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
     timeout = case.expect.reply_timeout_s
     ds = DirectSession(agent_settings, greet=greet)
     tap = _install_tap(ds.speaker)
+    imp = _impairment(case)
+    fs = ds.speaker.frame_samples
+    rx = Receiver(frame_samples=fs, frame_s=fs / cap.rate, prebuffer_s=imp.prebuffer_ms / 1000)
+    link = Link(rx, imp)
+    ds.speaker.on_played = link.send
     try:
         async with ds:
-            await ds.wait_until_quiet(timeout=timeout, quiet_s=0.3)
-            device_start = _mic_clock(ds.mic)
-            played = ds.say_user(clip.pcm16())
-            barge = asyncio.create_task(_barge_in(ds, case, clip, barge_clip, played, cap))
-            start, _end = await played
-            # EoT on the microphone's device clock (when the user stopped talking), not
-            # when a lagging consumer pulled the frame: the lag is the agent's latency.
-            cap.eot = (device_start if device_start is not None else start) \
-                + clip.end_of_speech_s
-            if not await _replied(ds, cap.eot, timeout):
-                cap.notes.append(f"no agent audio within {timeout:.0f} s of the EoT")
-            await barge
+            rx.start()
             try:
-                await ds.wait_until_quiet(timeout=timeout, quiet_s=0.8)
-            except TimeoutError as e:  # keep what was captured: a too-long reply is data
-                cap.notes.append(f"reply did not end in time: {e}")
-            result = ds.result()
+                await ds.wait_until_quiet(timeout=timeout, quiet_s=0.3)
+                device_start = _mic_clock(ds.mic)
+                link.arm()
+                played = ds.say_user(clip.pcm16())
+                barge = asyncio.create_task(_barge_in(ds, rx, case, clip, barge_clip, played,
+                                                      cap))
+                start, _end = await played
+                # EoT on the microphone's device clock (when the user stopped talking),
+                # not when a lagging consumer pulled the frame: the lag is the agent's.
+                t0 = device_start if device_start is not None else start
+                cap.eot = t0 + clip.end_of_speech_s
+                cap.user_speech_start = t0 + clip.speech_start_s
+                if not await _replied(rx, cap.eot, timeout):
+                    cap.notes.append(f"no agent audio within {timeout:.0f} s of the EoT")
+                await barge
+                try:
+                    await ds.wait_until_quiet(timeout=timeout, quiet_s=0.8)
+                except TimeoutError as e:  # keep what was captured: a long reply is data
+                    cap.notes.append(f"reply did not end in time: {e}")
+                result = ds.result()
+            finally:
+                await rx.aclose()
     except Exception as e:  # the report shows it; the suite goes on with the next case
         cap.status, cap.error = ERROR, f"{type(e).__name__}: {e}"
         return cap
@@ -110,7 +113,9 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
     if result.barge_ins:
         b = result.barge_ins[0]
         cap.barge_in = {"cancel_to_silence_ms": round(b.cancel_to_silence_s * 1000, 2)}
-    _slice(cap, ds.speaker, tap, valid_rms)
+    cap.link = {"link_sent": float(len(link.sent)), "link_dropped": float(len(link.dropped)),
+                "rx_lost": float(rx.lost), "rx_late": float(rx.late)}
+    _slice(cap, rx, link, tap, valid_rms)
     return cap
 
 
@@ -143,73 +148,104 @@ def _sender_lateness(seg: list[tuple[float, bytes]], play_start: float,
             "sender_delivery_rtf": round(span / dur, 3) if dur else -1.0}
 
 
-async def _replied(ds: Any, eot: float, timeout: float) -> bool:
-    """Wait for the first agent frame played after the EoT (the reply has begun)."""
+async def _replied(rx: Receiver, eot: float, timeout: float) -> bool:
+    """Wait for the first agent frame played at the listener after the EoT."""
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
-        if any(t.audible and t.at >= eot for t in ds.speaker.ticks[-50:]):
+        if any(t.audible and t.at >= eot for t in rx.ticks[-50:]):
             return True
         await asyncio.sleep(0.01)
     return False
 
 
-async def _barge_in(ds: Any, case: Case, clip: UserClip, barge_clip: UserClip | None,
-                    played: asyncio.Future[tuple[float, float]], cap: Capture) -> None:
-    """Speak the barge-in utterance `after_reply_ms` after the reply became audible."""
+async def _barge_in(ds: Any, rx: Receiver, case: Case, clip: UserClip,
+                    barge_clip: UserClip | None, played: asyncio.Future[tuple[float, float]],
+                    cap: Capture) -> None:
+    """Speak the barge-in utterance `after_reply_ms` after the reply became audible at
+    the listener; its speech onset (microphone device clock) is what the cut is timed
+    from."""
     if barge_clip is None or case.input.barge_in is None:
         return
     start, _ = await asyncio.shield(played)
     eot = start + clip.end_of_speech_s
     deadline = time.perf_counter() + case.expect.reply_timeout_s
     while time.perf_counter() < deadline:
-        if any(t.audible and t.at >= eot for t in ds.speaker.ticks):
+        if any(t.audible and t.at >= eot for t in rx.ticks):
             break
         await asyncio.sleep(0.01)
     else:
         cap.notes.append("no reply to barge into")
         return
     await asyncio.sleep(case.input.barge_in.after_reply_ms / 1000)
+    device = _mic_clock(ds.mic)
     t0, _ = await ds.say_user(barge_clip.pcm16())
-    cap.barge_in = {"barge_in_at": t0}
+    cap.barge_onset = (device if device is not None else t0) + barge_clip.speech_start_s
 
 
-def _slice(cap: Capture, speaker: Any, tap: _Tap, valid_rms: float) -> None:
-    ticks = list(speaker.ticks)
-    rec = to_float(bytes(speaker.recording))
-    fs = speaker.frame_samples
+def _loud(pcm: np.ndarray) -> bool:
+    return bool(len(pcm)) and float(np.sqrt(np.mean(np.square(pcm)))) >= 10 ** (
+        SILENCE_DBFS / 20)
+
+
+def _reply_segment(ticks: list[RxTick], eot: float) -> int | None:
+    """The first segment still playing at the listener after the EoT."""
+    return next((t.segment for t in ticks if t.audible and t.at >= eot), None)
+
+
+def _slice(cap: Capture, rx: Receiver, link: Link, tap: _Tap, valid_rms: float) -> None:
+    rec = to_float(bytes(rx.recording))
+    fs = rx.frame_samples
+    ticks = rx.ticks[: len(rec) // fs]
     cap.full = rec
     eot = cap.eot or 0.0
-    first = next((i for i, t in enumerate(ticks) if t.audible and t.at >= eot), None)
-    if first is None:
+    frame = [rec[i * fs : (i + 1) * fs] for i in range(len(ticks))]
+    if cap.user_speech_start is not None:  # agent audio while the user still spoke
+        cap.agent_audio_during_user = next(
+            (t.at for i, t in enumerate(ticks)
+             if t.audible and cap.user_speech_start < t.at < eot and _loud(frame[i])), None)
+    seg = _reply_segment(ticks, eot)
+    if seg is None:
         cap.status = NO_REPLY
         return
+    mine = [i for i, t in enumerate(ticks) if t.segment == seg]
+    first, last = mine[0], mine[-1]
     cap.reply_start = ticks[first].at
-    ends = [t for t, _ in tap.finished if t > cap.reply_start]
-    cap.reply_end = ends[0] if ends else ticks[-1].at + fs / cap.rate
-    last = max((i for i, t in enumerate(ticks[: len(rec) // fs]) if t.at < cap.reply_end),
-               default=first)
+    cap.reply_end = ticks[last].at + rx.frame_s
     reply = rec[first * fs : (last + 1) * fs]
-    arrivals = [t.at for t in ticks[first : last + 1]]
+    arrivals = sorted(at for at, p in rx.arrivals if p.segment == seg)
     cap.reply = Received(cap.rate, reply, arrivals, fs)
-    loud = [i for i in range(first, last + 1)
-            if np.sqrt(np.mean(np.square(rec[i * fs : (i + 1) * fs]))) >= 10 ** (-50 / 20)]
+    loud = [i for i in range(first, last + 1) if _loud(frame[i])]
     cap.first_audible = ticks[loud[0]].at if loud else None
+    cap.reply_last_audible = _last_audible(reply, ticks[first : last + 1], fs, cap.rate)
 
-    # pre-RTC: the first segment handed to the speaker after EoT is this reply's audio.
-    seg = next((s for s in tap.segments if s and s[0][0] >= eot), None)
-    if seg:
-        cap.sender = _sender_lateness(seg, cap.reply_start, cap.pre_rate)
-        pre = to_float(b"".join(pcm for _, pcm in seg))
-        if cap.barge_in is not None:
-            pre = pre[: len(reply)]  # interrupted: only what could be heard is comparable
-        cap.pre = pre
+    # pre-RTC: what the speaker sent for this reply (before the link).
+    sent = [p for p in link.sent if p.segment == seg]
+    cap.pre = to_float(b"".join(p.pcm for p in sent))
+    if seg in tap.segments and sent:
+        cap.sender = _sender_lateness(tap.segments[seg], sent[0].sent_at, cap.pre_rate)
+    if len(sent) > 1:
+        # The sender's own longest pause between frames (its event loop held up, or the
+        # TTS late): an arrival gap this long was there before the link.
+        cap.sender["sender_gap_max_ms"] = round(float(np.max(np.diff(
+            [p.sent_at for p in sent]))) * 1000, 2)
     after = rec[first * fs :]  # the greeting must not make a silent reply valid
     full_rms = float(np.sqrt(np.mean(np.square(after)))) if len(after) else 0.0
     reply_rms = float(np.sqrt(np.mean(np.square(reply)))) if len(reply) else 0.0
     # seed 003 13.3: valid if either the reply or the full recording is audible
     if max(reply_rms, full_rms) < valid_rms:
         cap.status = POST_SILENT
-    elif cap.pre is None:
+    elif not len(cap.pre):
         cap.status = PRE_MISSING
     else:
         cap.status = OK
+
+
+def _last_audible(reply: np.ndarray, ticks: list[RxTick], fs: int, rate: int) -> float | None:
+    """Listener time of the end of the reply's last audible 10 ms window."""
+    env = envelope_db(reply, rate)
+    idx = np.flatnonzero(env >= SILENCE_DBFS)
+    if not len(idx):
+        return None
+    end = (int(idx[-1]) + 1) * (rate // 100)  # samples into the reply
+    k = min((end - 1) // fs, len(ticks) - 1)
+    return ticks[k].at + (end - k * fs) / rate
