@@ -318,6 +318,9 @@ class TalkSession:
             await p.session.start(agent=p.agent, record=False)
             # either side ending ends the conversation
             await asyncio.wait([sender, receiver], return_when=asyncio.FIRST_COMPLETED)
+            if (receiver.done() and not receiver.cancelled()
+                    and isinstance(err := receiver.exception(), ProtocolError)):
+                await _refuse(self.ws, err)  # the client hears why now, not after teardown
         finally:
             receiver.cancel()
             await self._teardown()
