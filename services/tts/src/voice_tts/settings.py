@@ -37,9 +37,9 @@ class TTSSettings(BaseSettings):
     max_sessions: int = Field(32, ge=1, le=4096)
     # Admission by capacity (server/admission.py): a call is admitted only while, with one
     # more speaking stream, the engine's measured frame period stays under admit_margin x
-    # 80 ms (the audio one codec frame holds; also at most what the packet ramp allows,
-    # 60 ms for packets (1, 4), so that no packet comes after the audio before it has
-    # played) and the event loop's predicted CPU share stays under admit_margin of a
+    # 80 ms (the audio one codec frame holds; also at most first_packet_frames /
+    # packet_frames x 80 ms: the old start-up bound, kept for TTFA and the front's load)
+    # and the event loop's predicted CPU share stays under admit_margin of a
     # core. 0 turns both off (the open-stream cap alone).
     admit_margin: float = Field(0.7, ge=0.0, le=1.0)
     # A new stream counts as engine load for this long before its first text (a burst

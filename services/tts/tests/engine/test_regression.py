@@ -16,6 +16,7 @@ from voice_tts.engine import (
     SessionParams,
     UtteranceEnd,
 )
+from voice_tts.engine.length_guard import TextLength, max_frames_for
 
 from .lib import snr_db
 
@@ -82,12 +83,21 @@ def test_no_empty_audio(tiny_engine):
 
 
 def test_max_length_guard_stops_runaway():
-    # Random weights rarely sample EOS: without the guard this would not stop.
-    settings = EngineSettings(max_sessions=2, max_frames_base=4, max_frames_per_token=1.0)
+    # Random weights rarely sample EOS: without the guard this would not stop. The guard
+    # follows the text's characters (length_guard.py): plain, East Asian wide, digits.
+    settings = EngineSettings(max_sessions=2, max_frames_base=4, max_frames_per_char=1.0,
+                              max_frames_per_wide_char=3.0, max_frames_per_digit=2.0)
     engine = Engine.from_preset("tiny", seed=0, settings=settings)
-    n_text = len(engine.tokenizer.encode("assistant\n" + TEXT)) - 2
     _, end = _stream(engine, TEXT, SessionParams(voice="vivian", seed=1))
-    assert end.reason == "max_frames" and end.frames == 4 + n_text
+    assert end.reason == "max_frames" and end.frames == 4 + len(TEXT)
+    _, end = _stream(engine, "你好，2026 ok", SessionParams(voice="vivian", seed=1))
+    assert end.reason == "max_frames" and end.frames == 4 + 3 * 3 + 2 * 4 + 3  # ，is wide
+    # The defaults: a 150-token reply (~600 characters) stops within ~100 s, not at 164 s.
+    d = EngineSettings()
+    length = TextLength()
+    length.add("Hello there, how are you doing today? " * 16)  # 608 characters
+    assert max_frames_for(length, d.max_frames_base, d.max_frames_per_char,
+                          d.max_frames_per_wide_char, d.max_frames_per_digit) == 24 + 2 * 608
     # The hard cap and the KV-cache length bound it too.
     engine = Engine.from_preset("tiny", seed=0, settings=EngineSettings(
         max_sessions=2, max_frames=7))

@@ -72,6 +72,17 @@ async def test_frame_cap_while_text_streams_truncates_until_flush(server) -> Non
     assert kinds(rest) == ["FLUSHED"]  # half-close: an empty FLUSH
 
 
+async def test_without_a_cap_the_guard_follows_the_text_length(server) -> None:
+    # Random weights never reach codec EOS: the server's guard (engine/length_guard.py,
+    # 24 frames + 2 per character) ends the utterance, TRUNCATED, at 24 + 2 x 9 frames.
+    cfg = config()
+    cfg.sampling.ClearField("max_frames")
+    resps = await one_shot(server.addr, cfg, ["Hi there."])
+    frames = audio(resps)
+    assert len(frames) == (24 + 2 * 9) * 80 // 20, f"{len(frames) * 0.02:.2f} s of audio"
+    assert kinds(resps)[-3:] == ["A", "TRUNCATED", "FLUSHED"]
+
+
 async def test_stopped_and_reset_carry_the_stopped_utterance_id(server) -> None:
     async with grpc.aio.insecure_channel(server.addr) as ch:
         call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()

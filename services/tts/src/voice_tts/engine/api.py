@@ -22,26 +22,14 @@ def packet_ramp(emitted: int, first: int, most: int) -> int:
     costs nothing while the client still has audio to play, so after the first packet
     each one holds at most half the audio already sent (at least 1 frame, at most
     `most`): 1, 1, 1, 1, 2, 3, 4, 4 ... for (1, 4). A player that starts at the first
-    frame then never waits while a step takes up to 60 ms (`ramp_period_fraction`);
+    frame then never waits while a step takes up to 60 ms (packet k+1 is ready
+    sent_{k+1} - 1 steps after the first, when sent_k x 80 ms has arrived; the worst is
+    the packet of 3 after 6 frames sent: 8 steps for 480 ms);
     packets of 1 then straight 4 needed <= 20 ms (the second packet is made 4 steps after
     the first, which holds 80 ms): on a CPU every reply had a gap 80 ms in."""
     if emitted == 0:
         return first
     return max(1, min(most, emitted // 2))
-
-
-def ramp_period_fraction(first: int, most: int) -> float:
-    """The longest step period, as a fraction of a frame's 80 ms, at which a player that
-    starts with an utterance's first packet never runs dry: packet k+1 is ready
-    (sent_{k+1} - first) steps after the first packet, when sent_k x 80 ms has arrived.
-    (1, 4): 0.75 (60 ms); (1, 1): 1.0; without the ramp (1 then 4) it was 0.25."""
-    sent = first
-    worst = 1.0
-    for _ in range(64):  # past the ramp the ratio only grows toward 1
-        nxt = sent + packet_ramp(sent, first, most)
-        worst = min(worst, sent / (nxt - first))
-        sent = nxt
-    return worst
 
 
 @dataclass(frozen=True)
@@ -53,10 +41,13 @@ class EngineSettings:
     packet_frames: int = 4
     # Talker KV-cache rows per session slot (prompt + frames of one utterance).
     max_seq_len: int = 2048
-    # Max-length guard per utterance: min(max_frames, base + per_token * text tokens).
+    # Max-length guard per utterance (length_guard.py): min(max_frames, base + frames per
+    # character of its text: plain / East Asian wide / digit), ~2.5x what speech needs.
     max_frames: int = 2047
     max_frames_base: int = 24
-    max_frames_per_token: float = 8.0
+    max_frames_per_char: float = 2.0
+    max_frames_per_wide_char: float = 8.0
+    max_frames_per_digit: float = 10.0
     # Sessions advanced by one batched talker step; batch_decode=False runs them one by one.
     max_batch: int = 32
     batch_decode: bool = True

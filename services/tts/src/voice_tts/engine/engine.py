@@ -39,6 +39,7 @@ from .api import (
 from .checkpoint import load_model, prepare, random_model
 from .config import ModelConfig
 from .faults import EngineFailed, poisons_device
+from .length_guard import max_frames_for
 from .model import Qwen3TTS
 from .runner import PrefillRequest, Runner, Step
 from .sampling import SamplingParams
@@ -362,9 +363,10 @@ class Engine:
         st = self.settings
         if s.params.max_frames is not None:
             limit = s.params.max_frames
-        else:
-            n_text = len(utt.stream.committed) - 3
-            limit = min(st.max_frames, st.max_frames_base + int(st.max_frames_per_token * n_text))
+        else:  # the text received so far: the talker never runs ahead of it
+            limit = min(st.max_frames, max_frames_for(
+                utt.stream.length, st.max_frames_base, st.max_frames_per_char,
+                st.max_frames_per_wide_char, st.max_frames_per_digit))
         return min(limit, st.max_seq_len - utt.prompt_len - 1)
 
     def _launch(self, batch: list[tuple[Session, Utterance]]) -> Step:

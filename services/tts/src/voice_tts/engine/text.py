@@ -29,6 +29,8 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
+from .length_guard import TextLength
+
 # The Qwen2 pre-tokenizer pattern (transformers' Qwen2Tokenizer / tokenizer.json).
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -114,6 +116,7 @@ class TextStream:
         self._tail = ROLE_PREFIX  # uncommitted, normalized, starts at a pre-token boundary
         self.committed: list[int] = [tokenizer.im_start]
         self.chars = 0
+        self.length = TextLength()  # what the length guard counts
         self.has_content = False  # any non-whitespace character so far
         self.finished = False
 
@@ -144,6 +147,7 @@ class TextStream:
                 self._decoder.setstate(saved)
                 raise ValueError(f"utterance text over the limit of {self.max_chars} characters")
             self.chars += len(text)
+            self.length.add(text)
             self.has_content = self.has_content or (not text.isspace() and bool(text))
             self._tail = self.tokenizer.normalize(self._tail + text)
             return self._commit(final=False)
