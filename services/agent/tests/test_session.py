@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 from voice.llm.v1.thinker_pb2 import ROLE_ASSISTANT, ROLE_USER
 from voice_agent.direct import DirectSession
 from voice_agent.duplex import DuplexState
@@ -30,7 +29,9 @@ from .backends import Server, espeak, start_thinker, start_tts
 def make_settings(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
     base: dict[str, object] = dict(
         tts_addr=tts.addr, thinker_addr=thinker.addr, tts_voice="aiden", http_port=0,
-        stt_fallback="none", stt_max_tokens=16, tts_max_frames=25, llm_max_tokens=24,
+        # a real recogniser (deterministic for the same speech): the thinker's tiny random
+        # ASR step could hear nothing, and a turn with an empty transcript is dropped
+        stt_backend="pocketsphinx", tts_max_frames=25, llm_max_tokens=24,
         llm_temperature=1.0, llm_seed=3,
     )
     base.update(kw)
@@ -38,10 +39,11 @@ def make_settings(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
 
 
 def long_reply(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
-    # seed 1 at temperature 0.3: the tiny thinker writes to max_tokens (1000: seconds on CPU),
+    # seed 8 at temperature 0.3: the tiny thinker writes to max_tokens (1000: seconds on CPU)
+    # for the transcripts these tests' speech gets (checked over seeds 1-39),
     # and the TTS keeps speaking while text flows: the call is live during SPEAKING
     # (60 codec frames = 4.8 s: the noise reply is capped, the tests need not hear it all)
-    return make_settings(tts, thinker, llm_max_tokens=1000, llm_temperature=0.3, llm_seed=1,
+    return make_settings(tts, thinker, llm_max_tokens=1000, llm_temperature=0.3, llm_seed=8,
                          tts_max_frames=60, **kw)
 
 
@@ -186,26 +188,50 @@ async def test_thinker_crash_mid_turn_falls_back_and_the_session_goes_on(
     thinker = start_thinker(tmp_path)  # our own server (text-only): this test kills it
     speech = espeak("What time is it now?", tmp_path)
     try:
-        settings = long_reply(tts_server, thinker, stt_fallback="placeholder")
+        settings = long_reply(tts_server, thinker)
         async with DirectSession(settings, greet=False) as ds:
+            fallback = ds.pipeline.fallback
+            assert fallback is not None
             await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
             await ds.say_user(speech)
             await ds.wait_state(DuplexState.SPEAKING, timeout=30)
             thinker.kill()
             async with asyncio.timeout(20):
-                while "llm:fallback" not in ds.pipeline.fallback.events:  # type: ignore[union-attr]
+                while "llm:fallback" not in fallback.events:
                     await asyncio.sleep(0.02)
             await ds.wait_until_quiet(timeout=60)
             before = ds.speaker.audible_seconds()
-            # thinker still down: the next utterance cannot be transcribed -> silent, alive
+            # thinker still down: the next utterance is heard (pocketsphinx), its reply
+            # fails and the fallback is said again: the session is alive
             await ds.say_user(speech)
             async with asyncio.timeout(30):
-                while "stt:silent" not in ds.pipeline.fallback.events:  # type: ignore[union-attr]
+                while fallback.events.count("llm:fallback") < 2:
                     await asyncio.sleep(0.02)
             await ds.wait_until_quiet(timeout=30)
             assert ds.session._activity is not None, "the session closed"
             assert ds.duplex.state == DuplexState.LISTENING
-            assert ds.speaker.audible_seconds() == pytest.approx(before, abs=0.05)
+            assert ds.speaker.audible_seconds() > before + 0.5
+    finally:
+        thinker.stop()
+
+
+async def test_an_utterance_that_cannot_be_transcribed_gets_the_fallback_phrase(
+        tts_server: Server, tmp_path: Path) -> None:
+    thinker = start_thinker(tmp_path)  # text-only, and no recogniser to fall back on
+    speech = espeak("What time is it now?", tmp_path)
+    try:
+        settings = make_settings(tts_server, thinker, stt_backend="thinker", stt_fallback="none")
+        async with DirectSession(settings, greet=False) as ds:
+            fallback = ds.pipeline.fallback
+            assert fallback is not None
+            await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
+            await ds.say_user(speech)
+            async with asyncio.timeout(30):
+                while "stt:fallback" not in fallback.events:
+                    await asyncio.sleep(0.02)
+            await ds.wait_until_quiet(timeout=30)
+            assert ds.speaker.audible_seconds() > 1.0  # the phrase was heard, not silence
+            assert [m["role"] for m in ds.result().chat].count("user") == 0
     finally:
         thinker.stop()
 

@@ -7,7 +7,7 @@ Turn handling is the framework's, configured for a voice call: VAD turn detectio
 (no cloud turn detector), VAD interruptions (no adaptive detector), no false-
 interruption resume (a barge-in is final, as the issue asks), and
 `max_unrecoverable_errors` raised so that a backend outage never closes the session:
-`FallbackSpeaker` answers an LLM/TTS failure with the short fallback phrase (from
+`FallbackSpeaker` answers an STT/LLM/TTS failure with the short fallback phrase (from
 the phrase cache, so it plays even when the TTS is the part that is down) or stays
 silent, and the next turn tries again.
 """
@@ -24,7 +24,7 @@ from livekit import rtc
 from livekit.agents import APIConnectOptions, llm
 from livekit.agents.voice import Agent, AgentSession
 from livekit.agents.voice.agent_session import SessionConnectOptions
-from livekit.agents.voice.events import ErrorEvent
+from livekit.agents.voice.events import ConversationItemAddedEvent, ErrorEvent
 from livekit.plugins import silero
 
 from .bridge import BridgeConfig
@@ -113,7 +113,12 @@ class VoiceAgent(Agent):
 
 
 class FallbackSpeaker:
-    """On an unrecoverable LLM/TTS error: say the fallback phrase once, or stay silent."""
+    """On an unrecoverable STT/LLM/TTS error: say the fallback phrase once, or stay silent.
+
+    An error of a preemptive reply (started while the user's turn was still open, agent
+    state "listening") is answered when that turn is committed: speech started before
+    the commit would be interrupted by it (the framework clears speech for a new turn).
+    """
 
     def __init__(self, session: AgentSession, settings: AgentSettings, cache: PhraseCache,
                  tracker: TurnTracker) -> None:
@@ -122,8 +127,10 @@ class FallbackSpeaker:
         self._cache = cache
         self._tracker = tracker
         self._speaking_fallback = False
+        self._pending: str | None = None  # component whose fallback waits for the commit
         self.events: list[str] = []  # what happened, for logs and tests
         session.on("error", self._on_error)
+        session.on("conversation_item_added", self._on_item)
 
     def _on_error(self, ev: ErrorEvent) -> None:
         err = ev.error
@@ -133,7 +140,18 @@ class FallbackSpeaker:
             getattr(err, "type", ""), "session")
         log.warning("%s failed, the session goes on: %s", component,
                     getattr(err, "error", err))
-        if component not in ("llm", "tts") or self._speaking_fallback:
+        if component in ("llm", "tts") and self._session.agent_state == "listening":
+            self._pending = component
+            return
+        self._speak(component)
+
+    def _on_item(self, ev: ConversationItemAddedEvent) -> None:
+        if self._pending is not None and getattr(ev.item, "role", None) == "user":
+            component, self._pending = self._pending, None
+            self._speak(component)
+
+    def _speak(self, component: str) -> None:
+        if component == "session" or self._speaking_fallback:
             self.events.append(f"{component}:silent")
             return
         phrase = self._settings.fallback_reply
@@ -187,8 +205,10 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     cache = cache or PhraseCache()
     s = settings
     utterances = UtteranceStore(capacity=s.max_context_messages) if s.stt_mode == "audio" else None
+    vad = load_vad(s)
     stt_ = STT(addr=s.thinker_addr, instruction=s.stt_instruction, max_tokens=s.stt_max_tokens,
-               fallback=s.stt_fallback, utterances=utterances, tracker=tracker)
+               backend=s.stt_backend, fallback=s.stt_fallback, vad=vad,
+               sphinx_workers=s.stt_workers, utterances=utterances, tracker=tracker)
     llm_ = LLM(addr=s.thinker_addr, max_tokens=s.llm_max_tokens, temperature=s.llm_temperature,
                max_messages=s.max_context_messages, seed=s.llm_seed, utterances=utterances,
                tracker=tracker)
@@ -202,7 +222,7 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     # one try per call: a retry would only delay the fallback on a dead backend
     once = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=10.0)
     session: AgentSession = AgentSession(
-        stt=stt_, llm=llm_, tts=tts_, vad=load_vad(s),
+        stt=stt_, llm=llm_, tts=tts_, vad=vad,
         turn_handling={
             "turn_detection": "vad",
             "endpointing": {"mode": "fixed", "min_delay": s.min_endpointing_delay_s,

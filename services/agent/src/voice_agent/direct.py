@@ -103,9 +103,11 @@ class DirectSession:
     async def start(self) -> None:
         warm_transcript_timing()  # once per process, before any reply (warmup.py)
         p = self.pipeline
+        warm_stt = asyncio.ensure_future(p.stt.prewarm_async())  # beside the phrases
         if self.settings.starter_cache:
             phrases = [x for x in (self.settings.greeting, self.settings.fallback_reply) if x]
             await p.cache.warm(p.tts, phrases)
+        await warm_stt
         p.session.input.audio = self.mic
         p.session.output.audio = self._sync.audio_output
         p.session.output.transcription = self._sync.text_output

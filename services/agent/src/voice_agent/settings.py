@@ -67,21 +67,26 @@ class AgentSettings(BaseSettings):
     # What the agent says when the thinker fails mid-turn ("" = stay silent).
     fallback_reply: str = "Sorry, I had a problem. Could you say that again?"
 
-    # --- STT (utterance audio -> thinker transcription) -------------------------------
-    # "transcribe": the utterance audio goes to the thinker for a transcript, which the
-    # LLM then answers (two thinker calls a turn; the chat context holds words).
-    # "audio": no transcription call; the reply request carries the utterance audio
-    # itself (one call a turn, needs an audio-capable thinker; the context holds markers).
+    # --- STT (utterance audio -> transcript) ---------------------------------------------
+    # "transcribe": the utterance audio goes to a recogniser for a transcript, which the
+    # LLM then answers (the chat context holds words).
+    # "audio": no transcription; the reply request carries the utterance audio itself
+    # (one thinker call a turn, needs an audio-capable thinker; the context holds markers).
     stt_mode: Literal["transcribe", "audio"] = "transcribe"
+    # Recogniser of "transcribe": "thinker" (its audio path, the GPU default) or
+    # "pocketsphinx" (offline, CPU, in worker processes; English only, a small model).
+    stt_backend: Literal["thinker", "pocketsphinx"] = "thinker"
+    # When the thinker cannot take audio (INVALID_ARGUMENT, e.g. a text-only model):
+    # "pocketsphinx" = recognise locally from then on; "placeholder" = hand the LLM a
+    # clearly marked "[untranscribed speech, N.N s]" turn (a test mode, never production);
+    # "none" = an STT error (the fallback phrase is spoken).
+    stt_fallback: Literal["pocketsphinx", "placeholder", "none"] = "pocketsphinx"
+    # PocketSphinx worker processes of this agent process (one per concurrent utterance).
+    stt_workers: int = Field(2, ge=1, le=64)
     # Instruction sent with the utterance audio to the thinker.
     stt_instruction: str = (
         "Transcribe the speech in this audio exactly. Reply with the transcript only."
     )
-    # What to do when the thinker cannot take audio (INVALID_ARGUMENT, e.g. a text-only
-    # model): "none" = drop the utterance (error logged); "placeholder" = hand the LLM a
-    # clearly marked "[untranscribed speech, N.N s]" turn so the conversation goes on.
-    # "placeholder" is meant for text-only test thinkers, never for production.
-    stt_fallback: Literal["none", "placeholder"] = "none"
     # Transcription requests are short; cap the tokens.
     stt_max_tokens: int = Field(96, ge=1, le=1024)
 

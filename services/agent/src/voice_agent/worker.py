@@ -70,9 +70,11 @@ async def entrypoint(ctx: JobContext) -> None:
     p.session.on("agent_state_changed", lambda ev: marks.on_state(ev.old_state, ev.new_state))
     await ctx.connect()
     log.info("joined room %s", ctx.room.name)
+    warm_stt = asyncio.ensure_future(p.stt.prewarm_async())
     if settings.starter_cache:
         phrases = [x for x in (settings.greeting, settings.fallback_reply) if x]
         await _CACHE.warm(p.tts, phrases, timeout_s=10.0)
+    await warm_stt
     await p.session.start(agent=p.agent, room=ctx.room)
 
 

@@ -1,41 +1,53 @@
-"""livekit-agents STT plugin: the user's utterance audio -> the thinker -> transcript.
+"""livekit-agents STT plugin: the user's utterance audio -> a transcript.
 
-Non-streaming (`STTCapabilities(streaming=False)`): the session wraps it with the VAD
-(the framework's StreamAdapter), so `_recognize_impl` gets one whole utterance, sent
-to Thinker.Chat as a 16 kHz PCM audio part with a "transcribe" instruction (seed:
-OmniSTT, P50 104 ms on Qwen3-Omni). temperature 0: a transcript, not a reply.
+Two recognisers:
+- the thinker (`AGENT_STT_BACKEND=thinker`, the default): the whole utterance goes to
+  Thinker.Chat as a 16 kHz PCM audio part with a "transcribe" instruction (seed:
+  OmniSTT, P50 104 ms on Qwen3-Omni), temperature 0: a transcript, not a reply;
+- PocketSphinx (`pocketsphinx`, sphinx.py): offline, in worker processes, fed while the
+  user speaks so that little is left to do when the speech ends.
 
-With an `UtteranceStore` (AGENT_STT_MODE=audio) there is no transcription call at all:
-the utterance is kept and a marker returned at once; the LLM plugin sends the audio
-to the thinker in the reply request itself (see utterances.py).
+A thinker that cannot take audio (INVALID_ARGUMENT: a text-only model, such as the tiny
+random thinker of the local mesh) gets what `fallback` says: "pocketsphinx" (default;
+remembered, later turns go straight to it), "placeholder" (a marked "[untranscribed
+speech, N.N s]" turn: a named test mode, not recognition) or "none" (an error).
 
-When the thinker cannot take audio (INVALID_ARGUMENT: a text-only model, such as the
-tiny random transformers thinker in tests) the plugin does what `fallback` says:
-- "none": raise (the framework logs it, the utterance gets no reply);
-- "placeholder": return "[untranscribed speech, N.N s]" so the conversation goes on.
-  This is a named test/degraded mode, not speech recognition: the LLM then answers a
-  marker, not the user's words. (A faster-whisper fallback needs weights from the
-  Hugging Face hub, which these machines cannot reach.)
+The plugin is a streaming STT built on the session's VAD (as the framework's
+StreamAdapter is): speech start opens a recogniser utterance, every VAD window of speech
+feeds it, speech end finishes it. A failed utterance is reported as an unrecoverable STT
+error (the session says its fallback phrase) and the stream goes on with the next one.
+
+With an `UtteranceStore` (AGENT_STT_MODE=audio) there is no transcription at all: the
+utterance is kept and a marker returned at once; the LLM plugin sends the audio to the
+thinker in the reply request itself (see utterances.py).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 
 import grpc
+from livekit import rtc
 from livekit.agents import (
     DEFAULT_API_CONNECT_OPTIONS,
     NOT_GIVEN,
+    APIConnectionError,
     APIConnectOptions,
+    APIError,
     NotGivenOr,
     stt,
     utils,
 )
 from livekit.agents.language import LanguageCode
 from livekit.agents.utils import AudioBuffer
+from livekit.agents.vad import VAD, VADEventType
 from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
 
 from ..metrics import TurnTracker
+from ..sphinx import SphinxError, SphinxPool, Utterance, shared_pool
 from ._grpc import ChannelCache, to_api_error
 from .llm import frames_to_pcm16k
 from .utterances import UtteranceStore
@@ -43,6 +55,8 @@ from .utterances import UtteranceStore
 log = logging.getLogger("voice_agent.stt")
 
 PLACEHOLDER_PREFIX = "[untranscribed speech"
+BACKENDS = ("thinker", "pocketsphinx")
+FALLBACKS = ("pocketsphinx", "placeholder", "none")
 
 
 class STT(stt.STT):
@@ -54,33 +68,73 @@ class STT(stt.STT):
         "transcript only.",
         max_tokens: int = 96,
         language: str = "en",
-        fallback: str = "none",
+        backend: str = "thinker",
+        fallback: str = "pocketsphinx",
+        vad: VAD | None = None,
+        sphinx_workers: int = 2,
         utterances: UtteranceStore | None = None,
         tracker: TurnTracker | None = None,
     ) -> None:
+        # without a VAD only `recognize` (whole utterances) is offered
         super().__init__(
-            capabilities=stt.STTCapabilities(streaming=False, interim_results=False)
+            capabilities=stt.STTCapabilities(streaming=vad is not None, interim_results=False)
         )
-        if fallback not in ("none", "placeholder"):
-            raise ValueError(f"STT fallback must be 'none' or 'placeholder', not {fallback!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"STT backend must be one of {BACKENDS}, not {backend!r}")
+        if fallback not in FALLBACKS:
+            raise ValueError(f"STT fallback must be one of {FALLBACKS}, not {fallback!r}")
         self._addr = addr
         self._instruction = instruction
         self._max_tokens = max_tokens
         self._language = language
         self._fallback = fallback
+        self._vad = vad
+        self._sphinx_workers = sphinx_workers
         self._channels = ChannelCache(addr)
         self._tracker = tracker
         # "audio" mode: no transcription call, the LLM plugin sends the audio itself
         self._utterances = utterances
+        # the recogniser in use; "thinker" turns into "pocketsphinx" on the first refusal
+        self.backend = backend
         self.audio_rejected = 0  # utterances the thinker refused as audio
+        self._thinker_hears = False  # set by the first transcript the thinker returns
 
     @property
     def model(self) -> str:
-        return "voice.llm.v1/transcribe"
+        return "pocketsphinx" if self.backend == "pocketsphinx" else "voice.llm.v1/transcribe"
 
     @property
     def provider(self) -> str:
-        return self._addr
+        return "local" if self.backend == "pocketsphinx" else self._addr
+
+    def sphinx(self) -> SphinxPool:
+        return shared_pool(self._sphinx_workers)
+
+    def may_use_sphinx(self) -> bool:
+        """Until the thinker has shown it takes audio, the recogniser listens too, so a
+        refusal costs no extra wait."""
+        if self._utterances is not None:
+            return False
+        return self.backend == "pocketsphinx" or (
+            self._fallback == "pocketsphinx" and not self._thinker_hears)
+
+    async def prewarm_async(self) -> None:
+        """Start a recogniser process now if this STT may need one."""
+        if self.may_use_sphinx():
+            try:
+                await self.sphinx().prewarm()
+            except SphinxError as e:  # each utterance will try again (and report it)
+                log.warning("pocketsphinx did not start: %s", e)
+
+    def stream(
+        self,
+        *,
+        language: NotGivenOr[str] = NOT_GIVEN,
+        conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
+    ) -> stt.RecognizeStream:
+        if self._vad is None:
+            raise RuntimeError("this STT was built without a VAD: use recognize()")
+        return SpeechStream(self, vad=self._vad, language=language, conn_options=conn_options)
 
     async def _recognize_impl(
         self,
@@ -90,21 +144,48 @@ class STT(stt.STT):
         conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
     ) -> stt.SpeechEvent:
         frames = buffer if isinstance(buffer, list) else [buffer]
+        return await self.transcribe(frames, None, language, conn_options)
+
+    async def transcribe(self, frames: list[rtc.AudioFrame], utt: Utterance | None,
+                         language: NotGivenOr[str], conn_options: APIConnectOptions,
+                         ) -> stt.SpeechEvent:
+        """The final transcript of one utterance; `utt` is a recogniser utterance already
+        fed with its audio, if the stream opened one."""
         pcm = frames_to_pcm16k(frames)
         duration = len(pcm) / 32000.0
         lang = LanguageCode(language if utils.is_given(language) else self._language)
         request_id = utils.shortuuid()
         if self._tracker is not None:
             self._tracker.stt_started()
+            if self._tracker.current is not None:
+                request_id = f"{self._tracker.current.trace_id}-stt"
         if self._utterances is not None:
-            if self._tracker is not None:
-                self._tracker.stt_done()
-            return stt.SpeechEvent(
-                type=stt.SpeechEventType.FINAL_TRANSCRIPT, request_id=request_id,
-                alternatives=[stt.SpeechData(language=lang, text=self._utterances.put(pcm),
-                                             end_time=duration)])
-        if self._tracker is not None and self._tracker.current is not None:
-            request_id = f"{self._tracker.current.trace_id}-stt"
+            text = self._utterances.put(pcm)
+        elif self.backend == "pocketsphinx":
+            text = await self._sphinx(pcm, utt)
+        else:
+            text = await self._thinker(pcm, utt, request_id, conn_options)
+        if self._tracker is not None:
+            self._tracker.stt_done()
+        log.info("stt %s request_id=%s audio_s=%.2f text=%r", self.backend, request_id,
+                 duration, text[:80])
+        return stt.SpeechEvent(
+            type=stt.SpeechEventType.FINAL_TRANSCRIPT, request_id=request_id,
+            alternatives=[stt.SpeechData(language=lang, text=text.strip(), end_time=duration)])
+
+    async def _sphinx(self, pcm: bytes, utt: Utterance | None) -> str:
+        try:
+            if utt is not None:
+                return await utt.finish()
+            async with self.sphinx().utterance() as whole:
+                whole.feed(pcm)
+                return await whole.finish()
+        except SphinxError as e:
+            self._error(str(e))
+            raise APIConnectionError(f"pocketsphinx: {e}", retryable=False) from None
+
+    async def _thinker(self, pcm: bytes, utt: Utterance | None, request_id: str,
+                       conn_options: APIConnectOptions) -> str:
         req = thinker_pb2.ChatRequest(
             messages=[thinker_pb2.Message(role=thinker_pb2.ROLE_USER, parts=[
                 thinker_pb2.Part(text=self._instruction),
@@ -119,23 +200,111 @@ class STT(stt.STT):
             async for delta in stub.Chat(req, timeout=conn_options.timeout):
                 text += delta.text
         except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.INVALID_ARGUMENT and self._fallback == "placeholder":
-                self.audio_rejected += 1
-                if self._tracker is not None:
-                    self._tracker.error("stt", f"thinker refused audio: {e.details()}")
-                text = f"{PLACEHOLDER_PREFIX}, {duration:.1f} s]"
-            else:
-                if self._tracker is not None:
-                    self._tracker.error("stt", f"{e.code().name}: {e.details()}")
+            if e.code() != grpc.StatusCode.INVALID_ARGUMENT or self._fallback == "none":
+                self._error(f"{e.code().name}: {e.details()}")
                 raise to_api_error(e, "thinker Chat (transcribe)") from None
+            self.audio_rejected += 1
+            if self._fallback == "placeholder":
+                self._error(f"thinker refused audio: {e.details()}")
+                return f"{PLACEHOLDER_PREFIX}, {len(pcm) / 32000.0:.1f} s]"
+            log.warning("the thinker takes no audio (%s): pocketsphinx transcribes from now on",
+                        e.details())
+            self.backend = "pocketsphinx"
+            return await self._sphinx(pcm, utt)
+        self._thinker_hears = True
+        if utt is not None:
+            with contextlib.suppress(SphinxError):  # the thinker heard it: not needed
+                utt.cancel()
+        return text
+
+    def _error(self, err: str) -> None:
         if self._tracker is not None:
-            self._tracker.stt_done()
-        log.info("stt request_id=%s audio_s=%.2f text=%r", request_id, duration, text[:80])
-        return stt.SpeechEvent(
-            type=stt.SpeechEventType.FINAL_TRANSCRIPT,
-            request_id=request_id,
-            alternatives=[stt.SpeechData(language=lang, text=text.strip(), end_time=duration)],
-        )
+            self._tracker.error("stt", err)
 
     async def aclose(self) -> None:
         await self._channels.aclose()
+
+
+class SpeechStream(stt.RecognizeStream):
+    """VAD-segmented utterances; each one fed to the recogniser as the user speaks."""
+
+    def __init__(self, stt_: STT, *, vad: VAD, language: NotGivenOr[str],
+                 conn_options: APIConnectOptions) -> None:
+        super().__init__(stt=stt_, conn_options=conn_options)
+        self._stt_: STT = stt_
+        self._vad = vad
+        self._language = language
+
+    async def _run(self) -> None:
+        vad_stream = self._vad.stream()
+
+        async def forward() -> None:
+            async for item in self._input_ch:
+                if isinstance(item, self._FlushSentinel):
+                    vad_stream.flush()
+                else:
+                    vad_stream.push_frame(item)
+            vad_stream.end_input()
+
+        async def recognize() -> None:
+            utt: Utterance | None = None
+            lease: contextlib.AsyncExitStack | None = None
+            resampler: rtc.AudioResampler | None = None
+
+            def feed(frames: list[rtc.AudioFrame]) -> None:
+                nonlocal resampler
+                if utt is None:
+                    return
+                for f in frames:
+                    if f.sample_rate != 16000 and resampler is None:
+                        resampler = rtc.AudioResampler(f.sample_rate, 16000, num_channels=1)
+                    out = resampler.push(f) if resampler is not None else [f]
+                    with contextlib.suppress(SphinxError):  # a dead worker: finish() says so
+                        for g in out:
+                            utt.feed(bytes(g.data))
+
+            try:
+                async for ev in vad_stream:
+                    if ev.type == VADEventType.START_OF_SPEECH:
+                        self._event_ch.send_nowait(
+                            stt.SpeechEvent(type=stt.SpeechEventType.START_OF_SPEECH))
+                        if self._stt_.may_use_sphinx():
+                            lease = contextlib.AsyncExitStack()
+                            try:
+                                utt = await lease.enter_async_context(
+                                    self._stt_.sphinx().utterance())
+                            except SphinxError as e:  # reported at the end of speech
+                                log.warning("no recogniser for this utterance: %s", e)
+                                utt = None
+                            feed(ev.frames)
+                    elif ev.type == VADEventType.INFERENCE_DONE and ev.speaking:
+                        feed(ev.frames)
+                    elif ev.type == VADEventType.END_OF_SPEECH:
+                        speech_end = time.time() - ev.silence_duration - ev.inference_duration
+                        self._event_ch.send_nowait(stt.SpeechEvent(
+                            type=stt.SpeechEventType.END_OF_SPEECH, speech_end_time=speech_end))
+                        try:
+                            final = await self._stt_.transcribe(
+                                ev.frames, utt, self._language, self._conn_options)
+                        except APIError as e:
+                            final = None
+                            self._emit_error(e, recoverable=False)
+                        finally:
+                            utt, resampler = None, None
+                            if lease is not None:
+                                await lease.aclose()
+                                lease = None
+                        if final is not None and final.alternatives[0].text:
+                            final.speech_end_time = speech_end
+                            self._event_ch.send_nowait(final)
+            finally:
+                if lease is not None:
+                    await lease.aclose()
+
+        tasks = [asyncio.create_task(forward(), name="stt_forward"),
+                 asyncio.create_task(recognize(), name="stt_recognize")]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            await utils.aio.cancel_and_wait(*tasks)
+            await vad_stream.aclose()

@@ -1,0 +1,141 @@
+"""PocketSphinx recognition for real (the wheel's English models, espeak-ng speech): the
+worker pool, the STT plugin's switch to it when the thinker takes no audio, and the
+streaming path (fed during speech, little left at the end)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from livekit import rtc
+from livekit.agents import APIConnectionError, APIConnectOptions, stt
+from voice_agent.agent import load_vad
+from voice_agent.plugins import STT
+from voice_agent.settings import AgentSettings
+from voice_agent.sphinx import SphinxError, SphinxPool
+
+from .backends import espeak, start_thinker
+
+ONCE = APIConnectOptions(max_retry=0, timeout=10.0)
+
+
+def frames(pcm: np.ndarray, ms: int = 20) -> list[rtc.AudioFrame]:
+    n = 16 * ms
+    return [rtc.AudioFrame(data=pcm[i:i + n].tobytes(), sample_rate=16000, num_channels=1,
+                           samples_per_channel=len(pcm[i:i + n]))
+            for i in range(0, len(pcm) - n + 1, n)]
+
+
+async def test_the_pool_recognises_speech_and_replaces_a_dead_worker(tmp_path: Path) -> None:
+    speech = espeak("How are you today?", tmp_path)
+    pool = SphinxPool(max_workers=1)
+    try:
+        async with pool.utterance() as utt:
+            for f in frames(speech):
+                utt.feed(bytes(f.data))
+            text = await utt.finish()
+        assert {"how", "you"} <= set(text.split()), text
+        async with pool.utterance() as utt:  # the same worker, a second utterance
+            utt.feed(speech[:8000].tobytes())
+            os.kill(utt._w.proc.pid, signal.SIGKILL)
+            await utt._w.proc.wait()
+            with pytest.raises(SphinxError):
+                utt.feed(speech[8000:].tobytes())
+                await utt.finish()
+        async with pool.utterance() as utt:  # a fresh worker took its place
+            utt.feed(speech.tobytes())
+            assert {"how", "you"} <= set((await utt.finish()).split())
+    finally:
+        await pool.aclose()
+
+
+async def test_a_text_only_thinker_hands_over_to_pocketsphinx(tmp_path: Path) -> None:
+    text_only = start_thinker(tmp_path)  # no ASR step: audio is INVALID_ARGUMENT
+    speech = espeak("How are you today?", tmp_path)
+    try:
+        s = STT(addr=text_only.addr)  # fallback "pocketsphinx" is the default
+        ev = await s.recognize(frames(speech), conn_options=ONCE)
+        assert {"how", "you"} <= set(ev.alternatives[0].text.split())
+        assert s.backend == "pocketsphinx" and s.audio_rejected == 1
+        await s.recognize(frames(speech), conn_options=ONCE)
+        assert s.audio_rejected == 1  # remembered: the thinker is not asked again
+        await s.aclose()
+    finally:
+        text_only.stop()
+        await s.sphinx().aclose()
+
+
+async def test_the_stream_recognises_while_the_user_speaks(tmp_path: Path) -> None:
+    speech = espeak("How are you today?", tmp_path)
+    silence = np.zeros(16000, dtype=np.int16)
+    settings = AgentSettings(stt_backend="pocketsphinx")
+    s = STT(backend="pocketsphinx", vad=load_vad(settings))
+    await s.prewarm_async()
+    stream = s.stream(conn_options=ONCE)
+    ended_at: list[float] = []
+    finals: list[tuple[float, str]] = []
+
+    async def read() -> None:
+        async for ev in stream:
+            if ev.type == stt.SpeechEventType.END_OF_SPEECH:
+                ended_at.append(time.perf_counter())
+            elif ev.type == stt.SpeechEventType.FINAL_TRANSCRIPT:
+                finals.append((time.perf_counter(), ev.alternatives[0].text))
+
+    reader = asyncio.create_task(read())
+    for f in frames(np.concatenate([silence, speech, silence])):
+        stream.push_frame(f)
+        await asyncio.sleep(0.02)  # real time: the recogniser keeps up as it is fed
+    async with asyncio.timeout(10):
+        while not finals:
+            await asyncio.sleep(0.01)
+    stream.end_input()
+    await reader
+    await s.sphinx().aclose()
+    assert len(finals) == 1 and {"how", "you"} <= set(finals[0][1].split()), finals
+    # fed during speech: the transcript follows the end of speech within ~the final pass
+    # (a whole-utterance decode of this 1.8 s takes ~0.5 s here)
+    finalize_s = finals[0][0] - ended_at[0]
+    print(f"\nend of speech -> transcript {finalize_s * 1000:.0f} ms")
+    assert finalize_s < 0.3, finalize_s
+
+
+async def test_a_dead_recogniser_is_an_stt_error_and_the_stream_goes_on(
+        tmp_path: Path) -> None:
+    speech = espeak("How are you today?", tmp_path)
+    silence = np.zeros(12000, dtype=np.int16)
+    s = STT(backend="pocketsphinx", vad=load_vad(AgentSettings()))
+    await s.prewarm_async()
+    errors: list[stt.STTError] = []
+    s.on("error", errors.append)
+    stream = s.stream(conn_options=ONCE)
+    finals: list[str] = []
+
+    async def read() -> None:
+        async for ev in stream:
+            if ev.type == stt.SpeechEventType.FINAL_TRANSCRIPT:
+                finals.append(ev.alternatives[0].text)
+
+    reader = asyncio.create_task(read())
+    pool = s.sphinx()
+    for turn in range(2):
+        for i, f in enumerate(frames(np.concatenate([silence, speech, silence]))):
+            stream.push_frame(f)
+            if turn == 0 and i == 60:  # mid-speech: the worker dies
+                for w in list(pool._all):
+                    w.kill()
+            await asyncio.sleep(0.005)
+        async with asyncio.timeout(10):
+            while len(errors) + len(finals) <= turn:
+                await asyncio.sleep(0.01)
+    stream.end_input()
+    await reader
+    await pool.aclose()
+    assert len(errors) == 1 and not errors[0].recoverable
+    assert isinstance(errors[0].error, APIConnectionError)
+    assert len(finals) == 1 and {"how", "you"} <= set(finals[0].split()), finals
