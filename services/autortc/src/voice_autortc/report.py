@@ -135,6 +135,11 @@ def build_markdown(report: dict[str, Any], results: list[CaseResult],
                          f"output after their playout moment ({r.metrics.get('sender_late_ms')}"
                          f" ms in all): gaps there are the TTS/agent's (or a busy host's), "
                          f"not the link's.")
+        stall = r.metrics.get("sender_gap_max_ms")
+        if isinstance(stall, float) and stall > SENDER_STALL_MS:
+            lines.append(f"\n> the agent's speaker paused {stall:.0f} ms between two frames of "
+                         f"the reply (its event loop was held up): an underrun made before "
+                         f"the link.")
         lines += ["", "| gate | value | threshold | status |", "|---|---|---|---|",
                   *[_gate_row(g) for g in r.gates], ""]
         for t in r.capture.transcript:
@@ -155,7 +160,8 @@ def build_markdown(report: dict[str, Any], results: list[CaseResult],
     return "\n".join(lines) + "\n"
 
 
-_TIMING = ("audible_dropouts", "max_gap", "inter_arrival_p95")
+SENDER_STALL_MS = 40.0  # a pause between two sent 20 ms frames the listener hears
+_TIMING = ("audible_dropouts", "max_gap", "inter_arrival_p95", "inter_arrival_max")
 _SENDER_FIX = ("the TTS (or the agent's loop) ran behind real time - check tts_rtf and the "
                "host's load first; a playout pre-buffer of one packet in the agent hides "
                "start-up jitter.")
@@ -178,8 +184,11 @@ def _fixes(results: list[CaseResult], suite_gates: list[GateResult]) -> list[str
                            f"fail as configured; check its threshold.")
             continue
         late = r.metrics.get("sender_late_frames")
+        stall = r.metrics.get("sender_gap_max_ms")  # the speaker itself paused (its loop)
+        late_sender = (isinstance(late, float) and late > 0) or (
+            isinstance(stall, float) and stall > SENDER_STALL_MS)
         for g in r.failed():
-            sender = isinstance(late, float) and late > 0 and g.name in _TIMING
+            sender = late_sender and g.name in _TIMING
             seen.setdefault(g.name, []).append(r.case.id + (" (sender late)" if sender else ""))
             fix_text[g.name] = g.fix
     for name, where in seen.items():

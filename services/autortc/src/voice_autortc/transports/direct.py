@@ -85,6 +85,7 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
                 await ds.wait_until_quiet(timeout=timeout, quiet_s=0.3)
                 device_start = _mic_clock(ds.mic)
                 link.arm()
+                queued_at = time.perf_counter()
                 played = ds.say_user(clip.pcm16())
                 barge = asyncio.create_task(_barge_in(ds, rx, case, clip, barge_clip, played,
                                                       cap))
@@ -115,7 +116,7 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
         cap.barge_in = {"cancel_to_silence_ms": round(b.cancel_to_silence_s * 1000, 2)}
     cap.link = {"link_sent": float(len(link.sent)), "link_dropped": float(len(link.dropped)),
                 "rx_lost": float(rx.lost), "rx_late": float(rx.late)}
-    _slice(cap, rx, link, tap, valid_rms)
+    _slice(cap, rx, link, tap, valid_rms, queued_at)
     return cap
 
 
@@ -192,7 +193,8 @@ def _reply_segment(ticks: list[RxTick], eot: float) -> int | None:
     return next((t.segment for t in ticks if t.audible and t.at >= eot), None)
 
 
-def _slice(cap: Capture, rx: Receiver, link: Link, tap: _Tap, valid_rms: float) -> None:
+def _slice(cap: Capture, rx: Receiver, link: Link, tap: _Tap, valid_rms: float,
+           queued_at: float) -> None:
     rec = to_float(bytes(rx.recording))
     fs = rx.frame_samples
     ticks = rx.ticks[: len(rec) // fs]
@@ -200,9 +202,16 @@ def _slice(cap: Capture, rx: Receiver, link: Link, tap: _Tap, valid_rms: float) 
     eot = cap.eot or 0.0
     frame = [rec[i * fs : (i + 1) * fs] for i in range(len(ticks))]
     if cap.user_speech_start is not None:  # agent audio while the user still spoke
+        # Only segments begun after the user's speech was queued: a lagging microphone
+        # consumer puts the speech's device times in the past, over the greeting's tail.
+        began = {}
+        for t in ticks:
+            if t.audible:
+                began.setdefault(t.segment, t.at)
         cap.agent_audio_during_user = next(
             (t.at for i, t in enumerate(ticks)
-             if t.audible and cap.user_speech_start < t.at < eot and _loud(frame[i])), None)
+             if t.audible and began[t.segment] > queued_at
+             and cap.user_speech_start < t.at < eot and _loud(frame[i])), None)
     seg = _reply_segment(ticks, eot)
     if seg is None:
         cap.status = NO_REPLY
