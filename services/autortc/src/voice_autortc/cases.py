@@ -2,8 +2,9 @@
 
 A case file is JSON (the seed's `cases/all_cases.json`; the default one ships inside
 the package). Each case has an input utterance (espeak-ng text, or a supplied WAV),
-an expectation, and for P1 cases a transport fault the probe applies to what it
-records plus the gates that fault MUST fail. The model is strict (unknown keys are
+an expectation, and for P1 cases a live link impairment (`link`) or a decoder fault
+applied to the received reply (`fault`), plus the gates that fault MUST fail. `xfail`
+marks a known issue (reported, never failing the suite). The model is strict (unknown keys are
 errors): a typo in a threshold name must not silently run with the default.
 
 This module knows nothing about transports or metrics; it only parses and checks.
