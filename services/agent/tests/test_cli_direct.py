@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import wave
 from pathlib import Path
 
@@ -38,3 +39,36 @@ def test_direct_cli_answers_a_wav_and_writes_the_reply(tts_server: Server, think
     user_s = 2.0
     assert len(pcm) / 24000 > user_s
     assert np.abs(pcm[int(user_s * 24000):]).max() > 0
+
+
+def test_direct_cli_answers_a_wav_that_ends_in_a_long_silence(tts_server: Server,
+                                                              thinker: Server,
+                                                              tmp_path: Path) -> None:
+    """1.5 s of silence after the speech: the turn ends (and the reply starts) while the
+    WAV is still playing; the CLI must see that reply, not wait for a later one (it used
+    to wait out the turn timeout and log "no reply")."""
+    speech = tmp_path / "speech.wav"
+    subprocess.run(["espeak-ng", "-w", str(speech), "Hello, can you hear me?"], check=True)
+    with wave.open(str(speech)) as w:
+        rate, pcm = w.getframerate(), w.readframes(w.getnframes())
+    user = tmp_path / "user.wav"
+    with wave.open(str(user), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm + b"\0\0" * int(1.5 * rate))
+    env = {**os.environ, "AGENT_TTS_ADDR": tts_server.addr, "AGENT_THINKER_ADDR": thinker.addr,
+           "AGENT_TTS_VOICE": "aiden", "AGENT_TTS_MAX_FRAMES": "10",
+           "AGENT_LLM_MAX_TOKENS": "4", "AGENT_STT_MAX_TOKENS": "8",
+           "AGENT_STARTER_CACHE": "false"}
+    timeout = 30
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "voice_agent", "--direct", "--no-greeting",
+                        "--in", str(user), "--turn-timeout", str(timeout)],
+                       env=env, capture_output=True, text=True, timeout=180)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "no reply" not in r.stderr, r.stderr[-3000:]
+    assert took < timeout, f"{took:.0f} s: it waited out the turn timeout"
+    turns = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert [t["kind"] for t in turns] == ["user"] and turns[0]["eot_to_first_audio_ms"] > 0

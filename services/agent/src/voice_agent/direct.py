@@ -185,13 +185,26 @@ async def run_direct_session(
     async with DirectSession(settings, greet=greet) as ds:
         await ds.wait_until_quiet(timeout=turn_timeout_s, quiet_s=0.5)
         for clip in clips:
-            await ds.say_user(clip)
-            try:
-                await ds.wait_state(DuplexState.THINKING, timeout=turn_timeout_s)
-            except TimeoutError:
+            since = len(ds.duplex.transitions)
+            await ds.say_user(clip)  # resolves when the whole WAV has played
+            # The turn may have ended, and the reply started or even finished, while a
+            # WAV's trailing silence was still playing: look for THINKING since the clip
+            # started, not for the state now.
+            if not await _entered(ds, DuplexState.THINKING, since, turn_timeout_s):
                 log.warning("no reply to %s (see the stt/llm logs)", clip.shape)
             await ds.wait_until_quiet(timeout=turn_timeout_s)
         result = ds.result()
     if out_wav is not None:
         Path(out_wav).write_bytes(result.wav_bytes())
     return result
+
+
+async def _entered(ds: DirectSession, state: DuplexState, since: int, timeout: float) -> bool:
+    """Whether the duplex controller entered `state` after its transition no. `since`
+    (already, or within `timeout` seconds)."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if any(st == state for _, st in ds.duplex.transitions[since:]):
+            return True
+        await asyncio.sleep(0.01)
+    return False
