@@ -2,7 +2,10 @@
 
 The chat context becomes a ChatRequest: system/developer messages are joined into
 `system_prompt`, user/assistant text (and user audio frames, if any) become Messages;
-tool calls are not part of the v1 contract and are skipped. The context is bounded:
+tool calls are not part of the v1 contract and are skipped. Function tools (an Agent's
+@function_tool) are refused: the thinker cannot call them, so a chat with tools fails at
+once with a non-retryable APIError naming them (the session's `error` event, logged once
+per plugin), rather than answering as if they were not there. The context is bounded:
 only the last `max_messages` user/assistant messages go out (the agent trims the stored
 history at twice that), and a window that had to be cut starts with a user turn (a
 whole conversation may start with the assistant's greeting).
@@ -25,6 +28,7 @@ from livekit.agents import (
     DEFAULT_API_CONNECT_OPTIONS,
     NOT_GIVEN,
     APIConnectOptions,
+    APIError,
     NotGivenOr,
     llm,
     utils,
@@ -63,6 +67,12 @@ def frames_to_pcm16k(frames: list[rtc.AudioFrame]) -> bytes:
     rs = rtc.AudioResampler(input_rate=merged.sample_rate, output_rate=16000, num_channels=1)
     out = [*rs.push(merged), *rs.flush()]
     return b"".join(bytes(f.data) for f in out)
+
+
+def tools_refusal(tools: list[Tool]) -> str:
+    names = ", ".join(sorted(t.id for t in tools))
+    return (f"function tools are not supported by the voice.llm.v1 thinker: {names} "
+            "(remove them from the Agent, or use an LLM plugin that calls tools)")
 
 
 def _audio_part(pcm: bytes) -> thinker_pb2.Part:
@@ -129,6 +139,7 @@ class LLM(llm.LLM):
         self._tracker = tracker
         self._streams: weakref.WeakSet[LLMStream] = weakref.WeakSet()
         self.last_request: thinker_pb2.ChatRequest | None = None  # for logs and tests
+        self._refused_tools = False
 
     @property
     def model(self) -> str:
@@ -148,6 +159,9 @@ class LLM(llm.LLM):
         tool_choice: NotGivenOr[object] = NOT_GIVEN,
         extra_kwargs: NotGivenOr[dict[str, object]] = NOT_GIVEN,
     ) -> LLMStream:
+        if tools and not self._refused_tools:
+            self._refused_tools = True  # every chat refuses them; the log says it once
+            log.error("%s", tools_refusal(tools))
         s = LLMStream(self, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options)
         self._streams.add(s)
         return s
@@ -182,6 +196,8 @@ class LLMStream(llm.LLMStream):
         return bool(call.cancel())
 
     async def _run(self) -> None:
+        if self._tools:
+            raise APIError(tools_refusal(self._tools), retryable=False)
         opts = self._llm_._opts
         tracker = self._llm_._tracker
         request_id = tracker.llm_started() if tracker else utils.shortuuid()
