@@ -43,8 +43,9 @@ class AgentSettings(BaseSettings):
     tts_frame_ms: Literal[10, 20, 40] = 20
     # Fixed sampling seed (same seed + same text = same audio); unset = server random.
     tts_seed: int | None = None
-    # Cap on codec frames per utterance (12.5 per second of audio); 0 = server's guard.
-    # Random-weight test models never stop on their own: tests cap them here.
+    # Cap on codec frames per utterance (12.5 per second of audio); 0 = the server's
+    # guard, from the text length (~2.5x real speech: services/tts length_guard.py).
+    # Random-weight test models never stop on their own: tests may cap them tighter here.
     tts_max_frames: int = Field(0, ge=0, le=100_000)
 
     # --- thinker -------------------------------------------------------------------
