@@ -33,6 +33,8 @@ def test_env_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     ("AGENT_TTS_FRAME_MS", "15", "AGENT_TTS_FRAME_MS"),
     ("AGENT_BRIDGE_STARTER_MIN_CHARS", "9", "STARTER_MIN_CHARS"),
     ("AGENT_STT_FALLBACK", "whisper", "AGENT_STT_FALLBACK"),
+    ("AGENT_STT_BACKEND", "whisper", "AGENT_STT_BACKEND"),
+    ("AGENT_TURN_DETECTION", "model", "AGENT_VAD_SILENCE_MS >= 250"),  # 200 ms: too short
 ])
 def test_bad_values_fail_fast(monkeypatch: pytest.MonkeyPatch, env: str, value: str,
                               needle: str) -> None:
@@ -54,3 +56,13 @@ def test_cli_help() -> None:
     r = subprocess.run([sys.executable, "-m", "voice_agent", "--help"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and "--direct" in r.stdout and "AGENT_TTS_ADDR" in r.stdout
+
+
+def test_the_turn_model_loads_offline_behind_the_vad() -> None:
+    from livekit.agents.inference.eot import TurnDetector
+    from voice_agent.agent import build_pipeline
+
+    p = build_pipeline(load_settings(turn_detection="model", vad_silence_ms=250))
+    detector = p.session.options.turn_handling["turn_detection"]
+    assert isinstance(detector, TurnDetector) and detector._model == "turn-detector-v1-mini"
+    assert build_pipeline(load_settings()).session.options.turn_handling["turn_detection"] == "vad"

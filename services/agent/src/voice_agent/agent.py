@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from livekit import rtc
 from livekit.agents import APIConnectOptions, llm
+from livekit.agents.inference.eot import TurnDetector
 from livekit.agents.voice import Agent, AgentSession
 from livekit.agents.voice.agent_session import SessionConnectOptions
 from livekit.agents.voice.events import ConversationItemAddedEvent, ErrorEvent
@@ -199,6 +200,11 @@ def load_vad(settings: AgentSettings) -> silero.VAD:
     return _VAD[key]
 
 
+def turn_detector() -> TurnDetector:
+    """The framework's local end-of-turn model (weights in livekit-local-inference)."""
+    return TurnDetector(version="v1-mini", local_fallback=True)
+
+
 def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = None,
                    cache: PhraseCache | None = None) -> Pipeline:
     tracker = tracker or TurnTracker()
@@ -224,7 +230,7 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     session: AgentSession = AgentSession(
         stt=stt_, llm=llm_, tts=tts_, vad=vad,
         turn_handling={
-            "turn_detection": "vad",
+            "turn_detection": turn_detector() if s.turn_detection == "model" else "vad",
             "endpointing": {"mode": "fixed", "min_delay": s.min_endpointing_delay_s,
                             "max_delay": s.max_endpointing_delay_s},
             "interruption": {"enabled": s.allow_interruptions, "mode": "vad",

@@ -110,10 +110,17 @@ class AgentSettings(BaseSettings):
     # --- VAD and turn handling ------------------------------------------------------------
     # Silero speech probability to start speech.
     vad_activation_threshold: float = Field(0.5, gt=0.0, lt=1.0)
-    # Silence hangover before the VAD ends the utterance (seed: 200 ms).
+    # Silence hangover before the VAD ends the utterance (seed: 200 ms; the turn model
+    # needs at least 250 ms of it).
     vad_silence_ms: int = Field(200, ge=32, le=5000)
     # Speech needed before the VAD starts an utterance.
     vad_min_speech_ms: int = Field(64, ge=32, le=2000)
+    # End of turn: "vad" = the VAD's silence plus the endpointing delay below; "model" =
+    # livekit-agents' local audio turn detector (turn-detector-v1-mini, offline) behind the
+    # VAD: an unlikely end waits up to max_endpointing_delay_s. Not the default: on
+    # espeak-ng speech it does not separate ends of sentences (p 0.19-0.41) from pauses
+    # inside them (0.08-0.27) at its 0.36 threshold, so half of finished turns waited 3 s.
+    turn_detection: Literal["model", "vad"] = "vad"
     # Extra wait after the VAD end of speech before the turn ends (seed: 0.3 s);
     # with the 200 ms hangover that is the whole endpointing budget.
     min_endpointing_delay_s: float = Field(0.3, ge=0.0, le=10.0)
@@ -149,6 +156,9 @@ class AgentSettings(BaseSettings):
             raise ValueError(
                 "AGENT_BRIDGE_STARTER_MIN_CHARS must be <= AGENT_BRIDGE_STARTER_MAX_CHARS"
             )
+        if self.turn_detection == "model" and self.vad_silence_ms < 250:
+            raise ValueError("AGENT_TURN_DETECTION=model needs AGENT_VAD_SILENCE_MS >= 250 "
+                             "(or AGENT_TURN_DETECTION=vad)")
         if self.bridge_min_chars > self.bridge_max_chars:
             raise ValueError("AGENT_BRIDGE_MIN_CHARS must be <= AGENT_BRIDGE_MAX_CHARS")
         return self
