@@ -119,6 +119,7 @@ class DirectSession:
         try:
             await self.pipeline.session.aclose()
         finally:
+            await self._sync.aclose()  # else its segment tasks outlive the session
             await self.speaker.aclose()
             for comp in (self.pipeline.stt, self.pipeline.llm, self.pipeline.tts):
                 await comp.aclose()
