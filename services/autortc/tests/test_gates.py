@@ -51,7 +51,8 @@ def _ok_capture(case_id: str, eot_ms: float) -> Capture:
     rx = received(pre.copy())
     return Capture(case_id=case_id, trace_id="t", status=OK, rate=rx.rate, full=pre, reply=rx,
                    pre=pre, pre_rate=rx.rate, eot=100.0, first_audible=100.0 + eot_ms / 1000,
-                   agent_turns=[{"llm_ttft_ms": 40.0, "tts_first_to_publish_ms": 1.0}])
+                   agent_turns=[{"llm_ttft_ms": 40.0, "tts_first_to_publish_ms": 1.0}],
+                   transcript=[{"role": "user", "text": CASES[case_id].input.text or ""}])
 
 
 def test_suite_verdict_and_kpi_regression() -> None:
@@ -118,3 +119,30 @@ def test_barge_in_cut_times_onset_to_last_audible() -> None:
     none = judge_case(case, _turn(case.id, barge_onset=101.0, reply_last_audible=100.5),
                       GATES)
     assert {g.name: g.status for g in none.gates}["barge_in_cut"] == FAIL
+
+
+def test_word_error_rate() -> None:
+    from voice_autortc.transcripts import heard, wer
+
+    assert wer("Hello there.", "hello there") == 0.0
+    assert wer("I would like to <break time=\"600ms\"/> book a table.",
+               "i would like to book the table") == pytest.approx(1 / 7)
+    assert wer("What time is it now?", "") == 1.0  # nothing heard: every word deleted
+    assert wer("Hi.", "hi hi hi") == 2.0  # insertions count
+    chat = [{"role": "assistant", "text": "Hi."}, {"role": "user", "text": "what now"},
+            {"role": "user", "text": "please"}]
+    assert heard(chat) == "what now please"
+
+
+def test_stt_wer_gate_fails_when_the_agent_hears_nothing() -> None:
+    case = CASES["endpoint_short_hello"]  # "Hello there."
+
+    def run(user_text: str) -> str:
+        cap = _ok_capture(case.id, 300)
+        cap.transcript = [{"role": "user", "text": user_text}]
+        _, _, sg = judge_suite([judge_case(case, cap, GATES)], GATES)
+        return {g.name: g.status for g in sg}["stt_wer"]
+
+    assert run("hello there") == PASS
+    assert run("oh there") == PASS  # one word of two wrong: 0.5
+    assert run("[untranscribed speech, 1.2 s]") == FAIL  # the placeholder: nothing heard

@@ -165,14 +165,14 @@ async def run_cases(runner: Runner, cases: list[Case], gates: tuple[gates_mod.Ga
     return results
 
 
-# With the spawned tiny models: the thinker is text-only (no ASR), so the agent hands
-# the LLM a placeholder turn; random tokens make replies long, so cap them. AGENT_*
-# env vars still win.
+# With the spawned tiny models: the thinker is text-only (no ASR), so the agent hears
+# through PocketSphinx (the STT stage runs for real); random tokens make replies long,
+# so cap them. AGENT_* env vars still win.
 # A random TTS never stops on its own (it runs to the frame cap): cap each utterance at
 # 4 s (50 codec frames), keep the greeting one word, seed both models (same replies
 # run after run, so --compare compares like with like).
-TINY_AGENT_DEFAULTS = {"stt_fallback": "placeholder", "llm_max_tokens": 8,
-                       "stt_max_tokens": 8, "greeting": "Hi.", "tts_max_frames": 50,
+TINY_AGENT_DEFAULTS = {"stt_backend": "pocketsphinx", "llm_max_tokens": 8,
+                       "greeting": "Hi.", "tts_max_frames": 50,
                        "llm_seed": 7, "tts_seed": 7}
 
 

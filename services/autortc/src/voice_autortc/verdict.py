@@ -22,6 +22,7 @@ from .audio_metrics import MetricConfig, ring0, ring1
 from .cases import Case
 from .faults import Received, apply_fault
 from .gates import FAIL, PASS, SKIP, Gate, GateResult, evaluate
+from .transcripts import heard, wer
 from .transports.base import OK, PRE_MISSING, Capture
 
 PRIMARY_KPI = "eot_to_first_audio_p95_ms"
@@ -84,6 +85,10 @@ def case_metrics(case: Case, cap: Capture, cfg: MetricConfig) -> tuple[Received 
     if case.input.barge_in is not None:
         cut = _ms(cap.barge_onset, cap.reply_last_audible)
         m["barge_in_to_silence_ms"] = cut if cut is not None and cut >= 0 else None
+    # Ring2: the STT stage, for real (what the agent heard vs what was said)
+    if case.input.text is not None and cap.status in (OK, PRE_MISSING):
+        said = case.input.text + (f" {case.input.barge_in.text}" if case.input.barge_in else "")
+        m["stt_wer"] = round(wer(said, heard(cap.transcript)), 4)
     if cap.reply is None:
         return None, m
     post = apply_fault(cap.reply, case.fault)
@@ -146,6 +151,8 @@ def suite_aggregates(results: list[CaseResult],
         "tts_first_to_publish_p95_ms": p95(vals("tts_first_to_publish_ms")),
         "llm_ttft_p95_ms": p95(vals("llm_ttft_ms")),
         "tts_ttfa_p95_ms": p95(vals("tts_ttfa_ms")),
+        "stt_ms_p95": p95(vals("stt_ms")),
+        "stt_wer_mean": round(float(np.mean(vals("stt_wer"))), 4) if vals("stt_wer") else None,
         "inter_arrival_p95_ms": p95(vals("inter_arrival_p95_ms")),
         "p0_valid_rate": round(sum(1 for r in p0 if r.metrics.get("audio_valid") == 1.0)
                                / len(p0), 4) if p0 else None,
