@@ -54,8 +54,8 @@ async def test_frames_go_out_in_real_time_plus_the_lead(make_server) -> None:
     # Frame k no earlier than t0 + k x 20 ms - lead (- the slack of a batched wakeup).
     early = [t - (t0 + k * 0.02 - LEAD) for k, (t, _) in enumerate(got)]
     assert min(early) > -(SLACK + TOL), f"a frame {-min(early) * 1e3:.0f} ms early"
-    # Once the engine is ahead (after its slow start on CPU: packets of 1 then 4 codec
-    # frames), each frame goes out at its time, not later; the whole takes its audio
+    # Once the engine is ahead (after its slow start on CPU: the packet ramp, 1 codec
+    # frame at a time), each frame goes out at its time, not later; the whole takes its audio
     # minus the lead.
     assert max(early[50:]) < TOL, f"a frame {max(early[50:]) * 1e3:.0f} ms after its time"
     span = got[-1][0] - t0
