@@ -33,3 +33,17 @@ def received(x: np.ndarray, t0: float = 100.0, jitter_ms: float = 0.0) -> Receiv
 @pytest.fixture
 def reply() -> np.ndarray:
     return speechlike()
+
+
+TIMING_GATES = {"audible_dropouts", "max_gap", "inter_arrival_p95", "inter_arrival_max"}
+
+
+def sender_made_the_gaps(failed: set[str], m: dict[str, float]) -> bool:
+    """Timing gates that failed only where the sender is proven to have made the gap: the
+    replay of the speaker's clock shows the TTS + agent handed frames over late, or the
+    speaker itself paused that long between frames (the agent's event loop held up: a
+    real underrun, which the gates rightly fail; seen here on a 2-core host)."""
+    sender_gap = m.get("sender_gap_max_ms") or 0.0
+    made_it = m.get("sender_late_frames", 0) > 0 or (
+        sender_gap > 40 and (m.get("inter_arrival_max_ms") or 0.0) <= sender_gap + 10)
+    return bool(failed) and failed <= TIMING_GATES and made_it

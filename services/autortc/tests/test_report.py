@@ -27,7 +27,8 @@ def _results(eot_ms: float = 400.0) -> list:
         cap = Capture(case_id=cid, trace_id=f"tr-{cid}", status=OK, rate=rx.rate, full=pre,
                       reply=rx, pre=pre, pre_rate=rx.rate, eot=1.0,
                       first_audible=1.0 + eot_ms / 1000,
-                      agent_turns=[{"llm_ttft_ms": 50.0, "tts_first_to_publish_ms": 2.0}])
+                      agent_turns=[{"llm_ttft_ms": 50.0, "tts_first_to_publish_ms": 2.0}],
+                      transcript=[{"role": "user", "text": CASES[cid].input.text or ""}])
         out.append(judge_case(CASES[cid], cap, GATES))
     return out
 

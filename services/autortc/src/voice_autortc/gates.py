@@ -118,7 +118,7 @@ GATES: tuple[Gate, ...] = (
          "The reply went on over the user: check AGENT_ALLOW_INTERRUPTIONS, the VAD's "
          "min speech / AGENT_MIN_INTERRUPTION_MS, and that the barge-in cascade clears "
          "the output buffer (cancel_to_silence_ms) and sends STOP to the TTS."),
-    Gate("stt_wer", "ring2", "suite", "stt_wer_mean", "<=", 0.9, "",
+    Gate("stt_wer", "ring2", "suite", "stt_wer_mean", "<=", 0.75, "",
          "word error rate of what the agent heard (mean over P0)",
          "The agent did not hear the user's words: check the STT backend in the agent's "
          "log (AGENT_STT_BACKEND / AGENT_STT_FALLBACK; 'placeholder' hears nothing), the "
