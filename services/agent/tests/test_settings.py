@@ -58,7 +58,7 @@ def test_cli_help() -> None:
     assert r.returncode == 0 and "--direct" in r.stdout and "AGENT_TTS_ADDR" in r.stdout
 
 
-def test_the_turn_model_loads_offline_behind_the_vad() -> None:
+async def test_the_turn_model_loads_offline_behind_the_vad() -> None:  # the session wants a loop
     from livekit.agents.inference.eot import TurnDetector
     from voice_agent.agent import build_pipeline
 
