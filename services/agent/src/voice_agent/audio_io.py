@@ -4,7 +4,8 @@
 silence unless speech was queued with `play()`. Because it keeps time like a device,
 the VAD, endpointing and barge-in behave as they would on a call.
 
-`SpeakerOutput` is a real-time loudspeaker: frames the session captures are played
+`SpeakerOutput` (a `PacedOutput`, as is the WebSocket transport's output) is a real-time
+loudspeaker: frames the session captures are played
 out one `frame_ms` tick at a time on a wall-clock schedule, and every tick (speech or
 silence) is appended to `recording`, so the recording is the agent's side of the call
 on the same timeline as the microphone. `clear_buffer()` drops everything not yet
@@ -99,11 +100,16 @@ class Tick:
     audible: bool  # agent audio (True) or silence (False)
 
 
-class SpeakerOutput(io.AudioOutput):
-    def __init__(self, *, sample_rate: int = 24000, frame_ms: int = 20,
+class PacedOutput(io.AudioOutput):
+    """An output that keeps time like a device: captured frames leave one `frame_ms` tick
+    at a time on a wall-clock schedule, so the playback position the framework reads is
+    what has left. Subclasses say where each tick goes (`_tick`) and what a clear does
+    besides dropping the buffer (`_cleared`)."""
+
+    def __init__(self, label: str, *, sample_rate: int, frame_ms: int,
                  on_first_audio: Callable[[float], None] | None = None) -> None:
-        super().__init__(label="SpeakerOutput", capabilities=io.AudioOutputCapabilities(
-            pause=False), sample_rate=sample_rate)
+        super().__init__(label=label, capabilities=io.AudioOutputCapabilities(pause=False),
+                         sample_rate=sample_rate)
         self.frame_samples = sample_rate * frame_ms // 1000
         self._frame_s = frame_ms / 1000.0
         self._rate = sample_rate
@@ -113,15 +119,15 @@ class SpeakerOutput(io.AudioOutput):
         self._discarding = False  # after clear_buffer, until the framework flushes
         self._played_s = 0.0  # of the current segment
         self._started = False
-        self.recording = bytearray()
-        self.ticks: list[Tick] = []
-        self.clears: list[float] = []
         self._on_first_audio = on_first_audio
         self._task: asyncio.Task[None] | None = None
-        # Each tick that plays agent audio: (at, pcm, segment no.). A test harness's
-        # network model sends it on from here, as a room track would (AutoRTC's link).
-        self.on_played: Callable[[float, bytes, int], None] | None = None
         self.segment = 0  # counts playback segments (one per reply)
+
+    def _tick(self, at: float, chunk: bytes, audible: bool) -> None:
+        """One tick left at `at`: up to a frame of agent audio, or silence."""
+
+    def _cleared(self, at: float) -> None:
+        """clear_buffer() dropped a segment that was playing."""
 
     # --- framework side -------------------------------------------------------------------
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
@@ -146,15 +152,15 @@ class SpeakerOutput(io.AudioOutput):
         self._buf.clear()
         if not self._active:
             return
-        self.clears.append(now)
         self._active = False
         self._discarding = not self._flushed
+        self._cleared(now)
         self.on_playback_finished(playback_position=self._played_s, interrupted=True)
 
     # --- the device ----------------------------------------------------------------------------
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._playout(), name="SpeakerOutput.playout")
+            self._task = asyncio.create_task(self._playout(), name=f"{self.label}.playout")
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -183,13 +189,32 @@ class SpeakerOutput(io.AudioOutput):
                         self._on_first_audio(at)
                     self.on_playback_started(created_at=time.time())
                 self._played_s += len(chunk) / 2 / self._rate
-                if self.on_played is not None:
-                    self.on_played(at, chunk, self.segment)
-            self.recording += chunk.ljust(nbytes, b"\0")
-            self.ticks.append(Tick(at=at, audible=audible))
+            self._tick(at, chunk, audible)
             if self._active and self._flushed and not self._buf:
                 self._active = False
                 self.on_playback_finished(playback_position=self._played_s, interrupted=False)
+
+
+class SpeakerOutput(PacedOutput):
+    def __init__(self, *, sample_rate: int = 24000, frame_ms: int = 20,
+                 on_first_audio: Callable[[float], None] | None = None) -> None:
+        super().__init__("SpeakerOutput", sample_rate=sample_rate, frame_ms=frame_ms,
+                         on_first_audio=on_first_audio)
+        self.recording = bytearray()
+        self.ticks: list[Tick] = []
+        self.clears: list[float] = []
+        # Each tick that plays agent audio: (at, pcm, segment no.). A test harness's
+        # network model sends it on from here, as a room track would (AutoRTC's link).
+        self.on_played: Callable[[float, bytes, int], None] | None = None
+
+    def _tick(self, at: float, chunk: bytes, audible: bool) -> None:
+        if audible and self.on_played is not None:
+            self.on_played(at, chunk, self.segment)
+        self.recording += chunk.ljust(self.frame_samples * 2, b"\0")
+        self.ticks.append(Tick(at=at, audible=audible))
+
+    def _cleared(self, at: float) -> None:
+        self.clears.append(at)
 
     # --- measurements -----------------------------------------------------------------------------
     def silent_from(self, t: float) -> float:

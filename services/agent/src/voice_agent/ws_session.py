@@ -49,6 +49,7 @@ from livekit.agents.voice.transcription.synchronizer import TranscriptSynchroniz
 from prometheus_client import Counter, Gauge
 
 from .agent import PhraseCache, attach_duplex, build_pipeline
+from .audio_io import PacedOutput
 from .duplex import DuplexState
 from .metrics import TurnTracker
 from .settings import AgentSettings
@@ -183,89 +184,32 @@ class SocketInput(io.AudioInput):
         return frame
 
 
-class SocketOutput(io.AudioOutput):
-    """The client's loudspeaker, seen from here: captured frames go out one `frame_ms`
-    tick at a time on a wall-clock schedule (the client plays as it receives), so the
-    playback position the framework reads is what the client has been sent."""
+class SocketOutput(PacedOutput):
+    """The client's loudspeaker, seen from here: the paced ticks of agent audio go out
+    as they leave (the client plays as it receives); a clear drops what is queued for
+    the socket and tells the client to flush its playout buffer."""
 
     def __init__(self, outbox: Outbox, *, sample_rate: int, frame_ms: int,
                  on_first_audio: Callable[[float], None]) -> None:
-        super().__init__(label="SocketOutput", capabilities=io.AudioOutputCapabilities(
-            pause=False), sample_rate=sample_rate)
+        super().__init__("SocketOutput", sample_rate=sample_rate, frame_ms=frame_ms,
+                         on_first_audio=on_first_audio)
         self._outbox = outbox
-        self._frame_bytes = sample_rate * frame_ms // 1000 * 2
-        self._frame_s = frame_ms / 1000.0
-        self._rate = sample_rate
-        self._on_first_audio = on_first_audio
-        self._buf = bytearray()
-        self._active = self._flushed = self._discarding = self._started = False
-        self._played_s = 0.0
         self._last_audible = float("-inf")
-        self._task: asyncio.Task[None] | None = None
 
-    async def capture_frame(self, frame: rtc.AudioFrame) -> None:
-        await super().capture_frame(frame)
-        if self._discarding:
-            return
-        if not self._active:
-            self._active, self._flushed, self._played_s, self._started = True, False, 0.0, False
-        self._buf += bytes(frame.data)
+    def _tick(self, at: float, chunk: bytes, audible: bool) -> None:
+        if audible:
+            self._outbox.audio(chunk.ljust(self.frame_samples * 2, b"\0"))
+            self._last_audible = at
 
-    def flush(self) -> None:
-        super().flush()
-        if self._discarding:
-            self._discarding = False
-        elif self._active:
-            self._flushed = True
-
-    def clear_buffer(self) -> None:
-        self._buf.clear()
-        if not self._active:
-            return
-        self._active = False
-        self._discarding = not self._flushed
+    def _cleared(self, at: float) -> None:
         self._outbox.drop_audio()
         self._outbox.event(type="clear")
-        self.on_playback_finished(playback_position=self._played_s, interrupted=True)
 
     def silent_from(self, t: float) -> float:
         """When the client stopped being sent audio, for a barge-in decided at `t`."""
         if self._last_audible < t - self._frame_s:
             return t
         return max(t, self._last_audible + self._frame_s)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._playout(), name="SocketOutput.playout")
-
-    async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-
-    async def _playout(self) -> None:
-        t0, n = time.perf_counter(), 0
-        while True:
-            due = t0 + n * self._frame_s
-            if (delay := due - time.perf_counter()) > 0:
-                await asyncio.sleep(delay)
-            n += 1
-            if not self._active or not self._buf:
-                if self._active and self._flushed:
-                    self._active = False
-                    self.on_playback_finished(playback_position=self._played_s,
-                                              interrupted=False)
-                continue
-            chunk = bytes(self._buf[:self._frame_bytes]).ljust(self._frame_bytes, b"\0")
-            del self._buf[:self._frame_bytes]
-            at = time.perf_counter()
-            if not self._started:
-                self._started = True
-                self._on_first_audio(at)  # before the framework hears of it
-                self.on_playback_started(created_at=time.time())
-            self._outbox.audio(chunk)
-            self._last_audible = at
-            self._played_s += self._frame_s
 
 
 class TalkSession:
