@@ -3,6 +3,9 @@ tiny random TTS produces) and their frame arrival times at a 20 ms cadence."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 from voice_autortc.faults import Received
@@ -47,3 +50,16 @@ def sender_made_the_gaps(failed: set[str], m: dict[str, float]) -> bool:
     made_it = m.get("sender_late_frames", 0) > 0 or (
         sender_gap > 40 and (m.get("inter_arrival_max_ms") or 0.0) <= sender_gap + 10)
     return bool(failed) and failed <= TIMING_GATES and made_it
+
+
+def e2e_output_root() -> Path:
+    """Where the end-to-end runs write (kept after the run in the git-ignored .run/: the
+    report of a failed CI run is the evidence); fails at once without the backend venvs."""
+    from voice_autortc.settings import AutoRTCSettings
+
+    s = AutoRTCSettings()
+    missing = [p for p in (s.tts_python, s.llm_python) if not Path(p).exists()]
+    if missing:
+        pytest.fail(f"backend venvs missing: {missing} (run `make venvs` first)")
+    return Path(os.environ.get("AUTORTC_E2E_OUT", Path(__file__).resolve().parents[3]
+                               / ".run" / "autortc-e2e"))

@@ -14,7 +14,6 @@ No fakes: nothing here stands in for the agent, the TTS or the thinker.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,22 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import sender_made_the_gaps
+from conftest import e2e_output_root, sender_made_the_gaps
 from voice_autortc.gates import TRANSPORT_GATES
-from voice_autortc.settings import AutoRTCSettings
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    s = AutoRTCSettings()
-    missing = [p for p in (s.tts_python, s.llm_python) if not Path(p).exists()]
-    if missing:
-        pytest.fail(f"backend venvs missing: {missing} (run `make venvs` first)")
-    # Kept after the run (git-ignored .run/): the report of a failed CI run is the evidence.
-    out = Path(os.environ.get("AUTORTC_E2E_OUT", Path(__file__).resolve().parents[3]
-                              / ".run" / "autortc-e2e"))
+    out = e2e_output_root()
     shutil.rmtree(out / "ci-quick", ignore_errors=True)
     proc = subprocess.run(
         [sys.executable, "-m", "voice_autortc.run_suite", "--transport", "direct",

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import sender_made_the_gaps
-from voice_autortc.settings import AutoRTCSettings
+from conftest import e2e_output_root, sender_made_the_gaps
 
 CASES = Path(__file__).parent / "cases" / "turn_taking.json"
 
@@ -42,12 +41,7 @@ def _run(out: Path, run_id: str, cases: list[str], env: dict[str, str]) -> dict[
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    s = AutoRTCSettings()
-    missing = [p for p in (s.tts_python, s.llm_python) if not Path(p).exists()]
-    if missing:
-        pytest.fail(f"backend venvs missing: {missing} (run `make venvs` first)")
-    out = Path(os.environ.get("AUTORTC_E2E_OUT", Path(__file__).resolve().parents[3]
-                              / ".run" / "autortc-e2e"))
+    out = e2e_output_root()
     env = {"AGENT_ALLOW_INTERRUPTIONS": "true"}
     return {
         "clean": _run(out, "turn-taking", ["barge_short", "stutter_short"], env),
