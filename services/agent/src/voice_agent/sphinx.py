@@ -43,11 +43,9 @@ class Utterance:
 
     def __init__(self, worker: _Worker) -> None:
         self._w = worker
-        self.samples = 0
 
     def feed(self, pcm16k: bytes) -> None:
         if pcm16k:
-            self.samples += len(pcm16k) // 2
             self._w.send(b"A", pcm16k)
 
     async def finish(self) -> str:

@@ -151,8 +151,7 @@ class STT(stt.STT):
                          ) -> stt.SpeechEvent:
         """The final transcript of one utterance; `utt` is a recogniser utterance already
         fed with its audio, if the stream opened one."""
-        pcm = frames_to_pcm16k(frames)
-        duration = len(pcm) / 32000.0
+        duration = sum(f.samples_per_channel / f.sample_rate for f in frames)
         lang = LanguageCode(language if utils.is_given(language) else self._language)
         request_id = utils.shortuuid()
         if self._tracker is not None:
@@ -160,11 +159,11 @@ class STT(stt.STT):
             if self._tracker.current is not None:
                 request_id = f"{self._tracker.current.trace_id}-stt"
         if self._utterances is not None:
-            text = self._utterances.put(pcm)
+            text = self._utterances.put(frames_to_pcm16k(frames))
         elif self.backend == "pocketsphinx":
-            text = await self._sphinx(pcm, utt)
+            text = await self._sphinx(frames, utt)
         else:
-            text = await self._thinker(pcm, utt, request_id, conn_options)
+            text = await self._thinker(frames, utt, request_id, conn_options)
         if self._tracker is not None:
             self._tracker.stt_done()
         log.info("stt %s request_id=%s audio_s=%.2f text=%r", self.backend, request_id,
@@ -173,19 +172,21 @@ class STT(stt.STT):
             type=stt.SpeechEventType.FINAL_TRANSCRIPT, request_id=request_id,
             alternatives=[stt.SpeechData(language=lang, text=text.strip(), end_time=duration)])
 
-    async def _sphinx(self, pcm: bytes, utt: Utterance | None) -> str:
+    async def _sphinx(self, frames: list[rtc.AudioFrame], utt: Utterance | None) -> str:
+        """The transcript of an utterance fed as it was spoken (`utt`), else of `frames`."""
         try:
             if utt is not None:
                 return await utt.finish()
             async with self.sphinx().utterance() as whole:
-                whole.feed(pcm)
+                whole.feed(frames_to_pcm16k(frames))
                 return await whole.finish()
         except SphinxError as e:
             self._error(str(e))
             raise APIConnectionError(f"pocketsphinx: {e}", retryable=False) from None
 
-    async def _thinker(self, pcm: bytes, utt: Utterance | None, request_id: str,
-                       conn_options: APIConnectOptions) -> str:
+    async def _thinker(self, frames: list[rtc.AudioFrame], utt: Utterance | None,
+                       request_id: str, conn_options: APIConnectOptions) -> str:
+        pcm = frames_to_pcm16k(frames)
         req = thinker_pb2.ChatRequest(
             messages=[thinker_pb2.Message(role=thinker_pb2.ROLE_USER, parts=[
                 thinker_pb2.Part(text=self._instruction),
@@ -210,7 +211,7 @@ class STT(stt.STT):
             log.warning("the thinker takes no audio (%s): pocketsphinx transcribes from now on",
                         e.details())
             self.backend = "pocketsphinx"
-            return await self._sphinx(pcm, utt)
+            return await self._sphinx(frames, utt)
         self._thinker_hears = True
         if utt is not None:
             with contextlib.suppress(SphinxError):  # the thinker heard it: not needed
