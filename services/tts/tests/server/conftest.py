@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 from voice.tts.v1 import tts_pb2
 
 
@@ -68,11 +69,23 @@ class ServerProc:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics") as r:
             return r.read().decode()
 
-    def metric(self, name: str) -> float:
-        for line in self.metrics().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-        raise KeyError(name)
+    def metric(self, selector: str) -> float:
+        """The sum of the samples `selector` names: `name` or `name{label="value",...}`
+        (labels not named are summed over, e.g. `protocol`). Absent: 0.0 if the metric is
+        declared (a counter with no children yet), else KeyError."""
+        name, _, rest = selector.partition("{")
+        want = dict(kv.split("=", 1) for kv in rest.rstrip("}").split(",") if kv)
+        want = {k.strip(): v.strip().strip('"') for k, v in want.items()}
+        total, found = 0.0, False
+        for family in text_string_to_metric_families(self.metrics()):
+            for s in family.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in want.items()):
+                    total += s.value
+                    found = True
+            found = found or family.name == name or family.name + "_total" == name
+        if not found:
+            raise KeyError(selector)
+        return total
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

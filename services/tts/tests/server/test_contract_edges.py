@@ -103,10 +103,7 @@ async def test_stopped_and_reset_carry_the_stopped_utterance_id(server) -> None:
 
 
 def cancelled(srv) -> float:
-    for line in srv.metrics().splitlines():
-        if line.startswith('tts_utterances_total{reason="cancelled"}'):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return srv.metric('tts_utterances_total{reason="cancelled"}')
 
 
 async def test_stops_and_client_cancels_count_as_cancelled(make_server) -> None:

@@ -1,4 +1,5 @@
-"""Assembles and runs the TTS service: engine, gRPC (TTS + health + reflection), HTTP.
+"""Assembles and runs the TTS service: engine, gRPC (TTS + health + reflection), HTTP
+(metrics, health, OpenAI-style speech, the speech WebSocket).
 
 Start-up order matters to orchestrators: health says SERVING only after the engine has
 loaded and warmed up. SIGTERM drains: health goes NOT_SERVING, new calls get
@@ -155,7 +156,8 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     running = RunningServer(server, servicer, health_servicer, port, None)
     if settings.http_port:
         running.http_runner = await start_http(settings.grpc_host, settings.http_port,
-                                               metrics.registry, lambda: running.serving)
+                                               metrics.registry, lambda: running.serving,
+                                               servicer)
     loop = asyncio.get_running_loop()
 
     def on_fatal(exc: BaseException) -> None:  # engine thread

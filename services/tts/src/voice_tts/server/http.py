@@ -1,4 +1,7 @@
-"""The service's HTTP side: `/metrics` for Prometheus and `/healthz` for orchestrators.
+"""The service's HTTP side: `/metrics` for Prometheus, `/healthz` for orchestrators, and
+the speech interfaces other TTS servers offer: OpenAI's `POST /v1/audio/speech` (with
+`/v1/models`, `/v1/audio/voices`; `openai_speech.py`) and a live-text WebSocket,
+`/v1/audio/speech/stream` (`ws_speech.py`). Both are fronts of the gRPC servicer's call.
 
 `/healthz` answers 200 only once the engine is warm and the server is not draining:
 the same state the gRPC health service reports.
@@ -7,14 +10,17 @@ the same state the gRPC health service reports.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from voice_tts.server.openai_speech import MAX_BODY_BYTES, SpeechAPI
+from voice_tts.server.ws_speech import SpeechSocket
 
-async def start_http(
-    host: str, port: int, registry: CollectorRegistry, is_serving: Callable[[], bool]
-) -> web.AppRunner:
+
+async def start_http(host: str, port: int, registry: CollectorRegistry,
+                     is_serving: Callable[[], bool], servicer: Any = None) -> web.AppRunner:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -24,10 +30,14 @@ async def start_http(
         return web.json_response({"status": "SERVING" if ok else "NOT_SERVING"},
                                  status=200 if ok else 503)
 
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, access_log=None)
+    if servicer is not None:
+        SpeechAPI(servicer).add_routes(app)
+        SpeechSocket(servicer).add_routes(app)
+    # A client that goes away cancels its handler: its engine session ends at once.
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner

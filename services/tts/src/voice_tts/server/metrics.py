@@ -2,6 +2,10 @@
 
 One `TTSMetrics` per server, on its own registry, so that tests can run several servers
 in one process. The HTTP side (`/metrics`, `/healthz`) lives in `http.py`.
+
+Per-call metrics carry a `protocol` label (`PROTOCOLS`: gRPC, the OpenAI-style HTTP
+endpoint, the WebSocket): one engine and one admission serve all three, and a dashboard
+can still tell them apart. Sum over it for the service's totals.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ _RTF_BUCKETS = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5
 _STEP_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.05,
                  0.1, 0.25, 0.5, 1.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+PROTOCOLS = ("grpc", "http", "websocket")
 
 
 class TTSMetrics:
@@ -25,11 +30,15 @@ class TTSMetrics:
         r = self.registry
         self.ttfa = Histogram("tts_ttfa_seconds", "First text of an utterance in -> its "
                               "first audio out of the engine, server side",
-                              buckets=_LATENCY_BUCKETS, registry=r)
+                              ["protocol"], buckets=_LATENCY_BUCKETS, registry=r)
         self.rtf = Histogram("tts_rtf", "Synthesis wall time / audio duration per utterance",
-                             buckets=_RTF_BUCKETS, registry=r)
-        self.active_sessions = Gauge("tts_active_sessions", "Open Synthesize streams",
-                                     registry=r)
+                             ["protocol"], buckets=_RTF_BUCKETS, registry=r)
+        self.requests = Counter("tts_requests_total", "Calls opened (gRPC Synthesize, HTTP "
+                                "speech requests, WebSocket sessions), admitted or not",
+                                ["protocol"], registry=r)
+        self.active_sessions = Gauge("tts_active_sessions", "Open calls (Synthesize streams, "
+                                     "HTTP speech responses, WebSocket sessions)",
+                                     ["protocol"], registry=r)
         self.frames_sent = Counter("tts_frames_sent_total", "Audio frames written to clients",
                                    registry=r)
         self.step_seconds = Histogram("tts_engine_step_seconds", "Wall time of one engine "
@@ -37,19 +46,20 @@ class TTSMetrics:
                                       registry=r)
         self.batch_size = Histogram("tts_engine_batch_size", "Sessions advanced by one "
                                     "engine step", buckets=_BATCH_BUCKETS, registry=r)
-        self.errors = Counter("tts_errors_total", "Calls ended with an error, by gRPC status",
-                              ["code"], registry=r)
+        self.errors = Counter("tts_errors_total", "Calls ended with an error, by gRPC status "
+                              "(HTTP and WebSocket errors map from it: protocol.py)",
+                              ["code", "protocol"], registry=r)
         self.flow_pauses = Counter("tts_flow_control_pauses_total", "Sessions paused in the "
                                    "engine: more than TTS_MAX_BACKLOG_S of their audio made "
                                    "but not written (a slow reader, or paced audio far "
                                    "ahead)", registry=r)
         self.utterances = Counter("tts_utterances_total", "Utterances by how they ended",
-                                  ["reason"], registry=r)
+                                  ["reason", "protocol"], registry=r)
         # Admission (admission.py): why calls were turned away, and how full the engine is.
         self.admission_rejected = Counter(
             "tts_admission_rejected_total", "Calls rejected with RESOURCE_EXHAUSTED, by "
             "reason: sessions (open-stream cap), capacity (the engine would fall behind "
-            "real time), front (the gRPC front would)", ["reason"], registry=r)
+            "real time), front (the gRPC front would)", ["reason", "protocol"], registry=r)
         self.admission_load = Gauge("tts_admission_load_sessions", "Streams counted as "
                                     "engine load: speaking + admitted, not speaking yet",
                                     registry=r)
@@ -66,6 +76,9 @@ class TTSMetrics:
                                 "(torch allocator: allocated, reserved), sampled after steps",
                                 ["kind"], registry=r)
 
+    def of(self, protocol: str) -> CallMetrics:
+        return CallMetrics(self, protocol)
+
     def watch_admission(self, admission: Any) -> None:
         """The admission gauges read `admission` when scraped (no cost per step)."""
         self.admission_load.set_function(admission.load)
@@ -76,3 +89,29 @@ class TTSMetrics:
     def frames_sent_total(self) -> float:
         return next(s.value for m in self.frames_sent.collect() for s in m.samples
                     if s.name.endswith("_total"))
+
+
+class CallMetrics:
+    """What a call records, bound to its protocol's label children once (no label lookup
+    per frame)."""
+
+    def __init__(self, m: TTSMetrics, protocol: str) -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {protocol!r}")
+        self.protocol = protocol
+        self.ttfa = m.ttfa.labels(protocol)
+        self.rtf = m.rtf.labels(protocol)
+        self.requests = m.requests.labels(protocol)
+        self.active_sessions = m.active_sessions.labels(protocol)
+        self.frames_sent = m.frames_sent
+        self.flow_pauses = m.flow_pauses
+        self._m = m
+
+    def utterances(self, reason: str) -> Any:
+        return self._m.utterances.labels(reason, self.protocol)
+
+    def error(self, code: str) -> Any:
+        return self._m.errors.labels(code, self.protocol)
+
+    def rejected(self, reason: str) -> Any:
+        return self._m.admission_rejected.labels(reason, self.protocol)

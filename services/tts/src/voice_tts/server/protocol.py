@@ -1,5 +1,6 @@
 """Every protocol rule of `voice.tts.v1.TextToSpeech` that is not streaming: parsing,
-SessionConfig validation and defaults, and the one mapping from errors to gRPC status.
+SessionConfig validation and defaults, and the one mapping from errors to gRPC status
+(and from it to the HTTP and WebSocket fronts' statuses and close codes).
 
 Errors are raised as `CallError(code, message)`; engine errors are mapped by kind
 (`status_of`). Messages say what to fix, never echo more than a short prefix of input.
@@ -46,6 +47,27 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, ValueError | UnicodeDecodeError):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see server logs"
+
+
+# The same errors on the other fronts: (HTTP status, OpenAI error type) and the
+# WebSocket close code (RFC 6455 / IANA: 1008 policy violation, 1013 try again later,
+# 1012 service restart, 1011 internal error).
+HTTP_STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
+    grpc.StatusCode.NOT_FOUND: (404, "invalid_request_error"),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
+    grpc.StatusCode.UNAVAILABLE: (503, "server_error"),
+    grpc.StatusCode.INTERNAL: (500, "server_error"),
+}
+WS_CLOSE: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 1008,
+    grpc.StatusCode.NOT_FOUND: 1008,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 1013,
+    grpc.StatusCode.UNAVAILABLE: 1012,
+    grpc.StatusCode.INTERNAL: 1011,
+}
+# Seconds a client turned away (capacity, draining) is told to wait before retrying.
+RETRY_AFTER_S = 1
 
 
 def parse_request(raw: bytes) -> tts_pb2.SynthesizeRequest:

@@ -1,4 +1,6 @@
-"""`voice.tts.v1.TextToSpeech`: thin glue between gRPC and the engine's session API.
+"""`voice.tts.v1.TextToSpeech`: thin glue between gRPC and the engine's session API,
+and the one place a synthesis call runs (`call`), for gRPC and the HTTP / WebSocket
+fronts (`openai_speech.py`, `ws_speech.py`) alike.
 
 Admission (`admission.py`: open streams, the engine's real-time capacity; draining), the
 first-message rule and the mapping of every failure to one status code happen here; the
@@ -91,14 +93,32 @@ class TextToSpeechServicer:
     async def synthesize(self, requests: AsyncIterator[bytes],
                          context: grpc.aio.ServicerContext
                          ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+        """gRPC `Synthesize`: the call, its failure as the call's status."""
+        try:
+            async with contextlib.aclosing(self.call("grpc", _parsed(requests))) as call:
+                async for resp in call:
+                    yield resp
+        except CallError as e:
+            await context.abort(e.code, e.message)
+
+    async def call(self, protocol: str, requests: AsyncIterator[tts_pb2.SynthesizeRequest],
+                   pace_lead_s: float | None = None
+                   ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+        """One synthesis call, whatever the protocol: admission, the first-message rule,
+        an engine session, the stream. `requests` starts with the SessionConfig. Yields
+        the responses gRPC would send; every failure ends it with one `CallError`, which
+        the protocol's front turns into its status, HTTP error or close code. Run it in
+        the task that serves the call: a drain or an engine fault cuts that task."""
         task = asyncio.current_task()
         assert task is not None
+        m = self.metrics.of(protocol)
         session = None
         ticket = None
         stream: SynthesizeStream | None = None
         reader: asyncio.Task[None] | None = None
         self.active.add(task)
-        self.metrics.active_sessions.inc()
+        m.requests.inc()
+        m.active_sessions.inc()
         try:
             if self.failed is not None:
                 raise CallError(grpc.StatusCode.UNAVAILABLE, self.failed)
@@ -116,8 +136,9 @@ class TextToSpeechServicer:
                     await asyncio.wait_for(anext(it), 0.05)
                 raise
             cfg = await self._first_config(it)
-            stream = SynthesizeStream(cfg, None, self.metrics, self.settings.max_backlog_s,
-                                      0.0 if self.draining else self.settings.pace_lead_s)
+            lead = self.settings.pace_lead_s if pace_lead_s is None else pace_lead_s
+            stream = SynthesizeStream(cfg, None, m, self.settings.max_backlog_s,
+                                      0.0 if self.draining else lead)
             session = self.engine.open_session(
                 SessionParams(voice=cfg.voice, language=cfg.language, instruct=cfg.instruct,
                               seed=cfg.seed, sampling=cfg.sampling,
@@ -128,8 +149,9 @@ class TextToSpeechServicer:
             session = TrackedSession(session, ticket)
             stream.session = session
             self.streams[task] = stream
-            log.info("session started session=%s trace=%s voice=%s rate=%d frame_ms=%d",
-                     cfg.session_id, cfg.trace_id, cfg.voice, cfg.sample_rate, cfg.frame_ms)
+            log.info("session started protocol=%s session=%s trace=%s voice=%s rate=%d "
+                     "frame_ms=%d", protocol, cfg.session_id, cfg.trace_id, cfg.voice,
+                     cfg.sample_rate, cfg.frame_ms)
             yield tts_pb2.SynthesizeResponse(event=tts_pb2.Event(
                 type=tts_pb2.Event.SESSION_STARTED, config=cfg.proto))
             reader = asyncio.create_task(stream.read(it))
@@ -137,20 +159,19 @@ class TextToSpeechServicer:
                 yield resp
         except asyncio.CancelledError:
             if task not in self.cut:
-                log.info("call cancelled by the client")
+                log.info("call cancelled by the client protocol=%s", protocol)
                 raise
             # Cut by the server: tell the client why (else it sees CANCELLED at stop).
-            self.metrics.errors.labels(grpc.StatusCode.UNAVAILABLE.name).inc()
-            await context.abort(grpc.StatusCode.UNAVAILABLE, self.cut[task])
+            m.error(grpc.StatusCode.UNAVAILABLE.name).inc()
+            raise CallError(grpc.StatusCode.UNAVAILABLE, self.cut[task]) from None
         except Exception as e:  # every failure ends the call with one clear status
             code, message = status_of(e)
             if code == grpc.StatusCode.INTERNAL:
-                log.exception("Synthesize failed")
-            self.metrics.errors.labels(code.name).inc()
+                log.exception("synthesis call failed protocol=%s", protocol)
+            m.error(code.name).inc()
             if isinstance(e, Rejected | EngineFull):
-                self.metrics.admission_rejected.labels(
-                    e.reason if isinstance(e, Rejected) else "sessions").inc()
-            await context.abort(code, message)
+                m.rejected(e.reason if isinstance(e, Rejected) else "sessions").inc()
+            raise CallError(code, message) from None
         finally:
             if reader is not None:
                 reader.cancel()
@@ -160,7 +181,7 @@ class TextToSpeechServicer:
                 session.close()  # frees the engine slot within one step
             if ticket is not None:
                 ticket.close()
-            self.metrics.active_sessions.dec()
+            m.active_sessions.dec()
             self.active.discard(task)
             self.cut.pop(task, None)
             self.streams.pop(task, None)
@@ -187,16 +208,22 @@ class TextToSpeechServicer:
         self.failed = message
         return self.cut_open_calls(message)
 
-    async def _first_config(self, it: AsyncIterator[bytes]) -> Any:
+    async def _first_config(self, it: AsyncIterator[tts_pb2.SynthesizeRequest]) -> Any:
         try:
-            raw = await asyncio.wait_for(anext(it), self.settings.config_timeout_s)
+            req = await asyncio.wait_for(anext(it), self.settings.config_timeout_s)
         except StopAsyncIteration:
             raise invalid("stream closed before a SessionConfig") from None
         except TimeoutError:
             raise invalid(f"no SessionConfig within {self.settings.config_timeout_s:g} s") \
                 from None
-        req = parse_request(raw)
         kind = req.WhichOneof("request")
         if kind != "config":
             raise invalid(f"the first message must be a SessionConfig, got {kind or 'empty'}")
         return resolve_config(req.config, self._voices, self._languages)
+
+
+async def _parsed(raw: AsyncIterator[bytes]) -> AsyncIterator[tts_pb2.SynthesizeRequest]:
+    """gRPC's requests, registered as raw bytes: parsed here, so that garbage gets
+    INVALID_ARGUMENT with a message instead of grpc's generic error."""
+    async for b in raw:
+        yield parse_request(b)

@@ -1,4 +1,6 @@
-"""One `Synthesize` call: requests are read in one task while frames are written.
+"""One synthesis call (gRPC `Synthesize`, an HTTP speech request or a WebSocket
+session, each turned into `SynthesizeRequest`s by its front): requests are read in one
+task while frames are written.
 
 Three producers feed one ordered queue that the writer drains:
 - the engine thread (through `sink`): `AudioPacket`, `UtteranceEnd`;
@@ -48,8 +50,8 @@ from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import AudioPacket, UtteranceEnd
 from voice_tts.server.framing import NATIVE_RATE, UtteranceFramer
-from voice_tts.server.metrics import TTSMetrics
-from voice_tts.server.protocol import CallError, ResolvedConfig, invalid, parse_request
+from voice_tts.server.metrics import CallMetrics
+from voice_tts.server.protocol import CallError, ResolvedConfig, invalid
 
 log = logging.getLogger("voice_tts.stream")
 
@@ -157,7 +159,7 @@ class StreamState:
 
 
 class SynthesizeStream:
-    def __init__(self, cfg: ResolvedConfig, session: Any, metrics: TTSMetrics,
+    def __init__(self, cfg: ResolvedConfig, session: Any, metrics: CallMetrics,
                  max_backlog_s: float, pace_lead_s: float = 0.0) -> None:
         self.state = StreamState(cfg)
         self.session = session
@@ -224,11 +226,12 @@ class SynthesizeStream:
         st.queue.put_nowait(item, urgent=False)
 
     # -- reader ------------------------------------------------------------------------
-    async def read(self, requests: AsyncIterator[bytes]) -> None:
+    async def read(self, requests: AsyncIterator[tts_pb2.SynthesizeRequest]) -> None:
+        """The client's messages after its config (parsed by its protocol's front; one
+        that cannot be parsed raises `CallError` out of the iterator)."""
         st = self.state
         try:
-            async for raw in requests:
-                req = parse_request(raw)
+            async for req in requests:
                 kind = req.WhichOneof("request")
                 if kind == "text":
                     piece = req.text.text if req.text.WhichOneof("piece") == "text" \
@@ -279,7 +282,7 @@ class SynthesizeStream:
             # Utterances not yet FLUSHED (speaking, queued here, or taking text): this
             # drops them all. Counted here: their ends may never reach the writer.
             live = [uid for uid in st.utterances if uid >= st.drop_below]
-            self.metrics.utterances.labels("cancelled").inc(len(live))
+            self.metrics.utterances("cancelled").inc(len(live))
             if st.truncated is not None and st.truncated >= st.drop_below:
                 live.append(st.truncated)  # its end is counted (max_frames) and written
             if reset:
@@ -356,7 +359,7 @@ class SynthesizeStream:
                     out.popleft()
                     if uid < st.drop_below:  # stopped: counted at its STOP / RESET
                         continue
-                    self.metrics.utterances.labels(entry[2]).inc()
+                    self.metrics.utterances(entry[2]).inc()
                     st.utterances.pop(uid, None)
                     for kind in entry[3]:
                         yield self._event(kind, uid)
@@ -428,7 +431,7 @@ class SynthesizeStream:
             st.utterances.pop(uid, None)
             return
         if e.reason in ("cancelled", "invalid", "error"):  # nothing more of it is written
-            self.metrics.utterances.labels(e.reason).inc()
+            self.metrics.utterances(e.reason).inc()
             st.utterances.pop(uid, None)
             if e.reason == "invalid":  # this session's input: the call ends, no one else's
                 raise invalid(e.error)
@@ -456,7 +459,7 @@ class SynthesizeStream:
         utterances still in progress (or not all written) count as cancelled."""
         st = self.state
         live = [uid for uid in st.utterances if uid >= st.drop_below]
-        self.metrics.utterances.labels("cancelled").inc(len(live))
+        self.metrics.utterances("cancelled").inc(len(live))
         st.utterances.clear()
 
     def _frames(self, uid: int, u: _Utterance, frames: list[bytes], last: bool) -> None:

@@ -1,0 +1,131 @@
+"""`GET /v1/audio/speech/stream`: live text in, PCM frames out, over one WebSocket.
+
+One connection is one session: the gRPC `Synthesize` stream in WebSocket clothes
+(`TextToSpeechServicer.call`, protocol "websocket": the same admission, engine session,
+pacing, flow control, metrics and error rules). The messages are in `json_schema.py`:
+a `config` first (within TTS_CONFIG_TIMEOUT_S), then text appends (JSON `text`, or a
+binary message of raw UTF-8 split anywhere), `flush`, `stop`, `reset`, `end`. Out go
+binary PCM frames and JSON events (`started`, `first_audio` with timings, `flushed`,
+`stopped`, `reset`, `truncated`).
+
+How a session ends: `end` -> the last frames, `flushed`, close 1000. A failure -> an
+`error` event (code, message), then the close code `protocol.WS_CLOSE` maps its status to
+(1008 bad input, 1013 at capacity, 1012 restarting or draining, 1011 internal), or 1009
+from aiohttp for a message over `MAX_MESSAGE_BYTES`. A client that goes away (close,
+vanished: heartbeat) ends its call at once: its engine slot is free within a step.
+A slow reader: sends wait for the socket to drain, the unsent audio grows, and past
+TTS_MAX_BACKLOG_S the engine pauses the session (as for gRPC).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from aiohttp import WSCloseCode, WSMsgType, web
+from voice.tts.v1 import tts_pb2
+
+from voice_tts.server.json_schema import (
+    WSConfig,
+    parse_ws_message,
+    session_config,
+    ws_error,
+    ws_event,
+    ws_request,
+)
+from voice_tts.server.protocol import WS_CLOSE, CallError, invalid
+
+log = logging.getLogger("voice_tts.ws")
+# One message's size: text appends are small; the utterance's limit is TTS_MAX_TEXT_CHARS.
+MAX_MESSAGE_BYTES = 64 * 1024
+HEARTBEAT_S = 20.0  # pings: a peer that vanished without a close is found within ~2x this
+
+
+class SpeechSocket:
+    def __init__(self, servicer: Any) -> None:
+        self.servicer = servicer
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/audio/speech/stream", self.handle)
+
+    async def handle(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, heartbeat=HEARTBEAT_S,
+                                   compress=False)
+        await ws.prepare(request)
+        gone = asyncio.Event()  # the client closed (or vanished) without `end`
+        serve = asyncio.create_task(self._serve(ws, self._requests(ws, gone)))
+        left = asyncio.create_task(gone.wait())
+        try:
+            await asyncio.wait((serve, left), return_when=asyncio.FIRST_COMPLETED)
+            if not serve.done():  # the client left: its call ends now
+                serve.cancel()
+                with contextlib.suppress(asyncio.CancelledError, CallError):
+                    await serve
+                log.info("websocket client went away; its call ended")
+            else:
+                serve.result()
+                await ws.close(code=WSCloseCode.OK, message=b"done")
+        except CallError as e:
+            await self._fail(ws, e)
+        finally:
+            left.cancel()
+            serve.cancel()
+        return ws
+
+    async def _serve(self, ws: web.WebSocketResponse,
+                     requests: AsyncIterator[tts_pb2.SynthesizeRequest]) -> None:
+        """The call, its responses out as frames and events (in its own task: the one a
+        drain or an engine fault cuts)."""
+        async with contextlib.aclosing(self.servicer.call("websocket", requests)) as call:
+            async for r in call:
+                if r.WhichOneof("response") == "audio":
+                    await ws.send_bytes(r.audio.pcm)
+                else:
+                    await ws.send_str(json.dumps(ws_event(r.event)))
+
+    async def _requests(self, ws: web.WebSocketResponse, gone: asyncio.Event
+                        ) -> AsyncIterator[tts_pb2.SynthesizeRequest]:
+        """The client's messages as the call's requests: the config, then the rest."""
+        first = True
+        while True:
+            msg = await ws.receive()
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+                gone.set()  # not a half-close: nothing more will be read
+                await asyncio.Future()  # the call is cancelled
+            if msg.type == WSMsgType.ERROR:
+                raise invalid(f"bad WebSocket message ({msg.data}); one message may hold "
+                              f"{MAX_MESSAGE_BYTES} bytes")
+            try:
+                parsed = parse_ws_message(msg.data)
+            except ValueError as e:
+                raise invalid(str(e)) from None
+            if first:
+                if not isinstance(parsed, WSConfig):
+                    kind = "binary text" if isinstance(parsed, bytes) else parsed.type
+                    raise invalid(f'the first message must be {{"type": "config", ...}}, '
+                                  f"got {kind}")
+                first = False
+                yield tts_pb2.SynthesizeRequest(config=session_config(
+                    parsed, parsed.frame_ms, parsed.session_id, parsed.trace_id))
+                continue
+            if isinstance(parsed, WSConfig):
+                raise invalid("a second config; send one per connection, first")
+            req = ws_request(parsed)
+            if req is None:  # `end`: a half-close (flush, then the call ends)
+                return
+            yield req
+
+    async def _fail(self, ws: web.WebSocketResponse, e: CallError) -> None:
+        if e.code != grpc.StatusCode.INVALID_ARGUMENT:
+            log.info("websocket call ended: %s %s", e.code.name, e.message)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            if not ws.closed:
+                await ws.send_str(json.dumps(ws_error(e.code.name.lower(), e.message)))
+                # A close reason holds at most 123 bytes; the event above has it all.
+                await ws.close(code=WS_CLOSE.get(e.code, WSCloseCode.INTERNAL_ERROR),
+                               message=e.message.encode()[:120])
