@@ -9,9 +9,10 @@
 A request is one synthesis call (`TextToSpeechServicer.call`, protocol "http"): the same
 admission, engine session, metrics and error rules as a gRPC stream that sends its text
 and half-closes. Unpaced (a download, not a live stream): audio leaves as fast as the
-client reads; a slow reader pauses its engine session (flow control). Frames are joined
-into chunks of at least `CHUNK_S` (the first one goes alone, at once: time to first byte
-is the gRPC path's). Errors are OpenAI's body (`{"error": {message, type, param, code}}`)
+client reads; a slow reader pauses its engine session (flow control). The call runs in
+its own task; whatever it has made when the writer looks goes out in one write (a
+packet's frames are made together: a write per packet, the first one at once, so time to
+first byte is the gRPC path's). Errors are OpenAI's body (`{"error": {message, type, param, code}}`)
 with the status `protocol.HTTP_STATUS` maps the call's gRPC status to; the headers wait
 for the first audio, so a call that fails before it gets its status. One that fails
 after has sent 200: an sse stream ends with an `error` event, an audio stream is cut off
@@ -20,6 +21,7 @@ after has sent 200: an sse stream ends with an `error` event, an audio stream is
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -44,7 +46,9 @@ log = logging.getLogger("voice_tts.http")
 # Other names a client may send as `model`: OpenAI's speech models (code written for
 # OpenAI runs unchanged). All of them are the one model this server loaded.
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-CHUNK_S = 0.08  # the least audio per write after the first (one codec frame)
+# Responses made but not yet written: past this the call waits (and past
+# TTS_MAX_BACKLOG_S of unwritten audio its engine session pauses).
+READY_MAX = 64
 FRAME_MS = 20
 MAX_BODY_BYTES = 1 << 20
 
@@ -115,16 +119,41 @@ class SpeechAPI:
             yield tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=req.input))
 
         out = _Body(request, req, self.servicer.engine)
+        ready: asyncio.Queue[Any] = asyncio.Queue(READY_MAX)
+
+        async def call() -> None:  # its own task: the one a drain or engine fault cuts
+            try:
+                async with contextlib.aclosing(
+                        self.servicer.call("http", requests(), pace_lead_s=0.0)) as c:
+                    async for resp in c:
+                        await ready.put(resp)
+                await ready.put(None)
+            except CallError as e:
+                await ready.put(e)
+
+        producer = asyncio.create_task(call())
         try:
-            async with contextlib.aclosing(
-                    self.servicer.call("http", requests(), pace_lead_s=0.0)) as call:
-                async for resp in call:
-                    await out.take(resp)
-        except CallError as e:
-            if not out.started:
-                return ApiError.of(e).response()
-            await out.fail(e)
-        return await out.finish()
+            while True:
+                # Everything the call made since the last write goes out in one: a
+                # packet's frames are made together, so a write per packet.
+                items = [await ready.get()]
+                while not ready.empty():
+                    items.append(ready.get_nowait())
+                for item in items:
+                    if item is None or isinstance(item, CallError):
+                        break
+                    out.take(item)
+                await out.send()
+                if item is None:
+                    return await out.finish()
+                if isinstance(item, CallError):
+                    if not out.started:
+                        return ApiError.of(item).response()
+                    return await out.fail(item)
+        finally:
+            producer.cancel()  # the client went away (or we failed): the call ends
+            with contextlib.suppress(asyncio.CancelledError):
+                await producer
 
     async def _parse(self, request: web.Request) -> SpeechRequest:
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
@@ -181,7 +210,6 @@ class _Body:
         self.request, self.req, self.engine = request, req, engine
         self.resp: web.StreamResponse | None = None
         self.rate = req.sample_rate
-        self.chunk_bytes = int(self.rate * CHUNK_S) * 2
         self.buf = bytearray()
         self.whole = bytearray()  # "stream": false
         self.samples = 0
@@ -192,7 +220,7 @@ class _Body:
     def started(self) -> bool:
         return self.resp is not None
 
-    async def take(self, r: tts_pb2.SynthesizeResponse) -> None:
+    def take(self, r: tts_pb2.SynthesizeResponse) -> None:
         if r.WhichOneof("response") == "event":
             e = r.event
             if e.type == tts_pb2.Event.SESSION_STARTED:
@@ -201,17 +229,16 @@ class _Body:
                 self.timings = {"ttfa": e.timings.ttfa_ms, "prefill": e.timings.prefill_ms,
                                 "queue": e.timings.queue_ms}
             return
-        pcm = r.audio.pcm
-        self.samples += len(pcm) // 2
-        if not self.req.stream:
-            self.whole += pcm
+        self.samples += len(r.audio.pcm) // 2
+        (self.buf if self.req.stream else self.whole).extend(r.audio.pcm)
+
+    async def send(self) -> None:
+        """Writes the audio taken so far (the headers first, with the first audio)."""
+        if not self.buf or not self.req.stream:
             return
-        first = self.resp is None
-        if first:
+        if self.resp is None:
             await self._start()
-        self.buf += pcm
-        if first or len(self.buf) >= self.chunk_bytes or r.audio.last_in_utterance:
-            await self._send()
+        await self._send()
 
     async def _start(self) -> None:
         sse = self.req.stream_format == "sse"
@@ -224,7 +251,7 @@ class _Body:
         self.resp.enable_chunked_encoding()
         await self.resp.prepare(self.request)
         if self.req.response_format == "wav":
-            self.buf += wav_header(self.rate, None)
+            self.buf[:0] = wav_header(self.rate, None)
 
     async def _send(self) -> None:
         assert self.resp is not None
@@ -239,15 +266,18 @@ class _Body:
         assert self.resp is not None
         await self.resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
 
-    async def fail(self, e: CallError) -> None:
-        """The call failed after the headers went out."""
+    async def fail(self, e: CallError) -> web.StreamResponse:
+        """The call failed after the headers went out: sse ends with an `error` event,
+        audio is cut off."""
         log.warning("speech request failed mid-stream (%s): %s", e.code.name, e.message)
-        if self.req.stream_format == "sse":
-            kind = HTTP_STATUS.get(e.code, (500, "server_error"))[1]
-            await self._event({"type": "error", "error": {
-                "message": e.message, "type": kind, "code": e.code.name.lower()}})
-            return
-        raise _Truncate(e.message)
+        if self.req.stream_format != "sse":
+            raise _Truncate(e.message)
+        kind = HTTP_STATUS.get(e.code, (500, "server_error"))[1]
+        await self._event({"type": "error", "error": {
+            "message": e.message, "type": kind, "code": e.code.name.lower()}})
+        assert self.resp is not None
+        await self.resp.write_eof()
+        return self.resp
 
     async def finish(self) -> web.StreamResponse:
         if not self.req.stream:
@@ -258,8 +288,8 @@ class _Body:
                 "X-Session-Id": self.session_id, "X-Sample-Rate": str(self.rate)})
         if self.resp is None:  # no audio at all (the model ended at once)
             await self._start()
-        if self.buf:
-            await self._send()
+            if self.buf:
+                await self._send()
         if self.req.stream_format == "sse":
             frames = round(self.samples / (self.rate * 0.08))  # codec frames (80 ms)
             tokens = len(self.engine.tokenizer.encode(self.req.input))
