@@ -38,6 +38,18 @@ if [ -n "${WITH_GRPC:-}" ]; then
   python3 -m bench.grpc_bench --concurrency 1,16 2>&1 | tee "$OUT/grpc.log"
   kill $srv; wait $srv
 fi
+if [ -n "${WITH_INTERFACES:-}" ]; then
+  # gRPC, OpenAI HTTP and WebSocket TTFB against one server, the protocols alternated in
+  # rounds (bench/interfaces_bench.py); unpaced, as for WITH_GRPC.
+  TTS_MODEL=preset:0.6b TTS_DEVICE=cuda TTS_MAX_SESSIONS=64 TTS_HTTP_PORT=8001 TTS_PACE_LEAD_S=0 \
+    python3 -m voice_tts.server > "$OUT/interfaces_server.log" 2>&1 &
+  srv=$!
+  for _ in $(seq 300); do grep -q "TTS serving" "$OUT/interfaces_server.log" && break; sleep 1; done
+  python3 -m bench.interfaces_bench --grpc-addr 127.0.0.1:50051 --http http://127.0.0.1:8001 \
+    --concurrency "${IF_LEVELS:-1,16}" --rounds "${IF_ROUNDS:-10}" --frames "${IF_FRAMES:-60}" \
+    --out "$OUT/interfaces.json" 2>&1 | tee "$OUT/interfaces.log"
+  kill $srv; wait $srv
+fi
 if [ -n "${WITH_SOAK:-}" ]; then
   # Open-loop soak through the real server (bench/soak/), per preset: Poisson arrivals at
   # SOAK_RATE/s for SOAK_DURATION s, EOS active, STOP/RESET/cancel mixed in; JSON summary,
