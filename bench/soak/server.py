@@ -46,15 +46,20 @@ def free_port() -> int:
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> {'name{labels}': value} (labels as written by the server)."""
+    """Prometheus text -> {'name{labels}': value} (labels as written by the server), and
+    {'name': the sum over its label sets} for a labeled metric (e.g. over `protocol`)."""
     out: dict[str, float] = {}
+    sums: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         key, _, val = line.rpartition(" ")
         with contextlib.suppress(ValueError):
             out[key] = float(val)
-    return out
+            if "{" in key:
+                name = key.split("{", 1)[0]
+                sums[name] = sums.get(name, 0.0) + float(val)
+    return {**sums, **out}
 
 
 def nvidia_smi_mb() -> float | None:

@@ -191,7 +191,7 @@ async def test_a_writer_sleeping_for_its_next_frame_wakes_for_stop(monkeypatch) 
     monkeypatch.setattr(stream_mod, "PACE_SLACK_S", 2.0)
     cfg = SimpleNamespace(sample_rate=24000, frame_ms=20, session_id="s", trace_id="t")
     session = _StubSession()
-    s = stream_mod.SynthesizeStream(cfg, session, TTSMetrics(), max_backlog_s=30.0,
+    s = stream_mod.SynthesizeStream(cfg, session, TTSMetrics().of("grpc"), max_backlog_s=30.0,
                                     pace_lead_s=4.0)
     s.state.utt(0).first_text_at = time.perf_counter()
     got: list[tuple[float, tts_pb2.SynthesizeResponse]] = []
