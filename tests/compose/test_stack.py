@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import io
 import json
 import os
 import signal
@@ -132,6 +133,17 @@ def test_make_demo_against_the_tts_container_writes_a_valid_wav(stack, tmp_path)
         pcm = w.readframes(frames)
     assert frames >= 24000 * 0.2, f"only {frames} samples"
     assert any(pcm), "all silence"
+
+
+def test_the_tts_container_speaks_openai_http(stack):
+    r = requests.post("http://127.0.0.1:8001/v1/audio/speech", timeout=120, json={
+        "model": "tts-1", "input": "Hello over HTTP.", "voice": "vivian", "stream": False})
+    assert r.status_code == 200, r.text
+    with wave.open(io.BytesIO(r.content)) as w:
+        assert w.getframerate() == 24000 and w.getnframes() >= 1920
+    bad = requests.post("http://127.0.0.1:8001/v1/audio/speech", timeout=30,
+                        json={"input": "Hi", "voice": "alloy"})
+    assert bad.status_code == 404 and "unknown voice" in bad.json()["error"]["message"]
 
 
 def test_the_token_page_and_a_signed_token_come_from_the_token_container(stack):
