@@ -62,7 +62,16 @@ ROWS: list[tuple[str, list[Panel]]] = [
             ),
             Panel(
                 "Active sessions",
-                [("sum(tts_active_sessions)", "all"), ("tts_active_sessions", "{{instance}}")],
+                [("sum(tts_active_sessions)", "all"),
+                 ("sum by (protocol) (tts_active_sessions)", "{{protocol}}")],
+                description="Open calls: gRPC streams, HTTP speech responses, WebSockets.",
+            ),
+            Panel(
+                "Calls/s by protocol",
+                [(f"sum by (protocol) (rate(tts_requests_total[{RATE}]))", "{{protocol}}")],
+                unit="reqps",
+                description="Calls opened through gRPC, POST /v1/audio/speech and the "
+                "speech WebSocket (admitted or not).",
             ),
             Panel(
                 "Frames/s sent",

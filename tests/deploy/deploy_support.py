@@ -26,6 +26,7 @@ KNOWN_METRICS = frozenset(
     {
         "tts_ttfa_seconds", "tts_rtf", "tts_active_sessions", "tts_frames_sent_total",
         "tts_engine_step_seconds", "tts_engine_batch_size", "tts_errors_total",
+        "tts_requests_total",
         "llm_ttft_seconds", "llm_generated_tokens_total", "llm_active_requests",
         "llm_aborts_total", "llm_errors_total",
         "agent_eot_to_first_audio_seconds", "agent_cancel_to_silence_seconds",
