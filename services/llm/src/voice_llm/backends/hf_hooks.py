@@ -73,3 +73,14 @@ class SeededSampler(LogitsProcessor):
         picked = torch.multinomial(probs, 1, generator=self._gen)  # (B, 1)
         out = torch.full_like(scores, float("-inf"))
         return out.scatter(-1, picked, 0.0)
+
+
+class VocabLimit(LogitsProcessor):
+    """Ids at and past `n` (LM-head padding the tokenizer has no token for) never win."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores[:, self._n:] = float("-inf")
+        return scores

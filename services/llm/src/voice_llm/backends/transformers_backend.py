@@ -35,6 +35,7 @@ from voice_llm.backends.text import IncrementalDetokenizer, StopMatcher
 from voice_llm.chat import ChatJob, Chunk, FinishReason, SamplingOptions
 from voice_llm.errors import Aborted, InvalidInput
 from voice_llm.settings import Settings
+from voice_llm.tiny_random import RANDOM_MARKER
 
 log = logging.getLogger(__name__)
 _END = object()
@@ -62,6 +63,7 @@ class TransformersBackend:
         self.tokenizer: Any = None
         self.model: Any = None
         self._eos: set[int] = set()
+        self._vocab_limit: int | None = None
 
     async def start(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
@@ -76,8 +78,23 @@ class TransformersBackend:
             torch.set_num_threads(self._settings.torch_threads)
         dtype = "auto" if self._settings.dtype == "auto" else getattr(torch, self._settings.dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(self._path)
-        self.model = AutoModelForCausalLM.from_pretrained(self._path, dtype=dtype)
+        if (self._path / RANDOM_MARKER).exists():  # random:<shape>: weights made here
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(self._path)
+            torch.manual_seed(0)
+            with torch.device(self._settings.device):
+                self.model = AutoModelForCausalLM.from_config(
+                    config, dtype=torch.bfloat16 if dtype == "auto" else dtype)
+            log.warning("LLM_MODEL=%s: RANDOM WEIGHTS at a real shape (benchmarks only)",
+                        self._settings.model)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(self._path, dtype=dtype)
         self.model.to(self._settings.device).eval()
+        # Ids past the tokenizer's (a padded LM head, as in Qwen's 151936 vs 151669)
+        # decode to nothing: never sampled.
+        n_vocab = len(self.tokenizer)
+        self._vocab_limit = n_vocab if self.model.config.vocab_size > n_vocab else None
         eos = self.model.generation_config.eos_token_id
         self._eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
@@ -145,11 +162,18 @@ class TransformersBackend:
         import torch
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
-        from voice_llm.backends.hf_hooks import CancelOnEvent, QueueStreamer, SeededSampler
+        from voice_llm.backends.hf_hooks import (
+            CancelOnEvent,
+            QueueStreamer,
+            SeededSampler,
+            VocabLimit,
+        )
 
         try:
             ids = torch.tensor([prompt_ids], device=self.model.device)
             processors = LogitsProcessorList()
+            if self._vocab_limit is not None:
+                processors.append(VocabLimit(self._vocab_limit))
             if options.temperature > 0:
                 processors.append(SeededSampler(options, self.model.device))
             with torch.inference_mode():
