@@ -1,7 +1,8 @@
 """The agent's AutoRTC acks and reply marks (voice_agent.autortc_marks): the messages
 services/autortc's user and probe bots wait for (protocol.py there). No LiveKit server
 runs here, so the room's data channel is the one thing replaced: by the `sent` list and
-direct `on_data` calls; the reply marks come from the real agent session's states."""
+direct `on_data` calls; the reply marks come from the real agent session's states.
+The wire format itself (voice_agent.marks) is test_marks.py's."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import json
 import time
 from pathlib import Path
 
-from voice_agent.autortc_marks import TOPIC_AGENT, TOPIC_PROBE, TOPIC_USER, AutoRTCMarks
+from voice_agent.autortc_marks import AutoRTCMarks
 from voice_agent.direct import DirectSession
 from voice_agent.duplex import DuplexState
+from voice_agent.marks import TOPIC_AGENT, TOPIC_PROBE, TOPIC_USER
 
 from .backends import Server, espeak
 from .test_session import make_settings

@@ -10,8 +10,8 @@ from __future__ import annotations
 import jwt
 import numpy as np
 import pytest
-from voice_autortc.probe_bot import ProbeBot, Recording, slice_reply
-from voice_autortc.protocol import ReplyMarks, decode, encode
+from voice_agent.marks import decode, encode
+from voice_autortc.probe_bot import ProbeBot, Recording, ReplyMarks, slice_reply
 from voice_autortc.settings import AutoRTCSettings
 from voice_autortc.transports.base import NO_REPLY, OK, POST_SILENT, PRE_MISSING, Capture
 from voice_autortc.transports.livekit import finish, room_name

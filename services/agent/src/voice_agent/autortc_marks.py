@@ -1,13 +1,13 @@
-"""The agent's side of AutoRTC's data protocol (services/autortc, `protocol.py`).
+"""The agent's side of AutoRTC's data protocol (the wire format: `marks.py`).
 
 An AutoRTC case puts a user bot and a probe bot in the agent's room. The user bot speaks
 only after two acks: `probe_ready` from the probe (the agent's audio reached it) and
 `agent_ready` from the agent; the probe times each reply by the agent's `reply_start` /
 `reply_end` marks. So the agent, in its LiveKit room:
 
-- on `case_start` (topic "autortc.user") or `probe_ready` (topic "autortc.probe"):
-  adopts that (trace_id, case_id) as the current case (reply numbers restart at 1);
-- on `probe_ready`: answers `agent_ready` on topic "autortc.agent";
+- on `case_start` (TOPIC_USER) or `probe_ready` (TOPIC_PROBE): adopts that
+  (trace_id, case_id) as the current case (reply numbers restart at 1);
+- on `probe_ready`: answers `agent_ready` on TOPIC_AGENT;
 - when its state turns to speaking / leaves speaking: sends `reply_start` / `reply_end`
   with the case's ids, the reply's number (`reply_seq`) and its own turn id
   (`agent_trace_id`, the id in its logs and latency reports).
@@ -18,15 +18,26 @@ are ignored: the room is shared with people and other bots.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 
+from .marks import (
+    AGENT_READY,
+    CASE_START,
+    PROBE_READY,
+    REPLY_END,
+    REPLY_START,
+    TOPIC_AGENT,
+    TOPIC_PROBE,
+    TOPIC_USER,
+    decode_case_message,
+    encode,
+)
+
 log = logging.getLogger("voice_agent.autortc")
 
-TOPIC_PROBE = "autortc.probe"
-TOPIC_AGENT = "autortc.agent"
-TOPIC_USER = "autortc.user"
+# (topic, type) of the messages that open a case
+_CASE_OPENERS = ((TOPIC_USER, CASE_START), (TOPIC_PROBE, PROBE_READY))
 
 
 class AutoRTCMarks:
@@ -42,23 +53,15 @@ class AutoRTCMarks:
     def on_data(self, topic: str | None, payload: bytes) -> None:
         if topic not in (TOPIC_USER, TOPIC_PROBE):
             return
-        try:
-            msg = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        msg = decode_case_message(payload)
+        if msg is None or (topic, msg["type"]) not in _CASE_OPENERS:
             return
-        if not isinstance(msg, dict):
-            return
-        trace_id, case_id = msg.get("trace_id"), msg.get("case_id")
-        if not (isinstance(trace_id, str) and isinstance(case_id, str)):
-            return
-        kind = msg.get("type")
-        if (topic, kind) not in ((TOPIC_USER, "case_start"), (TOPIC_PROBE, "probe_ready")):
-            return
-        if self.case != (trace_id, case_id):
-            self.case, self.reply_seq = (trace_id, case_id), 0
-            log.info("autortc case %s trace_id=%s", case_id, trace_id)
-        if kind == "probe_ready":
-            self._emit("agent_ready")
+        case = (msg["trace_id"], msg["case_id"])
+        if self.case != case:
+            self.case, self.reply_seq = case, 0
+            log.info("autortc case %s trace_id=%s", case[1], case[0])
+        if msg["type"] == PROBE_READY:
+            self._emit(AGENT_READY)
 
     def on_state(self, old: str, new: str) -> None:
         """The agent session's state change (listening, thinking, speaking, ...)."""
@@ -66,17 +69,14 @@ class AutoRTCMarks:
             self._speaking = True
             if self.case is not None:
                 self.reply_seq += 1
-                self._emit("reply_start", reply_seq=self.reply_seq)
+                self._emit(REPLY_START, reply_seq=self.reply_seq)
         elif old == "speaking" and new != "speaking" and self._speaking:
             self._speaking = False
             if self.case is not None and self.reply_seq:
-                self._emit("reply_end", reply_seq=self.reply_seq)
+                self._emit(REPLY_END, reply_seq=self.reply_seq)
 
     def _emit(self, kind: str, **extra: object) -> None:
         assert self.case is not None
-        trace_id, case_id = self.case
-        msg: dict[str, object] = {"type": kind, "trace_id": trace_id, "case_id": case_id,
-                                  **extra}
-        if kind != "agent_ready" and (turn := self._turn_id()):
-            msg["agent_trace_id"] = turn
-        self._send(json.dumps(msg, separators=(",", ":")).encode(), TOPIC_AGENT)
+        if kind != AGENT_READY and (turn := self._turn_id()):
+            extra["agent_trace_id"] = turn
+        self._send(encode(kind, *self.case, **extra), TOPIC_AGENT)

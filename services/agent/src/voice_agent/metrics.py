@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Histogram
 
+from .marks import LATENCY_KEYS
+
 log = logging.getLogger("voice_agent.turns")
 
 # Latency buckets from 5 ms to 5 s: the gates live between 20 ms and 650 ms.
@@ -95,7 +97,6 @@ class Turn:
 # An STT request up to this long before the VAD end event belongs to that turn.
 _STT_RACE_S = 0.5
 
-LATENCY_KEYS = ("trace_id", "eot_to_first_audio_ms", "llm_ttft_ms", "tts_ttfa_ms")
 
 
 class TurnTracker:

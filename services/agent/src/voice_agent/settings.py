@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .marks import TOPIC_LATENCY
+
 
 class AgentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore", frozen=True,
@@ -142,8 +144,8 @@ class AgentSettings(BaseSettings):
     livekit_api_secret: str = Field("", validation_alias="LIVEKIT_API_SECRET")
     # Agent name for explicit dispatch ("" = automatic dispatch to every new room).
     agent_name: str = ""
-    # Data-message topic for the per-turn latency report the web page reads.
-    latency_topic: str = "latency"
+    # Data-message topic for the per-turn latency report the web page (and AutoRTC) reads.
+    latency_topic: str = TOPIC_LATENCY
 
     @model_validator(mode="after")
     def _check(self) -> AgentSettings:

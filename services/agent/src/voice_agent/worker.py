@@ -9,8 +9,9 @@ sees every session's metrics; each job has its own event loop and gRPC channels.
 Per session: the pipeline of `agent.py` on the room's tracks (RoomIO, with the
 framework's transcript synchronizer, which is what records an interrupted reply as
 far as it was heard), the duplex controller, and one data message per turn on topic
-AGENT_LATENCY_TOPIC ("latency"): {"trace_id", "eot_to_first_audio_ms", "llm_ttft_ms",
-"tts_ttfa_ms"} for the web page; and AutoRTC's acks and reply marks (`autortc_marks`).
+AGENT_LATENCY_TOPIC ("latency"): `marks.LatencyRecord` {"trace_id", "eot_to_first_audio_ms",
+"llm_ttft_ms", "tts_ttfa_ms"} for the web page; and AutoRTC's acks and reply marks
+(`autortc_marks`, wire format in `marks`).
 
 No LiveKit server runs on the build machines: this module is exercised by hand
 against a real server (see README), the pipeline under it by the direct-mode tests.
@@ -19,7 +20,6 @@ against a real server (see README), the pipeline under it by the direct-mode tes
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 import threading
@@ -29,6 +29,7 @@ from livekit.agents import AgentServer, JobContext, JobExecutorType, JobProcess,
 from .agent import PhraseCache, attach_duplex, build_pipeline, load_vad
 from .autortc_marks import AutoRTCMarks
 from .http import start_http
+from .marks import encode_latency
 from .metrics import TurnTracker
 from .settings import AgentSettings, load_settings
 from .warmup import warm_transcript_timing
@@ -61,7 +62,7 @@ async def entrypoint(ctx: JobContext) -> None:
         pending.add(task)
         task.add_done_callback(pending.discard)
 
-    tracker = TurnTracker(on_report=lambda report: send(json.dumps(report).encode(),
+    tracker = TurnTracker(on_report=lambda report: send(encode_latency(report),
                                                         settings.latency_topic))
     p = build_pipeline(settings, tracker=tracker, cache=_CACHE)
     attach_duplex(p)

@@ -4,7 +4,8 @@ It subscribes to the agent's audio (the participant of kind AGENT, or the first 
 publishing audio that is not the user bot), stamps every received frame with the
 suite's clock, and after the first frame sends `probe_ready` (seed D9 barrier: a
 probe that records before it is subscribed records silence). It collects the agent's
-reply_start / reply_end marks and latency reports.
+reply_start / reply_end marks (`ReplyMarks`) and latency reports; the messages are the
+agent's contract, voice_agent.marks.
 
 `slice_reply` is the pure part (unit-tested): the reply is cut at the marks; without
 marks (an agent that does not speak the AutoRTC protocol) it falls back to energy: the
@@ -20,10 +21,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from voice_agent.marks import (
+    AGENT_READY,
+    PROBE_READY,
+    REPLY_END,
+    REPLY_START,
+    TOPIC_AGENT,
+    TOPIC_LATENCY,
+    TOPIC_PROBE,
+    decode,
+    encode,
+)
 
 from .audio import to_float
 from .faults import Received
-from .protocol import TOPIC_AGENT, TOPIC_LATENCY, TOPIC_PROBE, ReplyMarks, decode, encode
 
 PROBE_RATE = 48000  # what WebRTC delivers; the metrics compare in the mel domain
 SILENT_DBFS = -50.0
@@ -41,6 +52,45 @@ class Recording:
 
     def audio(self) -> np.ndarray:
         return np.concatenate(self.frames) if self.frames else np.zeros(0, np.float32)
+
+
+@dataclass
+class ReplyMarks:
+    """reply_start / reply_end marks of one case, stamped with the probe's clock.
+
+    Matched on (trace_id, case_id, reply_seq); start and end must carry the same
+    reply_seq; a mark with another trace_id (a stale agent from an earlier case) is
+    ignored (seed 003 13.1)."""
+
+    trace_id: str
+    case_id: str
+    starts: dict[int, float] = field(default_factory=dict)
+    ends: dict[int, float] = field(default_factory=dict)
+    ignored: int = 0  # stale or foreign marks
+    agent_trace_ids: list[str] = field(default_factory=list)
+
+    def add(self, msg: dict[str, object], at: float) -> bool:
+        kind = msg.get("type")
+        if kind not in (REPLY_START, REPLY_END):
+            return False
+        seq = msg.get("reply_seq")
+        if (msg.get("trace_id") != self.trace_id or msg.get("case_id") != self.case_id
+                or not isinstance(seq, int)):
+            self.ignored += 1
+            return False
+        (self.starts if kind == REPLY_START else self.ends).setdefault(seq, at)
+        atid = msg.get("agent_trace_id")
+        if isinstance(atid, str) and atid not in self.agent_trace_ids:
+            self.agent_trace_ids.append(atid)
+        return True
+
+    def first_reply(self, after: float | None = None) -> tuple[float, float] | None:
+        """(start, end) of the first complete reply starting at/after `after`."""
+        for seq in sorted(self.starts):
+            s = self.starts[seq]
+            if (after is None or s >= after) and seq in self.ends and self.ends[seq] >= s:
+                return s, self.ends[seq]
+        return None
 
 
 def _loud(frame: np.ndarray) -> bool:
@@ -118,9 +168,9 @@ class ProbeBot:
                 return
             now = time.perf_counter()
             if packet.topic == TOPIC_AGENT:
-                if msg.get("type") == "agent_ready" and msg.get("trace_id") == self.trace_id:
+                if msg.get("type") == AGENT_READY and msg.get("trace_id") == self.trace_id:
                     self.agent_ready.set()
-                elif self.marks.add(msg, now) and msg.get("type") == "reply_end":
+                elif self.marks.add(msg, now) and msg.get("type") == REPLY_END:
                     self.reply_end.set()
             elif packet.topic == TOPIC_LATENCY:
                 self.latency.append(msg)
@@ -134,7 +184,7 @@ class ProbeBot:
             if not self.first_frame.is_set():
                 self.first_frame.set()
                 await self.room.local_participant.publish_data(
-                    encode("probe_ready", self.trace_id, self.case_id), topic=TOPIC_PROBE)
+                    encode(PROBE_READY, self.trace_id, self.case_id), topic=TOPIC_PROBE)
 
     async def aclose(self) -> None:
         for t in self._tasks:

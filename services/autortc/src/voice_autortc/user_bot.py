@@ -5,7 +5,8 @@ It publishes a microphone track (16 kHz mono AudioSource) and pushes the clip in
 small), so the EoT moment is when the frame holding the last speech sample was
 captured plus the source's queue, measured with `wait_for_playout()`. It waits for
 `probe_ready` (from the probe) and `agent_ready` (from the agent) before speaking
-(seed D10); the data messages it sends let the agent tag its turn with our trace id.
+(seed D10); the data messages it sends (voice_agent.marks, the agent's contract) let the
+agent tag its turn with our trace id.
 
 Also: `mint_token` (a LiveKit JWT from the API key/secret, livekit-api).
 """
@@ -18,8 +19,18 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
+from voice_agent.marks import (
+    AGENT_READY,
+    CASE_START,
+    EOT,
+    PROBE_READY,
+    TOPIC_AGENT,
+    TOPIC_PROBE,
+    TOPIC_USER,
+    decode,
+    encode,
+)
 
-from .protocol import TOPIC_AGENT, TOPIC_PROBE, TOPIC_USER, decode, encode
 from .speech import USER_RATE, UserClip
 
 FRAME_MS = 10
@@ -55,9 +66,9 @@ class UserBot:
             msg = decode(packet.data)
             if msg is None or msg.get("trace_id") != self.trace_id:
                 return
-            if packet.topic == TOPIC_PROBE and msg.get("type") == "probe_ready":
+            if packet.topic == TOPIC_PROBE and msg.get("type") == PROBE_READY:
                 self.probe_ready.set()
-            elif packet.topic == TOPIC_AGENT and msg.get("type") == "agent_ready":
+            elif packet.topic == TOPIC_AGENT and msg.get("type") == AGENT_READY:
                 self.agent_ready.set()
 
         await self.room.connect(url, token)
@@ -65,7 +76,7 @@ class UserBot:
         track = rtc.LocalAudioTrack.create_audio_track("user-mic", self.source)
         opts = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
         await self.room.local_participant.publish_track(track, opts)
-        await self.send("case_start")
+        await self.send(CASE_START)
 
     async def send(self, kind: str, **extra: object) -> None:
         await self.room.local_participant.publish_data(
@@ -102,7 +113,7 @@ class UserBot:
                 # ahead of it has drained.
                 await self.source.wait_for_playout()
                 eot = time.perf_counter()
-                await self.send("eot")
+                await self.send(EOT)
         return start, eot
 
     async def aclose(self) -> None:
