@@ -156,3 +156,38 @@ async def test_sigterm_drains_then_exits(cache_dir: Path) -> None:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+async def test_a_call_before_the_model_has_loaded_gets_unavailable(cache_dir: Path) -> None:
+    """The port is bound before the model loads (probes see NOT_SERVING): a Chat then is
+    told to retry (UNAVAILABLE), not failed as an internal error."""
+    from conftest import make_settings
+    from voice_llm.server import ThinkerServer
+
+    server = ThinkerServer(make_settings(cache_dir))
+    loaded = asyncio.Event()
+    real_start = server.backend.start
+
+    async def slow_start() -> None:
+        await loaded.wait()
+        await real_start()
+
+    server.backend.start = slow_start  # type: ignore[method-assign]
+    starting = asyncio.create_task(server.start())
+    while not getattr(server, "grpc_port", 0) or getattr(server, "_http", None) is None:
+        await asyncio.sleep(0.02)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+            stub = pb_grpc.ThinkerStub(ch)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Chat(request(user("Too early."), max_tokens=3)).read()
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "still loading" in (err.value.details() or "")
+            loaded.set()
+            await starting
+            deltas = [d async for d in stub.Chat(request(user("Now."), max_tokens=3))]
+            assert deltas[-1].final.completion_tokens > 0
+    finally:
+        loaded.set()
+        await starting
+        await server.stop()

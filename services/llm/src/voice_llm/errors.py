@@ -26,6 +26,10 @@ class Draining(Exception):
     """The server is shutting down and takes no new calls."""
 
 
+class NotReady(Exception):
+    """The model is still loading (health NOT_SERVING): retry shortly."""
+
+
 class Aborted(Exception):
     """The server aborted a generation the client was still reading (drain, shutdown)."""
 
@@ -37,6 +41,6 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
     if isinstance(exc, Aborted):
         return grpc.StatusCode.ABORTED, str(exc)
-    if isinstance(exc, Draining):
+    if isinstance(exc, Draining | NotReady):
         return grpc.StatusCode.UNAVAILABLE, str(exc)
     return grpc.StatusCode.INTERNAL, "internal error in the thinker (see its log)"

@@ -115,6 +115,7 @@ class ThinkerServer:
         if self.transcriber is not None:
             await self.transcriber.start()
         await self.backend.start()
+        self.service.ready = True
         await self._set_health(True)
         self._watch = asyncio.create_task(self._watch_engine())
         log.info("thinker serving", extra={"backend": self.backend.name})

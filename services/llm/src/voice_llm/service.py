@@ -25,7 +25,7 @@ from voice.llm.v1 import thinker_pb2_grpc as pb_grpc
 from voice_llm.asr import Transcriber
 from voice_llm.backends.base import Backend
 from voice_llm.chat import AudioClip, ChatJob, ChatMessage
-from voice_llm.errors import AudioNotSupported, Draining, Overloaded, status_for
+from voice_llm.errors import AudioNotSupported, Draining, NotReady, Overloaded, status_for
 from voice_llm.metrics import ThinkerMetrics
 from voice_llm.protocol import final_delta, request_id_of, to_job
 from voice_llm.settings import Settings
@@ -47,6 +47,7 @@ class ThinkerService(pb_grpc.ThinkerServicer):
         self._transcriber = transcriber
         self._active = 0
         self._draining = False
+        self.ready = False  # set by the server once the backend has loaded and warmed up
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -99,6 +100,9 @@ class ThinkerService(pb_grpc.ThinkerServicer):
     def _admit(self) -> None:
         if self._draining:
             raise Draining("the thinker is shutting down; retry on another instance")
+        if not self.ready:
+            raise NotReady("the thinker is still loading its model (health NOT_SERVING); "
+                           "retry shortly")
         if self._active >= self._settings.max_concurrent:
             raise Overloaded(
                 f"the thinker is at its limit of {self._settings.max_concurrent} concurrent "
