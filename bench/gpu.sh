@@ -6,10 +6,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=services/tts/src:.
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
-fi
+for wheels in .whl .whl-llm; do  # .whl-llm: transformers and its deps, for the thinker
+  if [ -d $wheels ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site $wheels/*.whl
+  fi
+done
+[ -d /tmp/site ] && export PYTHONPATH=$PYTHONPATH:/tmp/site
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 FRAMES=${FRAMES:-120}
 if [ -n "${WITH_TESTS:-}" ]; then
@@ -81,4 +84,14 @@ if [ -n "${WITH_OPENLOOP:-}" ]; then
       | tee "$OUT/openloop_$p${OL_TAG:-}.log"
     gzip -f "$OUT/openloop_server_$p${OL_TAG:-}.log"
   done
+fi
+if [ -n "${WITH_ONE_GPU:-}" ]; then
+  # The thinker (Transformers backend, a real shape with random weights) and the TTS on this
+  # GPU: time-slicing, MPS, MPS with priorities; each load alone and both together
+  # (bench/one_gpu.py). Needs .whl-llm (transformers and its deps) on a host without them.
+  PYTHONPATH=$PYTHONPATH:services/llm/src timeout -k 15 "${OG_TIMEOUT:-560}" \
+    python3 -m bench.one_gpu --modes "${OG_MODES:-timeslice,mps,mps-prio}" \
+    --tts-model "preset:${OG_TTS:-0.6b}" --llm-model "${OG_LLM:-random:qwen3-1.7b}" \
+    --rate "${OG_RATE:-10}" --seconds "${OG_SECONDS:-30}" --chats "${OG_CHATS:-16}" \
+    --out "$OUT/one_gpu${OG_TAG:-}" 2>&1 | tail -40
 fi

@@ -1,0 +1,230 @@
+"""The thinker and the TTS on one GPU, the real servers, measured alone and together.
+
+For each `--modes` entry this starts, on the one GPU, the TTS server (`--tts-model`, e.g.
+preset:0.6b) and the thinker (Transformers backend, `--llm-model`, e.g.
+random:qwen3-1.7b: that shape, random weights), each with its mode's environment, then
+runs three phases against them:
+
+- `tts_alone`: the open-loop TTS bench (bench/openloop.py: Poisson arrivals at `--rate`,
+  EOS active, client TTFA and underruns) while the thinker idles;
+- `llm_alone`: `--chats` conversations with long histories (bench/thinker_load.py: TTFT,
+  tokens/s) while the TTS idles;
+- `together`: both loads at once.
+
+Modes (`MODES`): `timeslice` (no MPS: CUDA time-slices the two processes), `mps` (one
+MPS daemon, the compose `gpu` profile's SM caps), `mps-prio` (those caps and MPS client
+priorities: the TTS normal, the thinker below normal, so the TTS's kernels go first when
+both are ready), `mps-nocap` (MPS, no caps, no priority). The caps come from .env.example,
+the file compose reads: one source. The MPS daemon runs with its pipe and log directories
+in a temp dir and is stopped after its mode.
+
+  python -m bench.one_gpu --modes timeslice,mps,mps-prio --out bench/out/one_gpu
+One JSON per mode and phase under --out, and a table (markdown) on stdout and in
+--out/table.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TTS_ADDR, TTS_HTTP, LLM_ADDR = "127.0.0.1:50051", 8001, "127.0.0.1:50052"
+
+
+def env_file_shares() -> dict[str, str]:
+    """The MPS shares compose's gpu profile uses (.env.example's TTS_/LLM_MPS_* lines)."""
+    out = {}
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.startswith(("TTS_MPS_", "LLM_MPS_")):
+            out[key] = value.strip()
+    return out
+
+
+def mode_env(mode: str, who: str, shares: dict[str, str]) -> dict[str, str]:
+    """CUDA's environment for `who` (TTS or LLM) in `mode`."""
+    env: dict[str, str] = {}
+    if mode in ("mps", "mps-prio"):
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = shares[f"{who}_MPS_ACTIVE_THREAD_PERCENTAGE"]
+    if mode == "mps-prio":  # 0 normal, 1 below normal: the thinker yields to the TTS
+        env["CUDA_MPS_CLIENT_PRIORITY"] = "0" if who == "TTS" else "1"
+    return env
+
+
+class MPS:
+    """An MPS control daemon with its own pipe and log dirs (none for `timeslice`)."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self.dir = Path(tempfile.mkdtemp(prefix="mps-"))
+        self.env = {"CUDA_MPS_PIPE_DIRECTORY": str(self.dir / "pipe"),
+                    "CUDA_MPS_LOG_DIRECTORY": str(self.dir / "log")} if on else {}
+
+    def __enter__(self) -> MPS:
+        if self.on:
+            for d in self.env.values():
+                os.makedirs(d, exist_ok=True)
+            subprocess.run(["nvidia-cuda-mps-control", "-d"], env={**os.environ, **self.env},
+                           check=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.on:
+            subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n",
+                           env={**os.environ, **self.env}, check=False)
+            time.sleep(1)
+            log = self.dir / "log" / "control.log"
+            if log.exists():
+                tail = log.read_text(errors="replace").splitlines()[-5:]
+                print("mps control.log:", *tail, sep="\n  ", file=sys.stderr)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, env={**os.environ, **env}, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def wait_log(proc: subprocess.Popen, log: Path, marker: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if marker in log.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{log.name}: exited {proc.returncode}: "
+                               f"{log.read_text(errors='replace')[-2000:]}")
+        time.sleep(1)
+    raise TimeoutError(f"{log.name}: no {marker!r} in {timeout:g} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def tts_load(args: argparse.Namespace, out: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.openloop", "--addr", TTS_ADDR, "--http-port",
+         str(TTS_HTTP), "--rates", str(args.rate), "--duration", str(args.seconds),
+         "--warmup", str(args.warmup), "--procs", str(args.procs), "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(out.with_suffix(".log")).open("w"))
+
+
+def llm_load(args: argparse.Namespace, out: Path, seconds: float) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.thinker_load", "--addr", LLM_ADDR, "--concurrency",
+         str(args.chats), "--duration", str(seconds), "--prompt-words",
+         str(args.prompt_words), "--max-tokens", str(args.max_tokens), "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(out.with_suffix(".log")).open("w"))
+
+
+def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dict:
+    out = Path(args.out) / mode
+    out.mkdir(parents=True, exist_ok=True)
+    res: dict = {"mode": mode}
+    with MPS(mode.startswith("mps")) as mps:
+        tts_env = {**mps.env, **mode_env(mode, "TTS", shares), "TTS_MODEL": args.tts_model,
+                   "TTS_DEVICE": args.device, "TTS_MAX_SESSIONS": "256",
+                   "TTS_HTTP_PORT": str(TTS_HTTP), "TTS_GRPC_HOST": "127.0.0.1"}
+        llm_env = {**mps.env, **mode_env(mode, "LLM", shares), "LLM_BACKEND": "transformers",
+                   "LLM_MODEL": args.llm_model, "LLM_DEVICE": args.device,
+                   "LLM_MAX_CONCURRENT": str(args.chats), "LLM_MAX_MODEL_LEN": "4096",
+                   "LLM_GRPC_HOST": "127.0.0.1", "LLM_HTTP_PORT": "8002"}
+        res["env"] = {"tts": {k: v for k, v in tts_env.items() if k.startswith("CUDA")},
+                      "llm": {k: v for k, v in llm_env.items() if k.startswith("CUDA")}}
+        tts = start([sys.executable, "-m", "voice_tts.server"], tts_env, out / "tts.log")
+        llm = start([sys.executable, "-m", "voice_llm.server"], llm_env, out / "llm.log")
+        try:
+            wait_log(llm, out / "llm.log", "thinker serving", 300)
+            wait_log(tts, out / "tts.log", "TTS serving", 300)
+            print(f"[{mode}] servers up", file=sys.stderr, flush=True)
+            p = tts_load(args, out / "tts_alone.json")
+            p.wait()
+            p = llm_load(args, out / "llm_alone.json", args.seconds)
+            p.wait()
+            llm_p = llm_load(args, out / "llm_together.json", args.seconds + args.warmup + 5)
+            time.sleep(3)
+            tts_p = tts_load(args, out / "tts_together.json")
+            tts_p.wait()
+            llm_p.wait()
+        finally:
+            stop(tts)
+            stop(llm)
+    for phase in ("tts_alone", "llm_alone", "tts_together", "llm_together"):
+        with contextlib.suppress(OSError, ValueError):
+            res[phase] = json.loads((out / f"{phase}.json").read_text())
+    return res
+
+
+def tts_row(r: dict | None) -> tuple[str, str, str]:
+    row = (r or {}).get("rows", [{}])[0] if r else {}
+    ttfa = row.get("ttfa_ms", {})
+    u = row.get("underruns", {})
+    return (f"{ttfa.get('p95', '-')} ({ttfa.get('p50', '-')})",
+            f"{u.get('late_frames', '-')} / {u.get('over_20ms', '-')}",
+            f"{row.get('calls', '-')} / {row.get('rejected', '-')}")
+
+
+def llm_row(r: dict | None) -> tuple[str, str]:
+    r = r or {}
+    return (f"{r.get('ttft_ms_p50', '-')} / {r.get('ttft_ms_p95', '-')}",
+            f"{r.get('tokens_per_s', '-')} ({r.get('decode_tok_s_per_request_p50', '-')})")
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| mode | load | TTS TTFA p95 (p50) ms | underruns (any / > 20 ms) | TTS calls / "
+             "rejected | thinker TTFT p50 / p95 ms | thinker tok/s (per request) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['mode']} | alone | {' | '.join(tts_row(r.get('tts_alone')))} | "
+                     f"{' | '.join(llm_row(r.get('llm_alone')))} |")
+        lines.append(f"| {r['mode']} | together | "
+                     f"{' | '.join(tts_row(r.get('tts_together')))} | "
+                     f"{' | '.join(llm_row(r.get('llm_together')))} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--modes", default="timeslice,mps,mps-prio")
+    p.add_argument("--tts-model", default="preset:0.6b")
+    p.add_argument("--llm-model", default="random:qwen3-1.7b")
+    p.add_argument("--device", default="cuda", help="cpu: a smoke run of this script")
+    p.add_argument("--rate", type=float, default=10.0, help="TTS arrivals per second")
+    p.add_argument("--seconds", type=float, default=30.0, help="counted seconds per phase")
+    p.add_argument("--warmup", type=float, default=5.0, help="TTS warm-up arrivals, s")
+    p.add_argument("--procs", type=int, default=4, help="open-loop client processes")
+    p.add_argument("--chats", type=int, default=16, help="concurrent thinker conversations")
+    p.add_argument("--prompt-words", type=int, default=600)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--out", default="bench/out/one_gpu")
+    args = p.parse_args()
+    shares = env_file_shares()
+    results = []
+    for mode in args.modes.split(","):
+        t0 = time.monotonic()
+        results.append(run_mode(mode, args, shares))
+        print(f"[{mode}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+        Path(args.out, "results.json").write_text(json.dumps(results, indent=1))
+    text = table(results)
+    Path(args.out, "table.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
