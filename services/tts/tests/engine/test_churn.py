@@ -157,7 +157,7 @@ def churn(engine: Engine, rng: random.Random) -> None:
     assert not errors, errors[:10]
     assert engine.faults == 0, "engine work failed under churn (see the log)"
     assert engine.active_sessions == 0
-    assert sorted(engine._free_slots) == list(range(settings.max_sessions))
+    assert sorted(engine.scheduler.free_slots) == list(range(settings.max_sessions))
     reasons = [e.reason for c in everyone for e in c.ended.values()]
     assert opened > settings.max_sessions * 3, "more sessions than slots over time"
     # The run took every way out of an utterance (else it proved less than it claims).

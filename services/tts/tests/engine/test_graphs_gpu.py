@@ -201,7 +201,7 @@ def test_a_slot_reused_while_its_last_step_decodes_starts_clean(engines) -> None
         assert started.wait(60)
         time.sleep(delay)
         a.close()
-        assert e._free_slots[-1] == a.slot  # the next session gets this slot
+        assert e.scheduler.free_slots[-1] == a.slot  # the next session gets this slot
         out = run(e, TEXTS[1:2], greedy=True)[0]
         assert len(out) == len(ref)
         assert snr_db(ref, out) >= 60, f"delay {delay}: SNR {snr_db(ref, out):.1f} dB"

@@ -1,17 +1,125 @@
-"""The scheduler is CPU bookkeeping: plain views in, plain session ids out."""
+"""The scheduler is CPU bookkeeping: sessions in, a plain `SchedulerOutput` out, ends
+decided from a step's tokens. No model, no runner: sessions with text and hand-set state."""
 
 from __future__ import annotations
 
-from voice_tts.engine.scheduler import Need, Scheduler, SessionView
+import pytest
+from voice_tts.engine import EngineFull, EngineSettings, SessionParams
+from voice_tts.engine.config import ModelConfig
+from voice_tts.engine.demo_tokenizer import demo_tokenizer
+from voice_tts.engine.scheduler import Need, Row, Scheduler
+from voice_tts.engine.session import Session
+from voice_tts.engine.text import TextTokenizer
+from voice_tts.engine.voices import VoiceTable
+
+CFG = ModelConfig.from_name("tiny")
+TOK = TextTokenizer(demo_tokenizer(), CFG.im_start_token_id, CFG.im_end_token_id)
+EOS = CFG.talker.codec_eos_token_id
 
 
-def test_policy():
-    views = [SessionView(1, Need.DECODE, 5.0), SessionView(2, Need.PREFILL, 3.0),
-             SessionView(3, Need.NOTHING, 1.0), SessionView(4, Need.DECODE, 2.0),
-             SessionView(5, Need.END_EMPTY, 9.0), SessionView(6, Need.PREFILL, 1.0)]
-    out = Scheduler(max_batch=8, max_prefills=1).schedule(views)
-    assert out.prefill == [6]  # oldest text first, one prompt per step
-    assert out.decode == [4, 1]  # every ready session, least recently stepped first
-    assert out.end_empty == [5]
-    assert Scheduler(max_batch=1, max_prefills=2, batch_decode=False).schedule(views).decode == [4]
-    assert Scheduler(8, 1).schedule([SessionView(1, Need.NOTHING, 0.0)]).idle
+def make(**settings) -> Scheduler:
+    return Scheduler(EngineSettings(**settings), CFG)
+
+
+def open_session(sched: Scheduler, text: str | None = None, flush: bool = True,
+                 **params) -> Session:
+    voice = VoiceTable(CFG.talker).resolve("vivian", "auto")
+    p = SessionParams(voice="vivian", seed=0, **params)
+    s = sched.add(lambda sid, slot: Session(sid, slot, p, voice, None, lambda ev: None, TOK,
+                                            wake=lambda: None, release=sched.remove))
+    if text is not None:
+        s.push_text(text)
+        if flush:
+            s.flush()
+    return s
+
+
+def running(s: Session, steps: int, last_active: float) -> Session:
+    utt = s.head()
+    assert utt is not None
+    utt.running, utt.steps, utt.last_active, utt.prompt_len = True, steps, last_active, 20
+    return s
+
+
+def ids(rows: list[Row]) -> list[int]:
+    return [row.session.id for row in rows]
+
+
+def test_policy() -> None:
+    sched = make(max_batch=8, max_prefills_per_step=1)
+    a = running(open_session(sched, "One more sentence to say."), 1, 5.0)
+    b = open_session(sched, "Hello there, friend.")  # fresh, flushed
+    c = open_session(sched)  # nothing yet
+    d = running(open_session(sched, "Another sentence, a long one."), 2, 2.0)
+    e = open_session(sched, "   ")  # flushed with nothing to say
+    b.head().created, e.head().created = 3.0, 9.0
+    out = sched.schedule()
+    assert ids(out.prefill) == [b.id]  # one prompt per step
+    # every ready session, least recently stepped first; the fresh prompt joins at once
+    assert ids(out.decode) == [d.id, a.id, b.id]
+    assert ids(out.end_empty) == [e.id] and not out.cancelled
+    assert c.id not in ids(out.decode + out.prefill)
+    text = b.head().stream.ids()
+    assert out.text_ids[-1] == text.text[1]  # the joiner's first step reads text id 1
+    assert Scheduler(EngineSettings(batch_decode=False), CFG).max_batch == 1
+
+
+def test_a_streaming_prompt_waits_for_a_stable_token_and_joins_when_its_next_is_known(
+        ) -> None:
+    sched = make()
+    s = open_session(sched, "Hello", flush=False)
+    assert sched.schedule().idle  # "Hello" may still grow
+    s.push_text(" world")  # "Hello" is stable, " world" is not: one text id
+    out = sched.schedule()
+    assert ids(out.prefill) == [s.id] and not out.decode  # its next text id is unknown
+    s.flush()
+    out = sched.schedule()
+    assert ids(out.decode) == [s.id]
+
+
+def test_next_text_ids_then_eos_then_pad() -> None:
+    sched = make()
+    s = open_session(sched, "Hello there, friend.")
+    utt = s.head()
+    text = utt.stream.ids()
+    assert text.role == TOK.role_ids
+    row, seen = Row(s, utt), []
+    for steps in range(len(text.text) + 2):
+        utt.steps = steps
+        seen.append(sched.next_text_id(row, text))
+    assert seen == [*text.text[1:], CFG.tts_eos_token_id, CFG.tts_pad_token_id,
+                    CFG.tts_pad_token_id]
+
+
+def test_paused_ending_and_cancelled_sessions() -> None:
+    sched = make()
+    a = running(open_session(sched, "Some text here."), 1, 1.0)
+    b = running(open_session(sched, "Some text here."), 1, 1.0)
+    a.pause()
+    b.head().ending = "eos"
+    assert sched.need(a, a.head(), a.head().stream.ids()) is Need.NOTHING
+    assert sched.schedule().idle
+    dropped = b.head()
+    b.cancel()
+    out = sched.schedule()
+    assert [row.utt for row in out.cancelled] == [dropped]
+
+
+def test_update_marks_eos_and_the_frame_cap() -> None:
+    sched = make()
+    a = running(open_session(sched, "Some text here."), 0, 1.0)
+    b = running(open_session(sched, "Some text here.", max_frames=2), 1, 1.0)
+    rows = [Row(a, a.head()), Row(b, b.head())]
+    sched.update(rows, [EOS, 7])
+    assert a.head().ending == "eos" and a.head().steps == 1
+    assert b.head().ending == "max_frames" and b.head().steps == 2
+
+
+def test_slots_are_taken_and_given_back() -> None:
+    sched = make(max_sessions=2)
+    a, b = open_session(sched), open_session(sched)
+    assert {a.slot, b.slot} == {0, 1}
+    with pytest.raises(EngineFull):
+        open_session(sched)
+    a.close()
+    assert sched.active == 1 and open_session(sched).slot == a.slot

@@ -277,14 +277,7 @@ def test_audio_read_one_step_late_gives_the_same_events():
     def events(pipelined: bool) -> list[list]:
         e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=4))
         if pipelined:
-            launch = e.runner.launch
-
-            def late(slots, text_ids):
-                step = launch(slots, text_ids)
-                step.pipelined = True
-                return step
-
-            e.runner.launch = late
+            e.runner.mimic_graphs()  # no padding rows: the same batches
         collectors = [Collector() for _ in TEXTS]
         for i, (c, text) in enumerate(zip(collectors, TEXTS, strict=True)):
             s = e.open_session(SessionParams(voice="vivian", seed=i, max_frames=4 + 3 * i), c)
@@ -320,19 +313,8 @@ def test_audio_read_one_step_late_gives_the_same_events():
 def test_a_step_whose_tokens_cannot_be_read_ends_its_utterance():
     """A fault (not a CUDA error: that one is fatal) surfacing as the tokens are read: the
     rows end "error", the engine thread goes on, the next utterance is served."""
-    e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=4))
-    launch, calls = e.runner.launch, [0]
-
-    def faulty_read(slots, text_ids):
-        step = launch(slots, text_ids)
-        calls[0] += 1
-        if calls[0] == 3:
-            def fault():
-                raise RuntimeError("device fault at sync (test)")
-            step._tokens_fn = fault
-        return step
-
-    e.runner.launch = faulty_read
+    e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=4,
+                                                                    fault="bug@3:tokens"))
     c = Collector()
     s = e.open_session(SessionParams(voice="vivian", seed=1, max_frames=20), c)
     s.push_text(TEXTS[0])
@@ -351,18 +333,10 @@ def test_a_failed_step_ends_its_utterances_once_and_the_engine_goes_on():
     """A step that raises ends its rows' utterances ("error") and nothing of them
     follows that end, not even the audio of their step still in flight; the session's
     next utterance is served as usual."""
-    e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=4))
-    launch, calls = e.runner.launch, [0]
-
-    def flaky(slots, text_ids):
-        calls[0] += 1
-        if calls[0] == 6:  # steps 1-4 went out (packets of 1: the ramp); 5's is in flight
-            raise RuntimeError("device fault (test)")
-        step = launch(slots, text_ids)
-        step.pipelined = True
-        return step
-
-    e.runner.launch = flaky
+    # Steps 1-4 went out (packets of 1: the ramp); 5's is in flight when 6's launch fails.
+    e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(max_sessions=4,
+                                                                    fault="bug@6"))
+    e.runner.mimic_graphs()  # audio one iteration late, as with CUDA graphs
     c = Collector()
     s = e.open_session(SessionParams(voice="vivian", seed=1, max_frames=20), c)
     s.push_text(TEXTS[0])
@@ -379,3 +353,24 @@ def test_a_failed_step_ends_its_utterances_once_and_the_engine_goes_on():
     second = c.ends()[1:]
     assert [end.reason for end in second] == ["max_frames"] and second[0].frames == 20
     assert isinstance(c.events[-1], UtteranceEnd)
+
+
+def test_ignore_eos_runs_every_utterance_to_its_frame_cap(checkpoints):
+    """`EngineSettings(ignore_eos=True)` (benchmarks): codec EOS is never sampled, so an
+    utterance that ends at EOS by default runs to its cap instead."""
+    greedy = SamplingParams.greedy()
+    frames = {}
+    for ignore in (False, True):
+        e = Engine.from_pretrained(checkpoints["tiny"],
+                                   settings=EngineSettings(max_sessions=1, ignore_eos=ignore))
+        _, codes = e.synthesize(TEXTS[0], "vivian", seed=1, sampling=greedy, max_frames=80,
+                                return_codes=True)
+        frames[ignore] = len(codes)
+    assert frames[False] < 80, "the boosted EOS must end it early, or this proves nothing"
+    assert frames[True] == 80
+
+
+@pytest.mark.parametrize("spec", ["cuda", "bug@0", "oops@2", "bug@2:audio"])
+def test_a_bad_fault_spec_fails_at_start(spec):
+    with pytest.raises(ValueError, match="fault spec"):
+        EngineSettings(fault=spec).validate()

@@ -1,8 +1,11 @@
 """Qwen3-TTS-12Hz CustomVoice inference for streaming text and continuous batching.
 
-Layers (each knows only the one below): `engine` (sessions, the loop) -> `scheduler`
-(who runs, plain data) + `runner` (tensors, caches, the steps) -> `model/` (modules).
-`text` turns streamed UTF-8 into stable token ids; `checkpoint` reads the official layout.
+Layers (each knows only the one below): `engine` (the loop: schedule -> execute ->
+update) -> `scheduler` (sessions, who runs, who ends: plain data) + `output` (packets and
+ends to the sinks) + `runner` (tensors, caches, the steps) -> `model/` (modules).
+`session` is the streaming API a client holds; `text` turns streamed UTF-8 into stable
+token ids (and owns the prompt's role/text split); `voices` names speakers and languages;
+`checkpoint` reads the official layout.
 """
 
 from .api import (
@@ -17,7 +20,7 @@ from .engine import Engine
 from .faults import EngineFailed
 from .sampling import SamplingParams
 from .session import Session
-from .voices import UnknownVoice, Voice
+from .voices import UnknownVoice, Voice, VoiceNames
 
 __all__ = [
     "AudioPacket",
@@ -32,4 +35,5 @@ __all__ = [
     "UnknownVoice",
     "UtteranceEnd",
     "Voice",
+    "VoiceNames",
 ]

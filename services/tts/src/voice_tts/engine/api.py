@@ -7,6 +7,7 @@ from typing import Literal
 
 import numpy as np
 
+from .faults import FaultInjection
 from .sampling import SamplingParams
 
 
@@ -63,6 +64,12 @@ class EngineSettings:
     # CPU only: torch intra-op threads (process-wide!). Small models on a busy machine run
     # far faster with 1 (OpenMP barriers under oversubscription); None leaves torch's default.
     cpu_threads: int | None = None
+    # Benchmarks: never sample codec EOS, so every stream runs to its frame cap (the peer's
+    # bench sets min_new_tokens = max_new_tokens for the same).
+    ignore_eos: bool = False
+    # Tests: inject a fault into the n-th decode step, `<cuda|bug|hang>@<n>[:launch|tokens]`
+    # (faults.FaultInjection; the server's TTS_TEST_FAULT). None in production.
+    fault: str | None = None
 
     def packet_size(self, emitted: int) -> int:
         """Codec frames in the next packet of an utterance that has sent `emitted`."""
@@ -77,6 +84,8 @@ class EngineSettings:
             raise ValueError("decoder_precision must be auto, fp32, tf32 or bf16")
         if self.max_frames < 1 or self.max_seq_len < 64:
             raise ValueError("max_frames must be >= 1 and max_seq_len >= 64")
+        if self.fault is not None:
+            FaultInjection(self.fault)  # a bad spec fails here, with the accepted form
 
 
 @dataclass(frozen=True)

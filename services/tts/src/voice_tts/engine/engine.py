@@ -1,20 +1,19 @@
 """The engine: sessions in, audio packets out, one background thread running the steps.
 
-Each loop iteration is vLLM's three calls: `schedule()` (scheduler.py: who needs what,
-plain data) -> `execute` (runner.py: prompts, then one batched step over every ready
-session: code predictor, talker, speech decoder) -> `update` (here: stop checks from the
-step's tokens; frames, packets and ends from its audio). On CUDA the audio of a step is
-read one iteration later, after the next step is launched: its speech decoder runs
-beside that step (`runner.Step`), so an utterance that ends is marked (`ending`) and
-ends when its last audio is out.
+Each loop iteration is vLLM's `EngineCore.step`:
 
-What the engine waits for (see README): a streaming utterance starts (prefill) once its
-first text token is *stable* (the first word is followed by another character, or
-flush) and some non-whitespace text has arrived; afterwards each talker step needs the
-next text token (or flush). Frames reach the client in packets of `first_packet_frames`,
-then a ramp up to `packet_frames` (`api.packet_ramp`).
+    out = scheduler.schedule()        # who prefills, who steps, who ends (plain data)
+    _execute(out)                     # runner: prompts, then one batched decode step
+    scheduler.update(rows, tokens)    # frames counted, ends decided (EOS, frame cap)
+    output.deliver(...)               # packets and ends to the sinks (output.py)
 
-The engine knows nothing about gRPC, resampling or 20 ms framing: that is the server's.
+On CUDA with graphs the audio of a step is read one iteration later, after the next step
+is launched (its speech decoder runs beside that step): it waits as `output.InFlight`.
+What the engine waits for (readiness, limits) is the scheduler's (scheduler.py); frames
+reach the client in packets of `first_packet_frames`, then a ramp up to `packet_frames`.
+
+The engine knows nothing about gRPC, resampling or 20 ms framing: that is the server's;
+nor about the text track's layout (text.py) or packets (output.py).
 """
 
 from __future__ import annotations
@@ -22,29 +21,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from .api import (
-    AudioPacket,
-    EngineFull,
-    EngineSettings,
-    SessionParams,
-    StepStats,
-    UtteranceEnd,
-)
+from . import offline
+from .api import EngineFull, EngineSettings, SessionParams, StepStats
 from .checkpoint import load_model, prepare, random_model
 from .config import ModelConfig
-from .faults import EngineFailed, poisons_device
-from .length_guard import max_frames_for
+from .faults import EngineFailed, FaultInjection, poisons_device
 from .model import Qwen3TTS
-from .runner import PrefillRequest, Runner, Step
-from .sampling import SamplingParams
-from .scheduler import Need, Scheduler, SessionView
-from .session import Session, Sink, Utterance
+from .output import InFlight, Output
+from .runner import Runner, Step
+from .scheduler import Row, Scheduler, SchedulerOutput
+from .session import Session, Sink
 from .text import TextTokenizer, load_text_tokenizer
 from .voices import UnknownVoice, Voice, VoiceTable
 
@@ -62,30 +52,25 @@ class Engine:
         if precision == "auto":
             precision = "bf16" if next(model.parameters()).is_cuda else "fp32"
         model.speech_decoder.set_precision(precision)
-        self.runner = Runner(model, self.settings.max_sessions, self.settings.max_seq_len)
+        self.runner = Runner(model, self.settings.max_sessions, self.settings.max_seq_len,
+                             ignore_eos=self.settings.ignore_eos)
         self.device = self.runner.device
         if self.settings.cuda_graphs and self.device.type == "cuda":
             self.runner.enable_graphs(self.settings.max_batch,
                                        self.settings.max_prefills_per_step)
         if self.settings.cpu_threads and self.device.type == "cpu":
             torch.set_num_threads(self.settings.cpu_threads)
-        self.scheduler = Scheduler(self.settings.max_batch, self.settings.max_prefills_per_step,
-                                   self.settings.batch_decode)
+        self.scheduler = Scheduler(self.settings, self.cfg)
+        self.output = Output(self.settings, self._fail)
         self.voice_table = VoiceTable(self.cfg.talker)
+        self._fault = FaultInjection(self.settings.fault) if self.settings.fault else None
         self._name = name or self.cfg.name
-        self._lock = threading.Lock()
         self._step_lock = threading.Lock()
-        self._sessions: dict[int, Session] = {}
-        self._free_slots = list(range(self.settings.max_sessions - 1, -1, -1))
-        self._next_id = 0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        # The last launched step, until its audio is out: (rows, step, prompts run in the
-        # iteration that launched it).
-        self._in_flight: tuple[list[tuple[Session, Utterance]], Step, int] | None = None
+        self._in_flight: InFlight | None = None  # the last launched step, until its audio is out
         self.on_step = None  # callable(StepStats) | None
-        self.faults = 0  # engine work that raised (each ended the utterances it touched)
         # A fault that poisons the device (faults.py): the engine has stopped for good.
         self.fatal: BaseException | None = None
         self.on_fatal = None  # callable(BaseException) | None, called once, engine thread
@@ -137,8 +122,17 @@ class Engine:
 
     @property
     def active_sessions(self) -> int:
-        with self._lock:
-            return len(self._sessions)
+        return self.scheduler.active
+
+    @property
+    def faults(self) -> int:
+        """Engine work that raised (each ended the utterances it touched)."""
+        return self.output.faults
+
+    @property
+    def running(self) -> bool:
+        """Its thread is stepping (else `run_once` steps it)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def voices(self) -> list[Voice]:
         return self.voice_table.voices()
@@ -162,38 +156,25 @@ class Engine:
             instruct_ids = self.tokenizer.instruct_ids(params.instruct)
         if self.fatal is not None:
             raise EngineFailed(f"engine stopped after a fatal fault: {self.fatal}")
-        with self._lock:
-            if not self._free_slots:
-                raise EngineFull(f"engine full: {self.settings.max_sessions} sessions active")
-            slot = self._free_slots.pop()
-            sid = self._next_id
-            self._next_id += 1
-            session = Session(self, sid, slot, params, voice, instruct_ids, sink, self.tokenizer)
-            self._sessions[sid] = session
-        return session
+        return self.scheduler.add(lambda sid, slot: Session(
+            sid, slot, params, voice, instruct_ids, sink, self.tokenizer,
+            wake=self._wake.set, release=self._release))
 
     def _release(self, session: Session) -> None:
-        # Safe while a step of this slot may still be in flight: the engine thread is the
-        # only writer of the caches, a new owner's prompt rewrites the rows it will read,
-        # and stale rows past a query's position are masked.
-        with self._lock:
-            if self._sessions.pop(session.id, None) is not None:
-                self._free_slots.append(session.slot)
+        self.scheduler.remove(session)
         self._wake.set()
 
     # --- the loop -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        if self.running:
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="tts-engine", daemon=True)
         self._thread.start()
 
     def shutdown(self, timeout: float = 5.0) -> None:
-        with self._lock:
-            sessions = list(self._sessions.values())
-        for s in sessions:
+        for s in self.scheduler.open_sessions():
             s.close()
         self._stop.set()
         self._wake.set()
@@ -219,7 +200,7 @@ class Engine:
                 if poisons_device(exc):
                     self._fail(exc)
                     return
-                self.faults += 1  # a bug outside any step's rows: keep serving the others
+                self.output.faults += 1  # a bug outside any step's rows: serve the others
                 log.exception("engine iteration failed")
                 busy = False
             if not busy:
@@ -243,46 +224,25 @@ class Engine:
     def run_once(self) -> bool:
         """One engine iteration; returns False when there was nothing to do."""
         with self._step_lock, self.runner.on_stream():
-            return self._iteration()
+            return self._step()
 
-    def _iteration(self) -> bool:
-        with self._lock:
-            sessions = dict(self._sessions)
-        busy = False
-        for s in sessions.values():
-            for utt in s.take_dropped():
-                s.emit(utt, UtteranceEnd(utt.id, utt.emitted, "cancelled"), always=True)
-                busy = True
-        views, heads = [], {}
-        for s in sessions.values():
-            utt = s.head()
-            if utt is None or utt.cancelled:
-                continue
-            heads[s.id] = utt
-            views.append(SessionView(s.id, self._need(s, utt), utt.last_active or utt.created))
-        plan = self.scheduler.schedule(views)
-        if plan.idle and self._in_flight is None:
-            return busy
-        for sid in plan.end_empty:
-            s, utt = sessions[sid], heads[sid]
-            s.finish_head(utt)
-            s.emit(utt, UtteranceEnd(utt.id, 0, "eos"))
-        decode = list(plan.decode)
-        if plan.prefill:
-            self._guarded("prefill", [(sessions[sid], heads[sid]) for sid in plan.prefill],
-                          self._prefill)
-            # Fresh prompts take their first step now, not one iteration later (TTFA).
-            room = self.settings.max_batch - len(decode)
-            decode += [sid for sid in plan.prefill if heads[sid].running and
-                       self._need(sessions[sid], heads[sid]) is Need.DECODE][:room]
-        rows = [(sessions[sid], heads[sid]) for sid in decode]
-        launched = self._guarded("launch", rows, self._launch) if rows else None
+    def _step(self) -> bool:
+        out = self.scheduler.schedule()
+        self.output.cancelled(out.cancelled)
+        if out.idle and self._in_flight is None:
+            return bool(out.cancelled)
+        self.output.end_empty(out.end_empty)
+        step, rows = self._execute(out)
         delivered = [self._deliver()]  # the step before this one: its decoder is done
-        if launched is not None and self._guarded("tokens", rows,
-                                                  partial(self._advance, launched)):
-            self._in_flight = rows, launched, len(plan.prefill)
-            if not launched.pipelined:
-                delivered.append(self._deliver())
+        if step is not None:
+            with self.output.guard("tokens", rows) as read:
+                if self._fault is not None:
+                    self._fault.on_tokens()
+                self.scheduler.update(rows, step.tokens())
+            if read.ok:
+                self._in_flight = InFlight(rows, step, len(out.prefill))
+                if not step.pipelined:
+                    delivered.append(self._deliver())
         for stats in delivered:
             if stats is not None and self.on_step is not None:
                 try:
@@ -291,212 +251,43 @@ class Engine:
                     log.exception("on_step hook failed")
         return True
 
-    def _need(self, s: Session, utt: Utterance) -> Need:
-        if s.paused:  # its reader is behind: no new audio until it catches up
-            return Need.NOTHING
-        if utt.ending is not None:  # its last frame is still being decoded
-            return Need.NOTHING
-        committed, finished = utt.stream.snapshot()
-        if not utt.running:
-            if finished and not utt.stream.has_content:
-                return Need.END_EMPTY
-            if s.params.non_streaming_mode:
-                return Need.PREFILL if finished else Need.NOTHING
-            return Need.PREFILL if utt.stream.has_content and len(committed) > 3 else Need.NOTHING
-        if s.params.non_streaming_mode or finished:
-            return Need.DECODE
-        return Need.DECODE if utt.steps + 1 < len(committed) - 3 else Need.NOTHING
+    def _execute(self, out: SchedulerOutput) -> tuple[Step | None, list[Row]]:
+        """The scheduled prompts, then one batched step (launched, not waited for)."""
+        if out.prefill:
+            with self.output.guard("prefill", out.prefill):
+                self._prefill(out.prefill)
+        rows, text_ids = out.launchable()
+        if not rows:
+            return None, rows
+        step = None
+        with self.output.guard("launch", rows):
+            if self._fault is not None:
+                self._fault.on_launch()
+            step = self.runner.launch([s.slot for s, _ in rows], text_ids)
+        return step, rows
 
-    def _guarded(self, what: str, rows: list[tuple[Session, Utterance]], fn):
-        """fn(rows); if it raises, end those utterances and keep serving the others."""
-        try:
-            return fn(rows)
-        except Exception as exc:
-            self.faults += 1
-            if poisons_device(exc):
-                self._fail(exc)
-                raise EngineFailed(str(exc)) from exc
-            log.exception("%s of sessions %s failed; ending their utterances", what,
-                          [s.id for s, _ in rows])
-            for s, utt in rows:
-                self._end(s, utt, "error", f"{what} failed ({type(exc).__name__})")
-            return None
-
-    def _prefill(self, batch: list[tuple[Session, Utterance]]) -> None:
+    def _prefill(self, rows: list[Row]) -> None:
         reqs, fits = [], []
-        for s, utt in batch:
-            committed, _ = utt.stream.snapshot()
-            text_ids = committed[3:]
-            reqs.append((PrefillRequest(
-                slot=s.slot, role_ids=committed[:3], codec_prefix=s.voice.codec_prefix,
-                speaker_id=s.voice.speaker_id,
-                text_ids=text_ids if s.params.non_streaming_mode else text_ids[:1],
-                non_streaming=s.params.non_streaming_mode, instruct_ids=s.instruct_ids),
-                s.params.sampling, s.next_seed()))
+        for row in rows:
+            req = self.scheduler.prompt(row)
             # One session's prompt that cannot fit ends that session's utterance only.
-            if (error := self.runner.prompt_error(reqs[-1][0])) is not None:
-                reqs.pop()
-                self._end(s, utt, "invalid", error)
+            if (error := self.runner.prompt_error(req[0])) is not None:
+                self.output.end(row, "invalid", error)
             else:
-                fits.append((s, utt))
-        batch = fits
-        if not batch:
-            return
-        t0 = time.perf_counter()
-        lengths = self.runner.prefill(reqs)
-        t1 = time.perf_counter()
-        for (_, utt), length in zip(batch, lengths, strict=True):
-            utt.running, utt.prompt_len, utt.last_active = True, length, t1
-            first = utt.first_text or utt.created
-            utt.timings = {"queue_ms": (t0 - first) * 1e3, "prefill_ms": (t1 - t0) * 1e3}
-
-    def _text_id(self, s: Session, utt: Utterance) -> int:
-        committed, _ = utt.stream.snapshot()
-        n_text, idx = len(committed) - 3, utt.steps + 1
-        if s.params.non_streaming_mode or idx > n_text:
-            return self.cfg.tts_pad_token_id
-        if idx == n_text:
-            return self.cfg.tts_eos_token_id
-        return committed[3 + idx]
-
-    def _limit(self, s: Session, utt: Utterance) -> int:
-        st = self.settings
-        if s.params.max_frames is not None:
-            limit = s.params.max_frames
-        else:  # the text received so far: the talker never runs ahead of it
-            limit = min(st.max_frames, max_frames_for(
-                utt.stream.length, st.max_frames_base, st.max_frames_per_char,
-                st.max_frames_per_wide_char, st.max_frames_per_digit))
-        return min(limit, st.max_seq_len - utt.prompt_len - 1)
-
-    def _launch(self, batch: list[tuple[Session, Utterance]]) -> Step:
-        return self.runner.launch([s.slot for s, _ in batch],
-                                  [self._text_id(s, utt) for s, utt in batch])
-
-    def _advance(self, step: Step, batch: list[tuple[Session, Utterance]]) -> bool:
-        """A step's tokens: count the frame, and mark utterances that end with it. True
-        (`_guarded` gives None when reading them failed)."""
-        tokens = step.tokens()
-        eos = self.cfg.talker.codec_eos_token_id
-        now = time.perf_counter()
-        for (s, utt), token in zip(batch, tokens, strict=True):
-            if utt.cancelled:
-                continue
-            utt.steps += 1
-            utt.last_active = now
-            if token == eos:
-                utt.ending = "eos"
-            elif utt.steps >= self._limit(s, utt):
-                utt.ending = "max_frames"
-        return True
+                reqs.append(req)
+                fits.append(row)
+        if fits:
+            t0 = time.perf_counter()
+            lengths = self.runner.prefill(reqs)
+            self.scheduler.started(fits, lengths, t0, time.perf_counter())
 
     def _deliver(self) -> StepStats | None:
-        """The step in flight's audio out as packets (and ends); its stats."""
-        if self._in_flight is None:
-            return None
-        batch, step, prefills = self._in_flight
-        self._in_flight = None
+        flight, self._in_flight = self._in_flight, None
+        return self.output.deliver(flight) if flight is not None else None
 
-        def deliver(batch: list[tuple[Session, Utterance]]) -> float:
-            codes, pcm = step.audio()
-            t0 = time.perf_counter()
-            for i, (s, utt) in enumerate(batch):
-                if utt.cancelled or utt.ended:
-                    continue
-                utt.pending.append((codes[i], pcm[i]))
-                self._emit_packets(s, utt, final=utt.ending is not None)
-                if utt.ending is not None:
-                    self._end(s, utt, utt.ending)
-            return (time.perf_counter() - t0) * 1e3
-
-        emit_ms = self._guarded("audio", batch, deliver)
-        if emit_ms is None:
-            return None
-        t = step.timing
-        return StepStats(len(batch), (time.perf_counter() - step.launched_at) * 1e3,
-                         t["talker_ms"], t["code_predictor_ms"], t["decoder_ms"],
-                         prefills, emit_ms)
-
-    def _emit_packets(self, s: Session, utt: Utterance, final: bool) -> None:
-        """Decoded frames out in packets: `first_packet_frames`, then the ramp up to
-        `packet_frames` (`EngineSettings.packet_size`)."""
-        while utt.pending and not utt.cancelled:
-            size = self.settings.packet_size(utt.emitted)
-            if len(utt.pending) < size and not final:
-                break
-            chunk, utt.pending = utt.pending[:size], utt.pending[size:]
-            timings = None
-            if utt.emitted == 0:
-                first = utt.first_text or utt.created
-                timings = dict(utt.timings,
-                               first_packet_ms=(time.perf_counter() - first) * 1e3)
-            packet = AudioPacket(utt.id, np.concatenate([pcm for _, pcm in chunk]),
-                                 utt.emitted, len(chunk), timings,
-                                 np.stack([codes for codes, _ in chunk]),
-                                 final=final and not utt.pending)
-            if s.emit(utt, packet):
-                utt.emitted += len(chunk)
-
-    def _end(self, s: Session, utt: Utterance, reason: str, error: str = "") -> None:
-        if utt.ended:  # e.g. a failed step ended it while its last step was in flight
-            return
-        utt.ended = True
-        s.finish_head(utt, truncated=reason == "max_frames")
-        if not utt.cancelled:
-            s.emit(utt, UtteranceEnd(utt.id, utt.emitted, reason, error))  # type: ignore[arg-type]
-
-    # --- offline helper -----------------------------------------------------------------------
-
-    def synthesize(self, text: str, voice: str, language: str = "auto", seed: int = 0,
-                   sampling: SamplingParams | None = None, instruct: str = "",
-                   non_streaming_mode: bool = False, max_frames: int | None = None,
-                   return_codes: bool = False, max_text_chars: int = 4000,
-                   timeout: float = 600.0):
-        """Whole text in, whole utterance out (float32 PCM at 24 kHz), through the same
-        session path. With `return_codes`, returns (pcm, codes (frames, 16))."""
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("text is empty")
-        if len(text) > max_text_chars:
-            raise ValueError(f"text over the limit of {max_text_chars} characters")
-        packets: list[AudioPacket] = []
-        done = threading.Event()
-        end: list[UtteranceEnd] = []
-
-        def sink(event) -> None:
-            if isinstance(event, AudioPacket):
-                packets.append(event)
-            else:
-                end.append(event)
-                done.set()
-
-        params = SessionParams(voice=voice, language=language, instruct=instruct, seed=seed,
-                               sampling=sampling or SamplingParams(),
-                               max_text_chars=max_text_chars,
-                               non_streaming_mode=non_streaming_mode, max_frames=max_frames)
-        session = self.open_session(params, sink)
-        try:
-            session.push_text(text)
-            session.flush()
-            threaded = self._thread is not None and self._thread.is_alive()
-            deadline = time.monotonic() + timeout
-            while not done.is_set():
-                if self.fatal is not None:
-                    raise EngineFailed(f"engine stopped after a fatal fault: {self.fatal}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError("synthesis timed out")
-                if threaded:
-                    done.wait(0.05)
-                else:
-                    self.run_once()
-        finally:
-            session.close()
-        pcm = (np.concatenate([p.pcm for p in packets]) if packets
-               else np.zeros(0, dtype=np.float32))
-        if not return_codes:
-            return pcm
-        codes = (np.concatenate([p.codes for p in packets]) if packets
-                 else np.zeros((0, self.cfg.code_predictor.num_code_groups), dtype=np.int64))
-        return pcm, codes
+    def synthesize(self, text: str, voice: str, *args, **kw):
+        """Whole text in, whole utterance out: `offline.synthesize` (same arguments)."""
+        return offline.synthesize(self, text, voice, *args, **kw)
 
 
 __all__ = ["Engine", "EngineFull", "UnknownVoice"]

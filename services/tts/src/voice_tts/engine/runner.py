@@ -189,7 +189,8 @@ def prompt_rows(cfg: ModelConfig, req: PrefillRequest) -> tuple[list[int], list[
 
 
 class Runner:
-    def __init__(self, model: Qwen3TTS, max_sessions: int, max_seq_len: int) -> None:
+    def __init__(self, model: Qwen3TTS, max_sessions: int, max_seq_len: int,
+                 ignore_eos: bool = False) -> None:
         self.model, self.cfg = model, model.cfg
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -204,6 +205,8 @@ class Runner:
                                self.device)
         self.decoder_slots = DecoderSlots(model.speech_decoder, n + 1, self.device)
         self.suppress = suppress_mask(t.vocab_size, t.codec_eos_token_id, self.device)
+        if ignore_eos:  # benchmarks: every stream runs to its frame cap
+            self.suppress[t.codec_eos_token_id] = True
         self._cp_streams = torch.arange(cp.num_code_groups - 1, device=self.device)
         self._talker_stream = torch.tensor([TALKER_STREAM], device=self.device)
         self._true = torch.ones((), dtype=torch.bool, device=self.device)
@@ -247,12 +250,13 @@ class Runner:
             [n for n in PROMPT_BUCKETS if n < self.max_seq_len], self.graphs.pool)
         self.prefill_graphs.capture()
 
-    def mimic_graphs(self, buckets: list[int]) -> None:
+    def mimic_graphs(self, buckets: list[int] | None = None) -> None:
         """Run eager steps as the CUDA graphs run them: each batch padded to its bucket
-        with rows on the scratch slot, and the audio of a step handed out one engine
-        iteration later (pipelined). With the index checks of the eager path, this is
-        the CPU reference for what padding rows and steps in flight do on the GPU."""
-        self.eager_buckets = sorted(buckets)
+        with rows on the scratch slot (none without `buckets`), and the audio of a step
+        handed out one engine iteration later (pipelined). With the index checks of the
+        eager path, this is the CPU reference for what padding rows and steps in flight
+        do on the GPU."""
+        self.eager_buckets = sorted(buckets) if buckets is not None else None
         self._eager_pipelined = True
 
     def on_stream(self) -> contextlib.AbstractContextManager:

@@ -1,57 +1,212 @@
-"""The scheduler: who runs in this engine step. CPU bookkeeping only, no tensors.
+"""The scheduler: who runs in this engine step, and who ends after it. CPU bookkeeping
+only, no tensors (testable without a model).
 
-Input: one `SessionView` per open session (what its head utterance needs now). Output: a
-plain `SchedulerOutput` the engine hands to the runner. Policy:
+It owns the open sessions and their slots. `schedule()` looks at each session's head
+utterance and returns a plain `SchedulerOutput`; the engine executes it (prompts, then one
+batched step); `update(rows, tokens)` counts the step's frames and marks the utterances
+that end with it (codec EOS, frame cap). Policy:
 
-- prompts first (they start audio: TTFA), at most `max_prefills` per step, oldest text
-  first;
+- prompts first (they start audio: TTFA), at most `max_prefills_per_step`, oldest text
+  first; a prompt is ready once its first text token is *stable* (a word followed by
+  another character, or flush) and some non-whitespace text has arrived; offline
+  (`non_streaming_mode`) prompts wait for the flush;
 - then ONE batched talker step over every running utterance whose next text-track token
-  is known (continuous batching: sessions join and leave between steps), up to
-  `max_batch` rows, least-recently-stepped first so nobody starves;
-- a running utterance whose next text token has not arrived (and no flush) waits.
+  is known or flushed (continuous batching: sessions join and leave between steps), up
+  to `max_batch` rows, least recently stepped first so nobody starves; fresh prompts
+  that are ready for a step join it at once (TTFA) while there is room;
+- paused sessions (their reader is behind) and utterances whose last audio is still
+  being decoded wait.
+
+It knows the text track's layout (`text.TextIds`) but nothing of gRPC or audio.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
+
+from .api import EngineFull, EngineSettings
+from .config import ModelConfig
+from .length_guard import max_frames_for
+from .runner import PrefillRequest
+from .sampling import SamplingParams
+from .session import Session, Utterance
+from .text import TextIds
 
 
 class Need(Enum):
-    NOTHING = 0  # idle, or waiting for text
+    NOTHING = 0  # idle, paused, or waiting for text
     PREFILL = 1  # has enough text for its prompt
     DECODE = 2  # running, next text-track token known
     END_EMPTY = 3  # flushed with no speakable text: end at once
 
 
-@dataclass(frozen=True)
-class SessionView:
-    session_id: int
-    need: Need
-    since: float  # when the need arose (first text / last step), for fairness
+class Row(NamedTuple):
+    """A session's head utterance: one row of a prompt batch or a decode step."""
+
+    session: Session
+    utt: Utterance
 
 
 @dataclass
 class SchedulerOutput:
-    prefill: list[int] = field(default_factory=list)
-    decode: list[int] = field(default_factory=list)
-    end_empty: list[int] = field(default_factory=list)
+    cancelled: list[Row] = field(default_factory=list)  # dropped: their "cancelled" end
+    end_empty: list[Row] = field(default_factory=list)  # flushed with nothing to say
+    prefill: list[Row] = field(default_factory=list)
+    # The batched step: running rows, then fresh prompts (of `prefill`) joining it.
+    decode: list[Row] = field(default_factory=list)
+    text_ids: list[int] = field(default_factory=list)  # each decode row's next text id
 
     @property
     def idle(self) -> bool:
         return not (self.prefill or self.decode or self.end_empty)
 
+    def launchable(self) -> tuple[list[Row], list[int]]:
+        """The decode rows that can step: a fresh prompt that failed or did not fit its
+        slot drops out."""
+        keep = [i for i, row in enumerate(self.decode) if row.utt.running]
+        return [self.decode[i] for i in keep], [self.text_ids[i] for i in keep]
+
 
 class Scheduler:
-    def __init__(self, max_batch: int, max_prefills: int, batch_decode: bool = True) -> None:
-        self.max_batch = max_batch if batch_decode else 1
-        self.max_prefills = max_prefills
+    def __init__(self, settings: EngineSettings, cfg: ModelConfig) -> None:
+        self.settings, self.cfg = settings, cfg
+        self.max_batch = settings.max_batch if settings.batch_decode else 1
+        self._lock = threading.Lock()
+        self.sessions: dict[int, Session] = {}
+        self.free_slots = list(range(settings.max_sessions - 1, -1, -1))
+        self._next_id = 0
 
-    def schedule(self, views: list[SessionView]) -> SchedulerOutput:
+    # --- sessions (any thread) -------------------------------------------------------------
+
+    def add(self, new: Callable[[int, int], Session]) -> Session:
+        """`new(session_id, slot)` on a free slot; EngineFull when every slot is taken."""
+        with self._lock:
+            if not self.free_slots:
+                raise EngineFull(f"engine full: {self.settings.max_sessions} sessions active")
+            session = new(self._next_id, self.free_slots.pop())
+            self._next_id += 1
+            self.sessions[session.id] = session
+            return session
+
+    def remove(self, session: Session) -> None:
+        # Safe while a step of this slot may still be in flight: the engine thread is the
+        # only writer of the caches, a new owner's prompt rewrites the rows it will read,
+        # and stale rows past a query's position are masked.
+        with self._lock:
+            if self.sessions.pop(session.id, None) is not None:
+                self.free_slots.append(session.slot)
+
+    @property
+    def active(self) -> int:
+        with self._lock:
+            return len(self.sessions)
+
+    def open_sessions(self) -> list[Session]:
+        with self._lock:
+            return list(self.sessions.values())
+
+    # --- the step (engine thread) ----------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        by_age = sorted(views, key=lambda v: (v.since, v.session_id))
-        out.end_empty = [v.session_id for v in by_age if v.need is Need.END_EMPTY]
-        out.prefill = [v.session_id for v in by_age if v.need is Need.PREFILL][
-            : self.max_prefills]
-        out.decode = [v.session_id for v in by_age if v.need is Need.DECODE][: self.max_batch]
+        ready: list[tuple[float, int, Need, Row, TextIds]] = []
+        for s in self.open_sessions():
+            out.cancelled += [Row(s, utt) for utt in s.take_dropped()]
+            utt = s.head()
+            if utt is None or utt.cancelled:
+                continue
+            text = utt.stream.ids()
+            need = self.need(s, utt, text)
+            if need is not Need.NOTHING:
+                ready.append((utt.last_active or utt.created, s.id, need, Row(s, utt), text))
+        ready.sort(key=lambda r: r[:2])
+        out.end_empty = [row for _, _, need, row, _ in ready if need is Need.END_EMPTY]
+        prompts = [(row, text) for _, _, need, row, text in ready if need is Need.PREFILL]
+        steps = [(row, text) for _, _, need, row, text in ready if need is Need.DECODE]
+        prompts, steps = prompts[:self.settings.max_prefills_per_step], steps[:self.max_batch]
+        out.prefill = [row for row, _ in prompts]
+        # Fresh prompts take their first step now, not one iteration later (TTFA).
+        joining = [(row, text) for row, text in prompts if self._ready_to_step(row, text, 0)]
+        for row, text in steps + joining[:self.max_batch - len(steps)]:
+            out.decode.append(row)
+            out.text_ids.append(self.next_text_id(row, text))
         return out
+
+    def need(self, s: Session, utt: Utterance, text: TextIds) -> Need:
+        if s.paused:  # its reader is behind: no new audio until it catches up
+            return Need.NOTHING
+        if utt.ending is not None:  # its last frame is still being decoded
+            return Need.NOTHING
+        if not utt.running:
+            if text.finished and not utt.stream.has_content:
+                return Need.END_EMPTY
+            if s.params.non_streaming_mode:
+                return Need.PREFILL if text.finished else Need.NOTHING
+            return Need.PREFILL if utt.stream.has_content and text.text else Need.NOTHING
+        return Need.DECODE if self._ready_to_step(Row(s, utt), text, utt.steps) \
+            else Need.NOTHING
+
+    def _ready_to_step(self, row: Row, text: TextIds, steps: int) -> bool:
+        """Its next step's text-track id is known (or flushed), after `steps` steps."""
+        if row.session.params.non_streaming_mode or text.finished:
+            return True
+        return steps + 1 < len(text.text)
+
+    def next_text_id(self, row: Row, text: TextIds) -> int:
+        """The text-track id of the row's next step: the next text id, tts_eos right after
+        the last one, then tts_pad (offline prompts hold the whole text: pad only)."""
+        n_text, idx = len(text.text), row.utt.steps + 1
+        if row.session.params.non_streaming_mode or idx > n_text:
+            return self.cfg.tts_pad_token_id
+        if idx == n_text:
+            return self.cfg.tts_eos_token_id
+        return text.text[idx]
+
+    def prompt(self, row: Row) -> tuple[PrefillRequest, SamplingParams, int]:
+        """The row's prompt (streaming: its first text id; offline: all of them), its
+        sampling parameters and the noise seed of its utterance."""
+        s, text = row.session, row.utt.stream.ids()
+        req = PrefillRequest(
+            slot=s.slot, role_ids=text.role, codec_prefix=s.voice.codec_prefix,
+            speaker_id=s.voice.speaker_id,
+            text_ids=text.text if s.params.non_streaming_mode else text.text[:1],
+            non_streaming=s.params.non_streaming_mode, instruct_ids=s.instruct_ids)
+        return req, s.params.sampling, s.next_seed()
+
+    def started(self, rows: list[Row], lengths: list[int], t0: float, t1: float) -> None:
+        """Their prompts ran (from t0 to t1, perf_counter): they step from now on."""
+        for (_, utt), length in zip(rows, lengths, strict=True):
+            utt.running, utt.prompt_len, utt.last_active = True, length, t1
+            first = utt.first_text or utt.created
+            utt.timings = {"queue_ms": (t0 - first) * 1e3, "prefill_ms": (t1 - t0) * 1e3}
+
+    def update(self, rows: list[Row], tokens: list[int]) -> None:
+        """A step's codebook-0 tokens: count the frame, and mark the utterances that end
+        with it (`ending`: they end once its audio is out)."""
+        eos = self.cfg.talker.codec_eos_token_id
+        now = time.perf_counter()
+        for (s, utt), token in zip(rows, tokens, strict=True):
+            if utt.cancelled:
+                continue
+            utt.steps += 1
+            utt.last_active = now
+            if token == eos:
+                utt.ending = "eos"
+            elif utt.steps >= self.limit(s, utt):
+                utt.ending = "max_frames"
+
+    def limit(self, s: Session, utt: Utterance) -> int:
+        """The most frames this utterance may take (length_guard.py), within its slot."""
+        st = self.settings
+        if s.params.max_frames is not None:
+            limit = s.params.max_frames
+        else:  # the text received so far: the talker never runs ahead of it
+            limit = min(st.max_frames, max_frames_for(
+                utt.stream.length, st.max_frames_base, st.max_frames_per_char,
+                st.max_frames_per_wide_char, st.max_frames_per_digit))
+        return min(limit, st.max_seq_len - utt.prompt_len - 1)

@@ -23,16 +23,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .api import SessionParams
 from .text import TextStream, TextTokenizer
 from .voices import ResolvedVoice
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 Sink = Callable[[Any], None]
 
@@ -56,18 +53,20 @@ class Utterance:
     timings: dict[str, float] = field(default_factory=dict)
     last_active: float = 0.0
 
-    @property
-    def text_ids(self) -> list[int]:
-        return self.stream.committed[3:]
-
 
 class Session:
-    def __init__(self, engine: Engine, session_id: int, slot: int, params: SessionParams,
+    """`wake()` tells the engine there is work (text, a flush, a cancel); `release(self)`
+    gives the slot back on close. Both come from the engine, which this module does not
+    know."""
+
+    def __init__(self, session_id: int, slot: int, params: SessionParams,
                  voice: ResolvedVoice, instruct_ids: list[int] | None, sink: Sink,
-                 tokenizer: TextTokenizer) -> None:
-        self.engine, self.id, self.slot, self.params = engine, session_id, slot, params
+                 tokenizer: TextTokenizer, wake: Callable[[], None],
+                 release: Callable[[Session], None]) -> None:
+        self.id, self.slot, self.params = session_id, slot, params
         self.voice, self.instruct_ids, self.sink = voice, instruct_ids, sink
         self._tokenizer = tokenizer
+        self._wake, self._release = wake, release
         self._lock = threading.Lock()
         self._emit_lock = threading.RLock()
         self._utts: deque[Utterance] = deque()
@@ -102,7 +101,7 @@ class Session:
                 utt.stream.push(piece)
             if utt.first_text is None:
                 utt.first_text = time.perf_counter()
-        self.engine._wake.set()
+        self._wake()
 
     def flush(self) -> None:
         """End the current utterance: speak everything pushed so far to its end."""
@@ -113,14 +112,14 @@ class Session:
                 self._truncated = None
             elif self._utts and not self._utts[-1].stream.finished:
                 self._utts[-1].stream.finish()
-        self.engine._wake.set()
+        self._wake()
 
     def cancel(self) -> None:
         """Barge-in: drop pending text and in-flight work now. No packet of a dropped
         utterance reaches the sink after this returns."""
         with self._emit_lock, self._lock:
             self._drop_all()
-        self.engine._wake.set()
+        self._wake()
 
     def reset(self, seed: int | None = None) -> None:
         """cancel() plus the random stream from its start (the session's seed, or `seed`)."""
@@ -129,7 +128,7 @@ class Session:
             if seed is not None:
                 self.seed = seed
             self._epoch = 0
-        self.engine._wake.set()
+        self._wake()
 
     def pause(self) -> None:
         """Flow control: the engine skips this session until `resume()`."""
@@ -137,7 +136,7 @@ class Session:
 
     def resume(self) -> None:
         self.paused = False
-        self.engine._wake.set()
+        self._wake()
 
     def close(self) -> None:
         with self._emit_lock, self._lock:
@@ -145,7 +144,7 @@ class Session:
                 return
             self._drop_all()
             self.closed = True
-        self.engine._release(self)
+        self._release(self)
 
     @property
     def utterance_id(self) -> int:

@@ -26,6 +26,7 @@ import codecs
 import json
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -35,6 +36,8 @@ from .length_guard import TextLength
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 ROLE_PREFIX = "assistant\n"
+# Ids of the role that lead every utterance's stream: [im_start, "assistant", "\n"].
+ROLE_LEN = 3
 
 
 def build_qwen2_tokenizer(vocab: dict[str, int], merges: list[tuple[str, str]]) -> Tokenizer:
@@ -74,9 +77,9 @@ class TextTokenizer:
         self._nfc = normalizers.NFC()
         self.newline_ids = self.encode("\n")
         role = self.encode(ROLE_PREFIX)
-        if len(role) != 2:
+        if len(role) != ROLE_LEN - 1:
             raise ValueError(f"tokenizer encodes {ROLE_PREFIX!r} as {len(role)} ids; the "
-                             "official prompt layout needs exactly 2")
+                             f"official prompt layout needs exactly {ROLE_LEN - 1}")
         self.role_ids = [im_start, *role]
         # <|im_end|>\n<|im_start|>assistant\n
         self.suffix_ids = [im_end, *self.newline_ids, im_start, *role]
@@ -101,12 +104,21 @@ class TextTokenizer:
                 *self.newline_ids]
 
 
+class TextIds(NamedTuple):
+    """An utterance's committed ids, split where the prompt layout splits them."""
+
+    role: list[int]  # [im_start, "assistant", "\n"] (ROLE_LEN ids)
+    text: list[int]  # the text's ids committed so far
+    finished: bool  # flushed: no more text will come
+
+
 class TextStream:
     """Incremental, thread-safe tokenization of one utterance.
 
     `push` takes str or bytes (bytes may split a UTF-8 character anywhere); `committed`
     grows with ids that can no longer change. `finish()` commits the tail. The ids start
-    with the 3 role ids ([im_start, "assistant", "\\n"]), then the text ids.
+    with the ROLE_LEN role ids ([im_start, "assistant", "\\n"]), then the text ids: read
+    them split with `ids()`.
     """
 
     def __init__(self, tokenizer: TextTokenizer, max_chars: int) -> None:
@@ -181,6 +193,8 @@ class TextStream:
         self._tail = self._tail[cut:]
         return len(ids)
 
-    def snapshot(self) -> tuple[list[int], bool]:
+    def ids(self) -> TextIds:
+        """The committed ids now (a consistent copy: other threads may push meanwhile)."""
         with self._lock:
-            return list(self.committed), self.finished
+            return TextIds(self.committed[:ROLE_LEN], self.committed[ROLE_LEN:],
+                           self.finished)

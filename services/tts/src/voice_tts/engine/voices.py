@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .config import TalkerConfig
@@ -33,6 +34,26 @@ class ResolvedVoice:
     codec_prefix: list[int]
 
 
+class VoiceNames:
+    """The one rule for naming a voice and a language, for the server's config check and
+    the engine's sessions alike: case-insensitive, surrounding spaces ignored, empty
+    language = "auto"; an unknown name raises UnknownVoice naming the known ones."""
+
+    def __init__(self, speakers: Iterable[str], languages: Iterable[str]) -> None:
+        self.speakers = sorted(name.lower() for name in speakers)
+        self.languages = [lang.lower() for lang in languages]
+
+    def __call__(self, voice: str, language: str) -> tuple[str, str]:
+        """-> (speaker, language) as the table spells them."""
+        name, lang = (voice or "").strip().lower(), (language or "auto").strip().lower()
+        if name not in self.speakers:
+            raise UnknownVoice(f"unknown voice {(voice or '')[:64]!r}; known: {self.speakers}")
+        if lang not in self.languages:
+            raise UnknownVoice(f"unknown language {(language or '')[:64]!r}; "
+                               f"known: {self.languages}")
+        return name, lang
+
+
 class VoiceTable:
     def __init__(self, cfg: TalkerConfig) -> None:
         self.cfg = cfg
@@ -40,6 +61,7 @@ class VoiceTable:
         self.dialects = {k.lower(): v for k, v in cfg.spk_is_dialect.items()}
         self.language_ids = {k.lower(): v for k, v in cfg.codec_language_id.items()}
         self._languages = ["auto"] + [k for k in self.language_ids if "dialect" not in k]
+        self.names = VoiceNames(self.speakers, self._languages)
 
     def languages(self) -> list[str]:
         return list(self._languages)
@@ -49,11 +71,7 @@ class VoiceTable:
                 for name in sorted(self.speakers)]
 
     def resolve(self, voice: str, language: str) -> ResolvedVoice:
-        name, lang = (voice or "").strip().lower(), (language or "auto").strip().lower()
-        if name not in self.speakers:
-            raise UnknownVoice(f"unknown voice {voice!r}; known: {sorted(self.speakers)}")
-        if lang not in self._languages:
-            raise UnknownVoice(f"unknown language {language!r}; known: {self._languages}")
+        name, lang = self.names(voice, language)
         lang_id = None if lang == "auto" else self.language_ids[lang]
         dialect = self.dialects.get(name)
         if lang in ("chinese", "auto") and dialect:
