@@ -25,8 +25,7 @@ def main() -> None:
     args = p.parse_args()
     engine = Engine.from_preset(args.preset, device=args.device, settings=EngineSettings(
         max_sessions=args.concurrency, max_batch=args.concurrency, max_seq_len=512,
-        cuda_graphs=not args.eager))
-    engine.runner.suppress[engine.cfg.talker.codec_eos_token_id] = True
+        cuda_graphs=not args.eager, ignore_eos=True))
     print("dtype", next(engine.model.parameters()).dtype, "device", engine.device)
     streams = [Stream() for _ in range(args.concurrency)]
     for i, st in enumerate(streams):

@@ -138,10 +138,10 @@ def main() -> None:
                                     first_packet_frames=args.first_packet_frames,
                                     packet_frames=args.packet_frames,
                                     decoder_precision=args.decoder_precision,
-                                    max_seq_len=args.frames + 256))
-    # Fixed-length streams: never sample codec EOS (the bench's equivalent of the peer's
-    # min_new_tokens = max_new_tokens).
-    engine.runner.suppress[engine.cfg.talker.codec_eos_token_id] = True
+                                    max_seq_len=args.frames + 256,
+                                    # Fixed-length streams: never sample codec EOS (the
+                                    # peer's min_new_tokens = max_new_tokens).
+                                    ignore_eos=True))
     engine.start()
     build_s = time.perf_counter() - t0
     print(json.dumps({"stage": "build", "s": round(build_s, 1), "preset": args.preset,

@@ -76,6 +76,9 @@ class TTSSettings(BaseSettings):
     # asyncio's own loop (bench/front_bench.py); false: the standard asyncio loop.
     uvloop: bool = True
     log_level: str = "INFO"
+    # Tests only: the engine's n-th decode step fails, `<cuda|bug|hang>@<n>[:launch|tokens]`
+    # (engine/faults.py `FaultInjection`; checked when the engine is built). Empty: none.
+    test_fault: str = ""
 
     @field_validator("dtype")
     @classmethod

@@ -2,8 +2,9 @@
 (NOT_SERVING, UNAVAILABLE for every call, exit status 3 for the orchestrator), one that
 does not ends only the calls whose step failed, and a hung engine is failed by time.
 
-Faults are injected into the decode step's launch (faulty_server.py for subprocess
-servers, a patched runner in-process): a CUDA error text exactly as torch raises it.
+Faults are injected into the decode step's launch by the engine's test hook (the
+server's TTS_TEST_FAULT, `EngineSettings.fault` in-process: engine/faults.py): a CUDA
+error text exactly as torch raises it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
-from pathlib import Path
 from urllib.error import HTTPError
 
 import grpc
@@ -25,7 +25,6 @@ from voice_tts.settings import TTSSettings
 from .conftest import config, free_port
 from .test_streaming import FLUSH, audio, drain, one_shot, text
 
-FAULTY = [str(Path(__file__).with_name("faulty_server.py"))]
 LONG = "A sentence long enough to take more than a few engine steps to speak out loud."
 
 
@@ -63,7 +62,7 @@ def _wait_exit(srv, timeout: float) -> int | None:
 
 
 async def test_a_cuda_fault_ends_every_call_unavailable_and_exits_fast(make_server) -> None:
-    srv = make_server(FAULTY, TTS_TEST_FAULT="cuda@3")
+    srv = make_server(TTS_TEST_FAULT="cuda@3")
     async with grpc.aio.insecure_channel(srv.addr) as ch:
         stub = tts_pb2_grpc.TextToSpeechStub(ch)
         calls = [await _start_call(stub) for _ in range(2)]
@@ -79,7 +78,7 @@ async def test_a_cuda_fault_ends_every_call_unavailable_and_exits_fast(make_serv
 
 
 async def test_a_fault_that_spares_the_device_ends_only_its_calls(make_server) -> None:
-    srv = make_server(FAULTY, TTS_TEST_FAULT="bug@3")
+    srv = make_server(TTS_TEST_FAULT="bug@3")
     async with grpc.aio.insecure_channel(srv.addr) as ch:
         stub = tts_pb2_grpc.TextToSpeechStub(ch)
         code, details = await _status(await _start_call(stub))
@@ -93,7 +92,7 @@ async def test_a_fault_that_spares_the_device_ends_only_its_calls(make_server) -
 
 
 async def test_a_hung_engine_is_failed_by_the_watchdog(make_server) -> None:
-    srv = make_server(FAULTY, TTS_TEST_FAULT="hang@3", TTS_ENGINE_STALL_S="1")
+    srv = make_server(TTS_TEST_FAULT="hang@3", TTS_ENGINE_STALL_S="1")
     async with grpc.aio.insecure_channel(srv.addr) as ch:
         code, details = await _status(await _start_call(tts_pb2_grpc.TextToSpeechStub(ch)))
     assert code == grpc.StatusCode.UNAVAILABLE and "stalled" in details, details
@@ -103,16 +102,8 @@ async def test_a_hung_engine_is_failed_by_the_watchdog(make_server) -> None:
 @pytest.fixture
 async def faulted_server():
     """An in-process server whose engine hits a CUDA error at its 3rd step launch."""
-    engine = Engine.from_preset("tiny", settings=EngineSettings(max_sessions=4, max_batch=4))
-    launch, calls = engine.runner.launch, [0]
-
-    def faulty(slots, text_ids):
-        calls[0] += 1
-        if calls[0] == 3:
-            raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return launch(slots, text_ids)
-
-    engine.runner.launch = faulty
+    engine = Engine.from_preset("tiny", settings=EngineSettings(max_sessions=4, max_batch=4,
+                                                                fault="cuda@3"))
     settings = TTSSettings(grpc_host="127.0.0.1", grpc_port=free_port(),
                            http_port=free_port(), admit_margin=0)
     running = await start_server(settings, engine)

@@ -40,7 +40,8 @@ def load_engine(settings: TTSSettings) -> Engine:
                         first_packet_frames=settings.first_packet_frames,
                         packet_frames=settings.packet_frames,
                         decoder_precision=(settings.decoder_precision
-                                           if settings.device.startswith("cuda") else "fp32"))
+                                           if settings.device.startswith("cuda") else "fp32"),
+                        fault=settings.test_fault or None)
     dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
     if settings.model.startswith("preset:"):
         name = settings.model.removeprefix("preset:")

@@ -9,6 +9,7 @@ Errors are raised as `CallError(code, message)`; engine errors are mapped by kin
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -132,23 +133,19 @@ def _check_id(name: str, value: str) -> None:
 
 
 def resolve_config(
-    cfg: tts_pb2.SessionConfig, voices: dict[str, str], languages: dict[str, str]
+    cfg: tts_pb2.SessionConfig, voice_names: Callable[[str, str], tuple[str, str]]
 ) -> ResolvedConfig:
     """Validates a SessionConfig and fills its defaults.
 
-    `voices` / `languages` map lower-case names to the engine's spelling.
+    `voice_names(voice, language)`: the engine's one rule for both (`voices.VoiceNames`):
+    their spelling, or UnknownVoice (NOT_FOUND, naming the known ones).
     """
     if not cfg.voice:
         raise invalid("SessionConfig.voice is required; ListVoices names the voices")
-    voice = voices.get(cfg.voice.lower())
-    if voice is None:
-        raise CallError(grpc.StatusCode.NOT_FOUND,
-                        f"unknown voice {cfg.voice[:64]!r}; known: {sorted(voices.values())}")
-    lang_in = cfg.language or "auto"
-    language = languages.get(lang_in.lower())
-    if language is None:
-        raise CallError(grpc.StatusCode.NOT_FOUND, f"unknown language {lang_in[:64]!r}; "
-                        f"known: {sorted(languages.values())}")
+    try:
+        voice, language = voice_names(cfg.voice, cfg.language)
+    except UnknownVoice as e:
+        raise CallError(grpc.StatusCode.NOT_FOUND, str(e)) from None
     if len(cfg.instruct) > MAX_INSTRUCT_CHARS:
         raise invalid(f"SessionConfig.instruct is {len(cfg.instruct)} characters; "
                       f"the limit is {MAX_INSTRUCT_CHARS}")

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from voice.tts.v1 import tts_pb2
 
-from voice_tts.engine import Engine, EngineFull, SessionParams
+from voice_tts.engine import Engine, EngineFull, SessionParams, VoiceNames
 from voice_tts.server.admission import Admission, Rejected, TrackedSession, frame_budget_ms
 from voice_tts.server.capacity import FramePeriodModel, FrontModel
 from voice_tts.server.metrics import TTSMetrics
@@ -51,8 +51,7 @@ class TextToSpeechServicer:
         self.cut: dict[asyncio.Task[Any], str] = {}
         self.streams: dict[asyncio.Task[Any], SynthesizeStream] = {}  # calls past config
         self.failed: str | None = None  # the engine has stopped: every call is refused
-        self._voices = {v.name.lower(): v.name for v in engine.voices()}
-        self._languages = {lang.lower(): lang for lang in engine.languages()}
+        self._voice_names = VoiceNames([v.name for v in engine.voices()], engine.languages())
         # Fed by the engine's steps (app.py's on_step -> `admission.model.observe`) and
         # the frames this front writes.
         model = FramePeriodModel()
@@ -219,7 +218,7 @@ class TextToSpeechServicer:
         kind = req.WhichOneof("request")
         if kind != "config":
             raise invalid(f"the first message must be a SessionConfig, got {kind or 'empty'}")
-        return resolve_config(req.config, self._voices, self._languages)
+        return resolve_config(req.config, self._voice_names)
 
 
 async def _parsed(raw: AsyncIterator[bytes]) -> AsyncIterator[tts_pb2.SynthesizeRequest]:
