@@ -12,9 +12,10 @@ runs three phases against them:
 - `together`: both loads at once.
 
 Modes (`MODES`): `timeslice` (no MPS: CUDA time-slices the two processes), `mps` (one
-MPS daemon, the compose `gpu` profile's SM caps), `mps-prio` (those caps and MPS client
-priorities: the TTS normal, the thinker below normal, so the TTS's kernels go first when
-both are ready), `mps-nocap` (MPS, no caps, no priority). The caps come from .env.example,
+MPS daemon, the compose `gpu` profile's SM caps), `mps-nocap` (MPS, no caps, no
+priority), `mps-prio` (MPS client priorities, no caps: the TTS normal, the thinker below
+normal, so the TTS's kernels go first when both are ready), `mps-prio-cap` (priorities
+and the caps). The caps come from .env.example,
 the file compose reads: one source. The MPS daemon runs with its pipe and log directories
 in a temp dir and is stopped after its mode.
 
@@ -53,9 +54,9 @@ def env_file_shares() -> dict[str, str]:
 def mode_env(mode: str, who: str, shares: dict[str, str]) -> dict[str, str]:
     """CUDA's environment for `who` (TTS or LLM) in `mode`."""
     env: dict[str, str] = {}
-    if mode in ("mps", "mps-prio"):
+    if mode in ("mps", "mps-prio-cap"):
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = shares[f"{who}_MPS_ACTIVE_THREAD_PERCENTAGE"]
-    if mode == "mps-prio":  # 0 normal, 1 below normal: the thinker yields to the TTS
+    if mode.startswith("mps-prio"):  # 0 normal, 1 below normal: the thinker yields to the TTS
         env["CUDA_MPS_CLIENT_PRIORITY"] = "0" if who == "TTS" else "1"
     return env
 
@@ -132,6 +133,25 @@ def llm_load(args: argparse.Namespace, out: Path, seconds: float) -> subprocess.
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(out.with_suffix(".log")).open("w"))
 
 
+@contextlib.contextmanager
+def gpu_busy(out: Path, res: dict, phase: str):
+    """Samples nvidia-smi's GPU utilization during a phase: how loaded the GPU was."""
+    if not shutil.which("nvidia-smi"):
+        yield
+        return
+    path = out / f"{phase}_util.csv"
+    with path.open("w") as f:
+        p = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu",
+                              "--format=csv,noheader,nounits", "-lms", "250"], stdout=f)
+        try:
+            yield
+        finally:
+            p.terminate()
+            p.wait()
+    vals = [float(v) for v in path.read_text().split() if v.replace(".", "").isdigit()]
+    res[f"{phase}_gpu_util_pct"] = round(sum(vals) / len(vals), 1) if vals else None
+
+
 def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dict:
     out = Path(args.out) / mode
     out.mkdir(parents=True, exist_ok=True)
@@ -152,15 +172,16 @@ def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dic
             wait_log(llm, out / "llm.log", "thinker serving", 300)
             wait_log(tts, out / "tts.log", "TTS serving", 300)
             print(f"[{mode}] servers up", file=sys.stderr, flush=True)
-            p = tts_load(args, out / "tts_alone.json")
-            p.wait()
-            p = llm_load(args, out / "llm_alone.json", args.seconds)
-            p.wait()
-            llm_p = llm_load(args, out / "llm_together.json", args.seconds + args.warmup + 5)
-            time.sleep(3)
-            tts_p = tts_load(args, out / "tts_together.json")
-            tts_p.wait()
-            llm_p.wait()
+            with gpu_busy(out, res, "tts_alone"):
+                tts_load(args, out / "tts_alone.json").wait()
+            with gpu_busy(out, res, "llm_alone"):
+                llm_load(args, out / "llm_alone.json", args.seconds).wait()
+            with gpu_busy(out, res, "together"):
+                llm_p = llm_load(args, out / "llm_together.json",
+                                 args.seconds + args.warmup + 5)
+                time.sleep(3)
+                tts_load(args, out / "tts_together.json").wait()
+                llm_p.wait()
         finally:
             stop(tts)
             stop(llm)
@@ -187,14 +208,17 @@ def llm_row(r: dict | None) -> tuple[str, str]:
 
 def table(results: list[dict]) -> str:
     lines = ["| mode | load | TTS TTFA p95 (p50) ms | underruns (any / > 20 ms) | TTS calls / "
-             "rejected | thinker TTFT p50 / p95 ms | thinker tok/s (per request) |",
-             "|---|---|---|---|---|---|---|"]
+             "rejected | thinker TTFT p50 / p95 ms | thinker tok/s (per request) | GPU busy "
+             "% (TTS alone / thinker alone / together) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
+        util = " / ".join(str(r.get(f"{p}_gpu_util_pct", "-"))
+                          for p in ("tts_alone", "llm_alone", "together"))
         lines.append(f"| {r['mode']} | alone | {' | '.join(tts_row(r.get('tts_alone')))} | "
-                     f"{' | '.join(llm_row(r.get('llm_alone')))} |")
+                     f"{' | '.join(llm_row(r.get('llm_alone')))} | {util} |")
         lines.append(f"| {r['mode']} | together | "
                      f"{' | '.join(tts_row(r.get('tts_together')))} | "
-                     f"{' | '.join(llm_row(r.get('llm_together')))} |")
+                     f"{' | '.join(llm_row(r.get('llm_together')))} | |")
     return "\n".join(lines)
 
 

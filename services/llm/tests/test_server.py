@@ -191,3 +191,35 @@ async def test_a_call_before_the_model_has_loaded_gets_unavailable(cache_dir: Pa
         loaded.set()
         await starting
         await server.stop()
+
+
+async def test_a_device_fault_ends_the_process_fast_not_a_serving_zombie(
+        cache_dir: Path) -> None:
+    """After a CUDA fault the context is poisoned: the call gets UNAVAILABLE (retry
+    elsewhere), health turns NOT_SERVING and the process exits 3 within seconds for the
+    orchestrator to restart, instead of saying SERVING and failing every call."""
+    port = free_port()
+    env = {**os.environ, "LLM_BACKEND": "transformers", "LLM_MODEL": "tiny-random",
+           "LLM_CACHE_DIR": str(cache_dir), "LLM_GRPC_HOST": "127.0.0.1",
+           "LLM_GRPC_PORT": str(port), "LLM_HTTP_PORT": "0", "LLM_TEST_FAULT_AT": "8"}
+    script = str(Path(__file__).with_name("faulty_thinker.py"))
+    proc = subprocess.Popen([sys.executable, script], env=env, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        addr = f"127.0.0.1:{port}"
+        await wait_serving(addr, proc)
+        async with grpc.aio.insecure_channel(addr) as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async for _ in pb_grpc.ThinkerStub(ch).Chat(
+                        request(user("Go."), max_tokens=20, temperature=0.0)):
+                    pass
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "restarting" in (err.value.details() or "")
+        faulted = time.monotonic()
+        assert await asyncio.to_thread(proc.wait, 10) == 3
+        assert time.monotonic() - faulted < 5
+        assert "device fault" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

@@ -34,6 +34,15 @@ class Aborted(Exception):
     """The server aborted a generation the client was still reading (drain, shutdown)."""
 
 
+def is_device_fault(exc: BaseException) -> bool:
+    """A CUDA error (device-side assert, illegal address, ...): the process's CUDA context
+    is poisoned, every later call on it fails; only a restart recovers."""
+    text = str(exc)
+    return type(exc).__name__ == "AcceleratorError" or (
+        isinstance(exc, RuntimeError)
+        and ("CUDA error" in text or "device-side assert" in text))
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, ValueError):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
@@ -43,4 +52,7 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.ABORTED, str(exc)
     if isinstance(exc, Draining | NotReady):
         return grpc.StatusCode.UNAVAILABLE, str(exc)
+    if is_device_fault(exc):
+        return grpc.StatusCode.UNAVAILABLE, ("thinker device fault; the server is restarting, "
+                                             "retry on another instance")
     return grpc.StatusCode.INTERNAL, "internal error in the thinker (see its log)"

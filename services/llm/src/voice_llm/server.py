@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -37,6 +38,8 @@ from voice_llm.tiny_random import RANDOM_PREFIX, ensure_random_shape, ensure_tin
 log = logging.getLogger(__name__)
 SERVICE_NAME = thinker_pb2.DESCRIPTOR.services_by_name["Thinker"].full_name
 _HEALTH_PERIOD_S = 5.0
+# The exit status after a device fault (the orchestrator restarts the process).
+EXIT_DEVICE_FAULT = 3
 
 
 def resolve_model(settings: Settings) -> Path:
@@ -81,6 +84,20 @@ class ThinkerServer:
         self._http: asyncio.Server | None = None
         self._watch: asyncio.Task[None] | None = None
         self._serving = False
+        self.failed = asyncio.Event()  # a device fault: `serve` ends the process
+
+    async def fail(self, exc: BaseException) -> None:
+        """The backend's device is gone (a CUDA fault poisons the context): NOT_SERVING
+        and every call refused at once; `serve` exits for the orchestrator to restart."""
+        if self.failed.is_set():
+            return
+        message = (f"thinker device fault ({str(exc)[:160]}); the server is restarting, "
+                   "retry on another instance")
+        self.service.failed = message
+        self.failed.set()
+        log.critical("device fault: the thinker stops serving and exits",
+                     extra={"reason": str(exc)[:300]})
+        await self._set_health(False)
 
     async def start(self) -> None:
         s = self.settings
@@ -114,6 +131,9 @@ class ThinkerServer:
         # Load and warm up after binding, so probes see NOT_SERVING rather than nothing.
         if self.transcriber is not None:
             await self.transcriber.start()
+        loop = asyncio.get_running_loop()
+        if hasattr(self.backend, "on_fault"):
+            self.backend.on_fault = lambda e: loop.create_task(self.fail(e))
         await self.backend.start()
         self.service.ready = True
         await self._set_health(True)
@@ -170,10 +190,16 @@ async def serve(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     start = asyncio.create_task(server.start())
     waiter = asyncio.create_task(stop.wait())
+    failed = asyncio.create_task(server.failed.wait())
     await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
     if start.done():
         start.result()  # start-up errors end the process here
-        await waiter
+        await asyncio.wait({waiter, failed}, return_when=asyncio.FIRST_COMPLETED)
+        if server.failed.is_set():
+            # No orderly shutdown: the CUDA context is broken and its teardown can hang.
+            await asyncio.sleep(0.5)  # the calls' UNAVAILABLE goes out
+            logging.shutdown()
+            os._exit(EXIT_DEVICE_FAULT)
     else:
         start.cancel()
         with contextlib.suppress(asyncio.CancelledError):

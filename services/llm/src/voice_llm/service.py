@@ -48,6 +48,7 @@ class ThinkerService(pb_grpc.ThinkerServicer):
         self._active = 0
         self._draining = False
         self.ready = False  # set by the server once the backend has loaded and warmed up
+        self.failed: str | None = None  # the backend cannot go on: every call is refused
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -100,6 +101,8 @@ class ThinkerService(pb_grpc.ThinkerServicer):
     def _admit(self) -> None:
         if self._draining:
             raise Draining("the thinker is shutting down; retry on another instance")
+        if self.failed is not None:
+            raise Draining(self.failed)
         if not self.ready:
             raise NotReady("the thinker is still loading its model (health NOT_SERVING); "
                            "retry shortly")

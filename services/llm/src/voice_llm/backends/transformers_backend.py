@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +33,7 @@ from voice_llm.backends.base import (
 )
 from voice_llm.backends.text import IncrementalDetokenizer, StopMatcher
 from voice_llm.chat import ChatJob, Chunk, FinishReason, SamplingOptions
-from voice_llm.errors import Aborted, InvalidInput
+from voice_llm.errors import Aborted, InvalidInput, is_device_fault
 from voice_llm.settings import Settings
 from voice_llm.tiny_random import RANDOM_MARKER
 
@@ -64,6 +64,9 @@ class TransformersBackend:
         self.model: Any = None
         self._eos: set[int] = set()
         self._vocab_limit: int | None = None
+        # A device fault (errors.is_device_fault) seen by a generation, and who to tell.
+        self.fault: BaseException | None = None
+        self.on_fault: Callable[[BaseException], None] | None = None
 
     async def start(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
@@ -189,6 +192,10 @@ class TransformersBackend:
                     pad_token_id=self.tokenizer.pad_token_id,
                 )
         except BaseException as e:
+            if is_device_fault(e) and self.fault is None:
+                self.fault = e  # the CUDA context is gone: the server exits (server.py)
+                if self.on_fault is not None:
+                    loop.call_soon_threadsafe(self.on_fault, e)
             loop.call_soon_threadsafe(queue.put_nowait, e)
         finally:
             loop.call_soon_threadsafe(queue.put_nowait, _END)
@@ -222,6 +229,8 @@ class TransformersBackend:
     async def check_health(self) -> None:
         if self.model is None:
             raise RuntimeError("model not loaded")
+        if self.fault is not None:
+            raise RuntimeError(f"device fault: {str(self.fault)[:200]}")
 
     async def close(self) -> None:
         for run in self._runs.values():
