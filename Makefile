@@ -18,7 +18,8 @@ SERVICES := $(sort $(notdir $(patsubst %/pyproject.toml,%,$(wildcard services/*/
 TORCH_SERVICES := tts llm
 # Services whose venv gets the proto stubs (token speaks HTTP only).
 PROTO_SERVICES := tts llm agent autortc
-# Local packages a service's venv needs besides its own (AutoRTC drives the agent).
+# Local packages a service depends on (declared by name in its pyproject.toml, on no index),
+# installed from the checkout in the same pip call: AutoRTC drives the agent.
 LOCAL_DEPS_autortc := -e services/agent
 # Extra packages of a service's test venv.
 EXTRA_tts := $(TRITON)

@@ -15,6 +15,9 @@ framework like a room track does (the framework uses that for the agent state an
 truncating interrupted replies to what was heard).
 
 Neither knows anything about the agent: they are `voice.io.AudioInput`/`AudioOutput`.
+What a test harness may watch is public and read-only: the microphone's delivery clock
+(`t0`, `frames_sent`, `frame_s`) and, through an `OutputTap`, every frame an output
+accepted and every tick it played (AutoRTC's sender and network model hang there).
 """
 
 from __future__ import annotations
@@ -43,6 +46,21 @@ class MicrophoneInput(io.AudioInput):
         self._t0: float | None = None
         self._n = 0
         self._closed = False
+
+    # --- the delivery clock (read-only): frame n is handed over at t0 + n * frame_s ----------
+    @property
+    def t0(self) -> float | None:
+        """perf_counter when the first frame was delivered; None before that."""
+        return self._t0
+
+    @property
+    def frames_sent(self) -> int:
+        """Frames delivered so far (the next one is due at t0 + frames_sent * frame_s)."""
+        return self._n
+
+    @property
+    def frame_s(self) -> float:
+        return self._frame_s
 
     def play(self, pcm: np.ndarray | bytes) -> asyncio.Future[tuple[float, float]]:
         """Queue speech (int16 mono at `sample_rate`); resolves to (start, end) perf times.
@@ -94,6 +112,19 @@ class MicrophoneInput(io.AudioInput):
                               samples_per_channel=self.frame_samples)
 
 
+class OutputTap:
+    """Watches a `PacedOutput` without changing what it does (override what you need).
+
+    Calls run on the output's event loop, synchronously: they must not block."""
+
+    def captured(self, at: float, pcm: bytes, segment: int) -> None:
+        """A frame handed over at `at` (before the framework's bookkeeping) was accepted
+        into playback segment `segment`; frames dropped after a clear are not reported."""
+
+    def played(self, at: float, pcm: bytes, segment: int) -> None:
+        """A tick that left at `at` carried (up to a frame of) agent audio of `segment`."""
+
+
 @dataclass
 class Tick:
     at: float  # perf_counter when the frame started playing
@@ -104,10 +135,12 @@ class PacedOutput(io.AudioOutput):
     """An output that keeps time like a device: captured frames leave one `frame_ms` tick
     at a time on a wall-clock schedule, so the playback position the framework reads is
     what has left. Subclasses say where each tick goes (`_tick`) and what a clear does
-    besides dropping the buffer (`_cleared`)."""
+    besides dropping the buffer (`_cleared`). `tap` (an `OutputTap`, set before `start()`)
+    sees what was captured and played."""
 
     def __init__(self, label: str, *, sample_rate: int, frame_ms: int,
-                 on_first_audio: Callable[[float], None] | None = None) -> None:
+                 on_first_audio: Callable[[float], None] | None = None,
+                 tap: OutputTap | None = None) -> None:
         super().__init__(label=label, capabilities=io.AudioOutputCapabilities(pause=False),
                          sample_rate=sample_rate)
         self.frame_samples = sample_rate * frame_ms // 1000
@@ -122,6 +155,12 @@ class PacedOutput(io.AudioOutput):
         self._on_first_audio = on_first_audio
         self._task: asyncio.Task[None] | None = None
         self.segment = 0  # counts playback segments (one per reply)
+        self.tap = tap
+
+    @property
+    def playing(self) -> bool:
+        """A segment is being captured or played (until its last frame left, or a clear)."""
+        return self._active
 
     def _tick(self, at: float, chunk: bytes, audible: bool) -> None:
         """One tick left at `at`: up to a frame of agent audio, or silence."""
@@ -131,13 +170,17 @@ class PacedOutput(io.AudioOutput):
 
     # --- framework side -------------------------------------------------------------------
     async def capture_frame(self, frame: rtc.AudioFrame) -> None:
+        at = time.perf_counter()
         await super().capture_frame(frame)
         if self._discarding:
             return
         if not self._active:
             self._active, self._flushed, self._played_s, self._started = True, False, 0.0, False
             self.segment += 1
-        self._buf += bytes(frame.data)
+        pcm = bytes(frame.data)
+        self._buf += pcm
+        if self.tap is not None:
+            self.tap.captured(at, pcm, self.segment)
 
     def flush(self) -> None:
         super().flush()
@@ -189,6 +232,8 @@ class PacedOutput(io.AudioOutput):
                         self._on_first_audio(at)
                     self.on_playback_started(created_at=time.time())
                 self._played_s += len(chunk) / 2 / self._rate
+                if self.tap is not None:
+                    self.tap.played(at, chunk, self.segment)
             self._tick(at, chunk, audible)
             if self._active and self._flushed and not self._buf:
                 self._active = False
@@ -197,19 +242,15 @@ class PacedOutput(io.AudioOutput):
 
 class SpeakerOutput(PacedOutput):
     def __init__(self, *, sample_rate: int = 24000, frame_ms: int = 20,
-                 on_first_audio: Callable[[float], None] | None = None) -> None:
+                 on_first_audio: Callable[[float], None] | None = None,
+                 tap: OutputTap | None = None) -> None:
         super().__init__("SpeakerOutput", sample_rate=sample_rate, frame_ms=frame_ms,
-                         on_first_audio=on_first_audio)
+                         on_first_audio=on_first_audio, tap=tap)
         self.recording = bytearray()
         self.ticks: list[Tick] = []
         self.clears: list[float] = []
-        # Each tick that plays agent audio: (at, pcm, segment no.). A test harness's
-        # network model sends it on from here, as a room track would (AutoRTC's link).
-        self.on_played: Callable[[float, bytes, int], None] | None = None
 
     def _tick(self, at: float, chunk: bytes, audible: bool) -> None:
-        if audible and self.on_played is not None:
-            self.on_played(at, chunk, self.segment)
         self.recording += chunk.ljust(self.frame_samples * 2, b"\0")
         self.ticks.append(Tick(at=at, audible=audible))
 

@@ -148,7 +148,7 @@ class DirectSession:
         deadline = time.perf_counter() + timeout
         quiet_since: float | None = None
         while time.perf_counter() < deadline:
-            busy = self.duplex.state != DuplexState.LISTENING or self.speaker._active
+            busy = self.duplex.state != DuplexState.LISTENING or self.speaker.playing
             if busy:
                 quiet_since = None
             elif quiet_since is None:

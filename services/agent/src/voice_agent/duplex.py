@@ -38,6 +38,19 @@ log = logging.getLogger("voice_agent.duplex")
 _SILENCE_CHECK_S = 0.1
 
 
+def framework_last_speaking_time(session: AgentSession) -> float | None:
+    """When the framework's VAD last heard the user (wall clock), or None.
+
+    livekit-agents knows this but keeps it private and sends it in no event (1.8.x:
+    `AgentSession._activity._audio_recognition.last_speaking_time`); this is the one
+    place the agent reads framework privates. A changed attribute chain gives None, and
+    the caller falls back; tests/test_duplex_framework.py fails on such a version."""
+    activity = getattr(session, "_activity", None)
+    recognition = getattr(activity, "_audio_recognition", None)
+    last = getattr(recognition, "last_speaking_time", None)
+    return last if isinstance(last, float) else None
+
+
 class DuplexState(enum.Enum):
     LISTENING = "listening"
     THINKING = "thinking"
@@ -122,13 +135,10 @@ class DuplexController:
             self._tracker.user_turn_ended(vad_end=now, silence_s=self._silence_before(now))
 
     def _silence_before(self, now: float) -> float:
-        """How long ago the user actually stopped: the framework's VAD bookkeeping knows
-        (silence + inference lag, `last_speaking_time`, wall clock) but keeps it private;
-        without it, the configured hangover is the estimate."""
-        activity = getattr(self._session, "_activity", None)
-        recognition = getattr(activity, "_audio_recognition", None)
-        last = getattr(recognition, "last_speaking_time", None)
-        if isinstance(last, float):
+        """How long ago the user actually stopped (silence + inference lag, as the
+        framework's VAD bookkeeping knows it); else the configured hangover."""
+        last = framework_last_speaking_time(self._session)
+        if last is not None:
             ago = time.time() - last
             if 0.0 <= ago < 5.0:
                 return ago

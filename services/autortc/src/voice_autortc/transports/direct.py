@@ -3,7 +3,9 @@
 The agent's own real-time devices stand in for the room: the user bot is its
 `MicrophoneInput` (our clip played in real time, so Silero VAD and endpointing see a
 live signal); its `SpeakerOutput` is the sender (frames played out on a 20 ms wall
-clock, as a room track publishes them). Each frame it plays goes over `link.Link` (the
+clock, as a room track publishes them). We watch both through the agent's public
+hooks only: the speaker's `OutputTap` and the microphone's read-only delivery clock.
+Each frame the speaker plays goes over `link.Link` (the
 network: clean, or impaired live as the case's `link` says) to `link.Receiver`, the
 listener: it stamps arrivals on its own clock and plays out through its own jitter
 buffer. pre-RTC = what the speaker sent for the reply; post-RTC = what the receiver
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from voice_agent.audio_io import MicrophoneInput, OutputTap
 
 from ..audio import to_float
 from ..audio_metrics import SILENCE_DBFS, envelope_db
@@ -35,25 +38,18 @@ from .base import ERROR, NO_REPLY, OK, POST_SILENT, PRE_MISSING, Capture
 
 
 @dataclass
-class _Tap:
-    """Frames the session handed to the speaker (capture time, pcm), per its segment."""
+class _SenderTap(OutputTap):
+    """On the agent's speaker: the frames the session handed over (capture time, pcm) per
+    playback segment, and every tick it played sent on over the link."""
 
+    link: Link
     segments: dict[int, list[tuple[float, bytes]]] = field(default_factory=dict)
 
+    def captured(self, at: float, pcm: bytes, segment: int) -> None:
+        self.segments.setdefault(segment, []).append((at, pcm))
 
-def _install_tap(speaker: Any) -> _Tap:
-    # An instance attribute shadows the method: the session's audio chain calls it.
-    tap = _Tap()
-    capture = speaker.capture_frame
-
-    async def capture_frame(frame: Any) -> None:
-        t = time.perf_counter()
-        await capture(frame)
-        if not speaker._discarding:  # a frame after a barge-in's clear is dropped
-            tap.segments.setdefault(speaker.segment, []).append((t, bytes(frame.data)))
-
-    speaker.capture_frame = capture_frame
-    return tap
+    def played(self, at: float, pcm: bytes, segment: int) -> None:
+        self.link.send(at, pcm, segment)
 
 
 def _impairment(case: Case) -> Impairment:
@@ -66,18 +62,17 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
                    barge_clip: UserClip | None = None, greet: bool = True,
                    valid_rms: float = 0.01) -> Capture:
     """One case over a fresh DirectSession (fresh gRPC channels, fresh chat context)."""
-    from voice_agent.direct import DirectSession  # the agent package (Makefile installs it)
+    from voice_agent.direct import DirectSession  # builds the pipeline: only when a case runs
 
     cap = Capture(case_id=case.id, trace_id=trace_id, rate=agent_settings.tts_sample_rate,
                   pre_rate=agent_settings.tts_sample_rate)
     timeout = case.expect.reply_timeout_s
     ds = DirectSession(agent_settings, greet=greet)
-    tap = _install_tap(ds.speaker)
     imp = _impairment(case)
     fs = ds.speaker.frame_samples
     rx = Receiver(frame_samples=fs, frame_s=fs / cap.rate, prebuffer_s=imp.prebuffer_ms / 1000)
     link = Link(rx, imp)
-    ds.speaker.on_played = link.send
+    tap = ds.speaker.tap = _SenderTap(link)
     try:
         async with ds:
             rx.start()
@@ -120,15 +115,13 @@ async def run_case(case: Case, clip: UserClip, *, agent_settings: Any, trace_id:
     return cap
 
 
-def _mic_clock(mic: Any) -> float | None:
+def _mic_clock(mic: MicrophoneInput) -> float | None:
     """Device time at which queued speech starts: the next frame the microphone fills
-    is delivered at t0 + n * frame and holds the 20 ms before that. Reads the agent's
-    MicrophoneInput clock; None if it has not started."""
-    t0, n, frame_s = getattr(mic, "_t0", None), getattr(mic, "_n", None), \
-        getattr(mic, "_frame_s", None)
-    if t0 is None or n is None or frame_s is None:
+    is delivered at t0 + n * frame and holds the frame before that. None if it has not
+    started."""
+    if mic.t0 is None:
         return None
-    return float(t0 + (n - 1) * frame_s)
+    return mic.t0 + (mic.frames_sent - 1) * mic.frame_s
 
 
 def _sender_lateness(seg: list[tuple[float, bytes]], play_start: float,
@@ -193,7 +186,7 @@ def _reply_segment(ticks: list[RxTick], eot: float) -> int | None:
     return next((t.segment for t in ticks if t.audible and t.at >= eot), None)
 
 
-def _slice(cap: Capture, rx: Receiver, link: Link, tap: _Tap, valid_rms: float,
+def _slice(cap: Capture, rx: Receiver, link: Link, tap: _SenderTap, valid_rms: float,
            queued_at: float) -> None:
     rec = to_float(bytes(rx.recording))
     fs = rx.frame_samples
