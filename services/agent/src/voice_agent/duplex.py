@@ -43,8 +43,10 @@ def framework_last_speaking_time(session: AgentSession) -> float | None:
 
     livekit-agents knows this but keeps it private and sends it in no event (1.8.x:
     `AgentSession._activity._audio_recognition.last_speaking_time`); this is the one
-    place the agent reads framework privates. A changed attribute chain gives None, and
-    the caller falls back; tests/test_duplex_framework.py fails on such a version."""
+    place the agent reads private attributes of framework objects (warmup.py imports a
+    private function, which fails loudly if it moves). A changed attribute chain gives
+    None and the caller falls back; tests/test_duplex_framework.py fails on such a
+    version."""
     activity = getattr(session, "_activity", None)
     recognition = getattr(activity, "_audio_recognition", None)
     last = getattr(recognition, "last_speaking_time", None)
