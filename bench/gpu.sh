@@ -90,9 +90,9 @@ if [ -n "${WITH_ONE_GPU:-}" ]; then
   # GPU: time-slicing, MPS, MPS with priorities; each load alone and both together
   # (bench/one_gpu.py). Needs .whl-llm (transformers and its deps) on a host without them.
   PYTHONPATH=$PYTHONPATH:services/llm/src timeout -k 15 "${OG_TIMEOUT:-560}" \
-    python3 -m bench.one_gpu --modes "${OG_MODES:-timeslice,mps,mps-prio}" \
+    python3 -m bench.one_gpu --modes "${OG_MODES:-timeslice,mps-nocap,mps-prio}" \
     --tts-model "preset:${OG_TTS:-0.6b}" --llm-model "${OG_LLM:-random:qwen3-1.7b}" \
-    --rate "${OG_RATE:-10}" --seconds "${OG_SECONDS:-30}" --chats "${OG_CHATS:-16}" \
+    --rate "${OG_RATE:-10}" --seconds "${OG_SECONDS:-30}" --chats "${OG_CHATS:-4}" \
     --out "$OUT/one_gpu${OG_TAG:-}" 2>&1 | tail -40
   # One archive: the device returns a limited number of files.
   tar czf "$OUT/one_gpu${OG_TAG:-}.tgz" -C "$OUT" "one_gpu${OG_TAG:-}" && rm -rf "$OUT/one_gpu${OG_TAG:-}"

@@ -11,15 +11,15 @@ runs three phases against them:
   tokens/s) while the TTS idles;
 - `together`: both loads at once.
 
-Modes (`MODES`): `timeslice` (no MPS: CUDA time-slices the two processes), `mps` (one
-MPS daemon, the compose `gpu` profile's SM caps), `mps-nocap` (MPS, no caps, no
-priority), `mps-prio` (MPS client priorities, no caps: the TTS normal, the thinker below
-normal, so the TTS's kernels go first when both are ready), `mps-prio-cap` (priorities
-and the caps). The caps come from .env.example,
-the file compose reads: one source. The MPS daemon runs with its pipe and log directories
-in a temp dir and is stopped after its mode.
+Modes (`--modes`): `timeslice` (no MPS: CUDA time-slices the two processes),
+`mps-nocap` (one MPS daemon, nothing else), `mps-cap` (MPS, the SM caps compose carried
+before: TTS 50 %, thinker 70 %), `mps-prio` (compose's gpu profile as .env.example sets
+it: MPS client priorities, the TTS normal and the thinker below normal, so the TTS's
+kernels go first when both are ready; its caps, 100 = none), `mps-prio-cap` (priorities
+and the former caps). The MPS daemon runs with its pipe and log directories in a temp
+dir and is stopped after its mode.
 
-  python -m bench.one_gpu --modes timeslice,mps,mps-prio --out bench/out/one_gpu
+  python -m bench.one_gpu --modes timeslice,mps-nocap,mps-prio --chats 4 --out bench/out/one_gpu
 One JSON per mode and phase under --out, and a table (markdown) on stdout and in
 --out/table.md.
 """
@@ -42,7 +42,7 @@ TTS_ADDR, TTS_HTTP, LLM_ADDR = "127.0.0.1:50051", 8001, "127.0.0.1:50052"
 
 
 def env_file_shares() -> dict[str, str]:
-    """The MPS shares compose's gpu profile uses (.env.example's TTS_/LLM_MPS_* lines)."""
+    """The MPS settings compose's gpu profile uses (.env.example's TTS_/LLM_MPS_* lines)."""
     out = {}
     for line in (ROOT / ".env.example").read_text().splitlines():
         key, _, value = line.partition("=")
@@ -51,13 +51,20 @@ def env_file_shares() -> dict[str, str]:
     return out
 
 
+# The SM caps compose carried before these measurements (TTS 50 %, thinker 70 %).
+FORMER_CAPS = {"TTS": "50", "LLM": "70"}
+
+
 def mode_env(mode: str, who: str, shares: dict[str, str]) -> dict[str, str]:
-    """CUDA's environment for `who` (TTS or LLM) in `mode`."""
+    """CUDA's environment for `who` (TTS or LLM) in `mode`: `mps-prio` is compose's gpu
+    profile (its priorities and caps, from .env.example), the others vary one thing."""
     env: dict[str, str] = {}
-    if mode in ("mps", "mps-prio-cap"):
+    if mode in ("mps-cap", "mps-prio-cap"):
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = FORMER_CAPS[who]
+    if mode == "mps-prio":
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = shares[f"{who}_MPS_ACTIVE_THREAD_PERCENTAGE"]
     if mode.startswith("mps-prio"):  # 0 normal, 1 below normal: the thinker yields to the TTS
-        env["CUDA_MPS_CLIENT_PRIORITY"] = "0" if who == "TTS" else "1"
+        env["CUDA_MPS_CLIENT_PRIORITY"] = shares[f"{who}_MPS_CLIENT_PRIORITY"]
     return env
 
 
@@ -225,7 +232,7 @@ def table(results: list[dict]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--modes", default="timeslice,mps,mps-prio")
+    p.add_argument("--modes", default="timeslice,mps-nocap,mps-prio")
     p.add_argument("--tts-model", default="preset:0.6b")
     p.add_argument("--llm-model", default="random:qwen3-1.7b")
     p.add_argument("--device", default="cuda", help="cpu: a smoke run of this script")
@@ -233,7 +240,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=30.0, help="counted seconds per phase")
     p.add_argument("--warmup", type=float, default=5.0, help="TTS warm-up arrivals, s")
     p.add_argument("--procs", type=int, default=4, help="open-loop client processes")
-    p.add_argument("--chats", type=int, default=16, help="concurrent thinker conversations")
+    p.add_argument("--chats", type=int, default=4, help="concurrent thinker conversations")
     p.add_argument("--prompt-words", type=int, default=600)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--out", default="bench/out/one_gpu")

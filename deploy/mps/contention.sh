@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Why compose gives each GPU service an MPS share: a TTS-like step next to a prefill-like
-# load, without MPS (time-slicing), with MPS and no caps, and with MPS and the compose
-# caps (tts 50 %, llm 70 %). Also checks, as uid 10001 against a root daemon with a 1777
+# Why compose gives each GPU service an MPS priority: a TTS-like step next to a
+# prefill-like load, without MPS (time-slicing), with MPS and no caps, with SM caps (tts
+# 50 %, llm 70 %: the former compose defaults), and with client priorities (the big load
+# below normal, the compose gpu profile). Also checks, as uid 10001 against a root daemon with a 1777
 # pipe directory (the compose layout), the memory cap and the SM count under a cap.
 # Needs: an NVIDIA GPU, nvidia-cuda-mps-control, python3 with CUDA torch, root (setpriv).
 # Usage: deploy/mps/contention.sh [RESULTS_DIR]
@@ -39,5 +40,7 @@ env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10G 
   "${RUN[@]}" "$py" "$here/contention.py" limits >"$out/mps_limits.json"
 pair mps_nocap --
 pair mps_caps CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=70 -- CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+# Client priorities, no caps (the compose gpu profile): the big load below normal.
+pair mps_prio CUDA_MPS_CLIENT_PRIORITY=1 -- CUDA_MPS_CLIENT_PRIORITY=0
 echo quit | nvidia-cuda-mps-control
 for f in "$out"/*.json; do echo "$(basename "$f" .json): $(cat "$f")"; done

@@ -116,8 +116,9 @@ def test_gpu_services_share_the_mps_daemon():
         assert env["CUDA_MPS_LOG_DIRECTORY"] == log
         mounts = {v["target"]: v["source"] for v in svc["volumes"]}
         assert mounts[pipe] == mps_mounts[pipe], f"{name} does not share the MPS pipe volume"
-        # Its GPU share: an SM ceiling in percent and a memory cap per device.
+        # Its GPU share: an SM ceiling in percent, a memory cap per device, a priority.
         assert 1 <= int(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) <= 100
+        assert env["CUDA_MPS_CLIENT_PRIORITY"] == ("0" if name.startswith("tts") else "1")
         assert re.fullmatch(r"\d+=\d+[MG]", env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"])
         deps = svc["depends_on"]
         assert deps["mps"]["condition"] == "service_healthy"
