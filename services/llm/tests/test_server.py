@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -58,7 +59,8 @@ async def test_http_metrics_and_healthz(thinker: Thinker) -> None:
         "llm_aborts_total",
     ):
         assert name in body
-    assert await asyncio.to_thread(http_get, port, "/healthz") == (200, "ok\n")
+    status, body = await asyncio.to_thread(http_get, port, "/healthz")
+    assert (status, json.loads(body)) == (200, {"status": "SERVING"})
     assert (await asyncio.to_thread(http_get, port, "/nope"))[0] == 404
 
 

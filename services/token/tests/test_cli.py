@@ -74,7 +74,7 @@ def test_serves_and_stops_gracefully_on_sigterm(server_factory) -> None:  # type
     answers = []
 
     status, body = _get(srv.url + "/healthz")
-    assert status == 200 and json.loads(body)["status"] == "ok"
+    assert status == 200 and json.loads(body)["status"] == "SERVING"
     assert json.loads(body)["page_bundle"] is True
     with urllib.request.urlopen(srv.url + "/", timeout=5) as r:
         status, page, csp = r.status, r.read().decode(), r.headers["Content-Security-Policy"]

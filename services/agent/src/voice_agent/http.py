@@ -1,10 +1,12 @@
 """The agent's HTTP side: /metrics (Prometheus), /healthz and the WebSocket transport
 GET /v1/talk (ws_session.py, AGENT_WS_MAX_SESSIONS > 0), on AGENT_HTTP_PORT.
 
-/healthz answers 200 while the process runs and says whether each backend's gRPC
-channel connects (the agent keeps sessions alive with a fallback when one is down,
-so a down backend is reported, not fatal); `/healthz?strict=1` answers 503 then, for
-a readiness probe that should hold traffic until both backends are up.
+/healthz answers 200 `{"status": "SERVING", ...}` while the process runs and says whether
+each backend's gRPC channel connects (`tts`, `thinker`, `degraded`: the agent keeps
+sessions alive with a fallback when one is down, so a down backend is reported, not
+fatal); `/healthz?strict=1` answers 503 `{"status": "NOT_SERVING", ...}` then, for a
+readiness probe that should hold traffic until both backends are up. `status` always
+matches the HTTP code, as in every service (CONTRIBUTING.md "Service shell").
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ def make_app(settings: AgentSettings) -> web.Application:
         tts_ok, thinker_ok = await asyncio.gather(
             _reachable(settings.tts_addr), _reachable(settings.thinker_addr))
         ok = tts_ok and thinker_ok
-        status = 503 if (req.query.get("strict") == "1" and not ok) else 200
-        return web.json_response({"status": "ok" if ok else "degraded", "tts": tts_ok,
-                                  "thinker": thinker_ok}, status=status)
+        serving = ok or req.query.get("strict") != "1"
+        return web.json_response(
+            {"status": "SERVING" if serving else "NOT_SERVING", "tts": tts_ok,
+             "thinker": thinker_ok, "degraded": not ok},
+            status=200 if serving else 503)
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

@@ -3,9 +3,10 @@
 Names are the team's (CONTRIBUTING.md): dashboards query them as written. Each server
 owns its registry, so tests can run several servers in one process.
 
-HTTP: GET /metrics (Prometheus text) and GET /healthz (200 once the model is warm and the
-engine answers, 503 otherwise). A bare asyncio server: two routes do not justify a web
-framework in the image.
+HTTP: GET /metrics (Prometheus text) and GET /healthz (200 `{"status": "SERVING"}` once
+the model is warm and the engine answers, 503 `{"status": "NOT_SERVING"}` otherwise: the
+body every service's /healthz answers, CONTRIBUTING.md "Service shell"). A bare asyncio
+server: two routes do not justify a web framework in the image.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 # Seed 001 measured TTFT 0.078 s on an L40S; the gate is 80 ms. Fine buckets below 0.2 s.
 _TTFT_BUCKETS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 _TPS_BUCKETS = (5, 10, 25, 50, 100, 150, 200, 300, 500, 1000, 2000)
+HEALTH_BODY = {True: b'{"status": "SERVING"}', False: b'{"status": "NOT_SERVING"}'}
 
 
 class ThinkerMetrics:
@@ -69,7 +71,7 @@ async def start_http(
             elif path == "/healthz":
                 ok = healthy()
                 status = "200 OK" if ok else "503 Service Unavailable"
-                ctype, body = "text/plain", b"ok\n" if ok else b"not serving\n"
+                ctype, body = "application/json", HEALTH_BODY[ok]
             else:
                 status, ctype, body = "404 Not Found", "text/plain", b"/metrics or /healthz\n"
             writer.write(

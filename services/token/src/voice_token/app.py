@@ -5,7 +5,7 @@
     POST /api/token   {room, identity, name?} -> {server_url, participant_token, expires_at}
                       (409 without LiveKit: there is nothing to sign a token for)
     OPTIONS /api/token  CORS preflight for allowlisted origins
-    GET  /healthz     {"status": "ok", ...}
+    GET  /healthz     {"status": "SERVING", ...}
     GET  /metrics     Prometheus text
 
 Order of checks on /api/token: origin (403), rate limit (429), content type (415),
@@ -228,7 +228,7 @@ async def _healthz(request: web.Request) -> web.Response:
     # Liveness + config sanity: credentials were loaded at start-up (or we would not be
     # running). LiveKit itself is not probed: its URL is the browsers', not ours.
     return web.json_response(
-        {"status": "ok", "version": __version__, "page_bundle": BUNDLE.is_file(),
+        {"status": "SERVING", "version": __version__, "page_bundle": BUNDLE.is_file(),
          "transport": request.app[SETTINGS_KEY].transport}
     )
 

@@ -1,0 +1,55 @@
+"""The agent's /healthz: the body every service answers (`status` SERVING / NOT_SERVING
+matching the HTTP code), plus whether each backend's gRPC channel connects.
+
+The backend here is a real gRPC server with no services: /healthz only checks that the
+channel connects. The down backend is a closed port.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from voice_agent.http import make_app
+from voice_agent.settings import AgentSettings
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+async def backend_addr() -> AsyncIterator[str]:
+    server = grpc.aio.server()
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield f"127.0.0.1:{port}"
+    await server.stop(None)
+
+
+async def healthz(tts_addr: str, thinker_addr: str, query: str = "") -> tuple[int, dict]:
+    settings = AgentSettings(tts_addr=tts_addr, thinker_addr=thinker_addr, http_port=0)
+    async with TestClient(TestServer(make_app(settings))) as client:
+        r = await client.get("/healthz" + query)
+        return r.status, await r.json()
+
+
+async def test_both_backends_up_is_serving(backend_addr: str) -> None:
+    for query in ("", "?strict=1"):
+        assert await healthz(backend_addr, backend_addr, query) == (
+            200, {"status": "SERVING", "tts": True, "thinker": True, "degraded": False})
+
+
+async def test_a_down_backend_is_degraded_and_not_serving_when_strict(
+        backend_addr: str) -> None:
+    down = f"127.0.0.1:{closed_port()}"
+    assert await healthz(backend_addr, down) == (
+        200, {"status": "SERVING", "tts": True, "thinker": False, "degraded": True})
+    assert await healthz(down, backend_addr, "?strict=1") == (
+        503, {"status": "NOT_SERVING", "tts": False, "thinker": True, "degraded": True})
+
