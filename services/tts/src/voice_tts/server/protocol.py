@@ -3,7 +3,7 @@ SessionConfig validation and defaults, and the one mapping from errors to gRPC s
 (and from it to the HTTP and WebSocket fronts' statuses and close codes).
 
 Errors are raised as `CallError(code, message)`; engine errors are mapped by kind
-(`status_of`). Messages say what to fix, never echo more than a short prefix of input.
+(`status_for`). Messages say what to fix, never echo more than a short prefix of input.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def invalid(message: str) -> CallError:
     return CallError(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
-def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status a failed call ends with, by the kind of error."""
     if isinstance(exc, CallError):
         return exc.code, exc.message

@@ -29,7 +29,7 @@ from voice_tts.server.protocol import (
     invalid,
     parse_request,
     resolve_config,
-    status_of,
+    status_for,
 )
 from voice_tts.server.stream import SynthesizeStream
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES, TTSSettings
@@ -164,7 +164,7 @@ class TextToSpeechServicer:
             m.error(grpc.StatusCode.UNAVAILABLE.name).inc()
             raise CallError(grpc.StatusCode.UNAVAILABLE, self.cut[task]) from None
         except Exception as e:  # every failure ends the call with one clear status
-            code, message = status_of(e)
+            code, message = status_for(e)
             if code == grpc.StatusCode.INTERNAL:
                 log.exception("synthesis call failed protocol=%s", protocol)
             m.error(code.name).inc()
