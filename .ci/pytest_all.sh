@@ -19,6 +19,8 @@ for svc in "$@"; do
   [ -d "services/$svc/tests" ] || { echo "=== $svc: no tests folder"; failed+=("$svc(no tests)"); continue; }
   run "$svc" ".venv/$svc/bin/python" "services/$svc/tests"
 done
+# The shared test helpers, in a venv that has them and gRPC.
+run "voice-testkit" ".venv/tts/bin/python" libs/voice-testkit/tests
 run "tests" ".venv/tools/bin/python" tests
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]}"

@@ -6,24 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client.parser import text_string_to_metric_families
 from voice.tts.v1 import tts_pb2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from voice_testkit import free_port, metric_value, wait_grpc_serving
 
 
 class ServerProc:
@@ -45,23 +35,7 @@ class ServerProc:
         self.log = open(self.log_path, "w")  # noqa: SIM115
         self.proc = subprocess.Popen([sys.executable, *(argv or ["-m", "voice_tts.server"])],
                                      env=full_env, stdout=self.log, stderr=subprocess.STDOUT)
-        self.wait_serving()
-
-    def wait_serving(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.addr) as ch:
-            stub = health_pb2_grpc.HealthStub(ch)
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited: {self.log_path.read_text()[-3000:]}")
-                try:
-                    r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                    if r.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.2)
-        raise TimeoutError(f"server not SERVING in {timeout} s: {self.log_path.read_text()}")
+        wait_grpc_serving(self.addr, self.proc, timeout=120.0, log=self.log_path)
 
     def metrics(self) -> str:
         import urllib.request
@@ -70,22 +44,9 @@ class ServerProc:
             return r.read().decode()
 
     def metric(self, selector: str) -> float:
-        """The sum of the samples `selector` names: `name` or `name{label="value",...}`
-        (labels not named are summed over, e.g. `protocol`). Absent: 0.0 if the metric is
-        declared (a counter with no children yet), else KeyError."""
-        name, _, rest = selector.partition("{")
-        want = dict(kv.split("=", 1) for kv in rest.rstrip("}").split(",") if kv)
-        want = {k.strip(): v.strip().strip('"') for k, v in want.items()}
-        total, found = 0.0, False
-        for family in text_string_to_metric_families(self.metrics()):
-            for s in family.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in want.items()):
-                    total += s.value
-                    found = True
-            found = found or family.name == name or family.name + "_total" == name
-        if not found:
-            raise KeyError(selector)
-        return total
+        """`voice_testkit.metric_value` of this server's /metrics: `name` or
+        `name{label="value",...}`, summed over the labels not named."""
+        return metric_value(self.metrics(), selector)
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

@@ -1,0 +1,75 @@
+"""Helpers the services' test suites share: a free localhost port, waiting for a spawned
+gRPC server to report SERVING, and reading one value off a Prometheus `/metrics` text.
+
+A test-only package: each service declares `voice-testkit` in its `[test]` extra and the
+Makefile installs it from the checkout (libs/voice-testkit); no image ships it.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["free_port", "metric_value", "wait_grpc_serving"]
+
+
+def free_port() -> int:
+    """A localhost TCP port nothing listens on right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_grpc_serving(addr: str, proc: subprocess.Popen | None = None,
+                      timeout: float = 120.0, log: Path | None = None) -> None:
+    """Poll the gRPC health service at `addr` until it says SERVING.
+
+    RuntimeError at once if `proc` exits first, TimeoutError after `timeout` seconds;
+    both carry the tail of `log` (the server's output) when given.
+    """
+    # Imported here: the package also serves the token service's venv, which has no gRPC.
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    def tail() -> str:
+        return log.read_text(errors="replace")[-3000:] if log is not None else ""
+
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(addr) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}: {tail()}")
+            try:
+                r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    raise TimeoutError(f"{addr} not SERVING in {timeout} s: {tail()}")
+
+
+def metric_value(text: str, selector: str) -> float:
+    """The sum of the samples `selector` names in Prometheus text: `name` or
+    `name{label="value",...}`; labels not named are summed over (e.g. `protocol`).
+
+    Absent: 0.0 if the metric is declared (a counter with no children yet), else KeyError.
+    """
+    name, _, rest = selector.partition("{")
+    pairs = (kv.split("=", 1) for kv in rest.rstrip("}").split(",") if kv)
+    want = {k.strip(): v.strip().strip('"') for k, v in pairs}
+    total, found = 0.0, False
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in want.items()):
+                total += s.value
+                found = True
+        found = found or family.name == name or family.name + "_total" == name
+    if not found:
+        raise KeyError(selector)
+    return total
