@@ -15,24 +15,16 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from voice_testkit import free_port, metric_value, wait_grpc_serving
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
@@ -54,31 +46,13 @@ class Server:
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
     def wait_serving(self, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.addr) as ch:
-            stub = health_pb2_grpc.HealthStub(ch)
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited: {self.log_path.read_text()[-3000:]}")
-                try:
-                    r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                    if r.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.3)
-        raise TimeoutError(f"{self.addr} not SERVING: {self.log_path.read_text()[-3000:]}")
+        wait_grpc_serving(self.addr, self.proc, timeout, log=self.log_path)
 
     def metric(self, name: str) -> float:
-        """Sum of a Prometheus sample over its labels (0 if absent)."""
+        """Sum of a Prometheus sample over its labels (0 if declared with no samples)."""
         url = f"http://127.0.0.1:{self.http_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as r:
-            text = r.read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name) and (line[len(name)] in " {"):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+            return metric_value(r.read().decode(), name)
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -17,8 +17,9 @@ from voice_agent.plugins import LLM, STT
 from voice_agent.plugins.llm import build_messages
 from voice_agent.plugins.stt import PLACEHOLDER_PREFIX
 from voice_agent.plugins.utterances import UtteranceStore
+from voice_testkit import free_port
 
-from .backends import Server, espeak, free_port, start_thinker
+from .backends import Server, espeak, start_thinker
 
 ONCE = APIConnectOptions(max_retry=0, timeout=10)
 

@@ -8,8 +8,9 @@ import time
 import pytest
 from livekit.agents import APIConnectionError, APIConnectOptions, APIStatusError
 from voice_agent.plugins import TTS
+from voice_testkit import free_port
 
-from .backends import Server, free_port
+from .backends import Server
 
 ONCE = APIConnectOptions(max_retry=0, timeout=10)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from voice_testkit import free_port
 from voice_token.app import build_app
 from voice_token.settings import Settings, load_settings
 
@@ -29,12 +29,6 @@ API_KEY = "APItestkey123"
 API_SECRET = "s3cr3t-SENTINEL-0123456789abcdefghijklmnop"
 REPO = Path(__file__).resolve().parents[3]
 ARTIFACTS = REPO / "artifacts" / "token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)

@@ -23,9 +23,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from conftest import API_KEY, API_SECRET, ARTIFACTS, REPO, free_port
+from conftest import API_KEY, API_SECRET, ARTIFACTS, REPO
 from livekit.api import TokenVerifier
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from voice_testkit import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 # Without the background-networking flags chromium floods this machine's closed network.
