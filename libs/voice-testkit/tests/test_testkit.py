@@ -3,6 +3,7 @@ health server, a real child process that exits."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from voice_testkit import free_port, metric_value, wait_grpc_serving
+from voice_testkit import free_port, metric_value, stop_process, wait_grpc_serving
 
 
 @pytest.fixture
@@ -80,3 +81,23 @@ def test_wait_grpc_serving_fails_fast_when_the_process_exits() -> None:
     proc.wait(10)
     with pytest.raises(RuntimeError, match="exited with 3"):
         wait_grpc_serving(f"127.0.0.1:{free_port()}", proc=proc, timeout=30)
+
+
+def child(code: str) -> subprocess.Popen:
+    """A python child that has set up its signal handling before this returns."""
+    proc = subprocess.Popen([sys.executable, "-c", f"{code}\nprint('up', flush=True)\n"
+                             "import time\nwhile True: time.sleep(0.05)"],
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+    return proc
+
+
+def test_stop_process_drains_on_sigterm() -> None:
+    proc = child("import signal, sys\n"
+                 "signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))")
+    assert stop_process(proc, timeout=10) == 7
+
+
+def test_stop_process_kills_what_ignores_sigterm() -> None:
+    proc = child("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)")
+    assert stop_process(proc, timeout=0.3) == -signal.SIGKILL

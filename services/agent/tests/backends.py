@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from voice_testkit import free_port, metric_value, wait_grpc_serving
+from voice_testkit import free_port, metric_value, stop_process, wait_grpc_serving
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -60,13 +59,7 @@ class Server:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, timeout=15)
         self._log.close()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from voice_testkit import free_port
+from voice_testkit import free_port, stop_process
 from voice_token.app import build_app
 from voice_token.settings import Settings, load_settings
 
@@ -102,14 +101,7 @@ def start_server(tmp: Path, **env: str) -> ServerProcess:
 
 
 def stop_server(server: ServerProcess, timeout: float = 10) -> int:
-    if server.proc.poll() is None:
-        server.proc.send_signal(signal.SIGTERM)
-        try:
-            server.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait()
-    return server.proc.returncode
+    return stop_process(server.proc, timeout)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Helpers the services' test suites share: a free localhost port, waiting for a spawned
-gRPC server to report SERVING, and reading one value off a Prometheus `/metrics` text.
+gRPC server to report SERVING, stopping it as an orchestrator would (SIGTERM, then
+SIGKILL), and reading one value off a Prometheus `/metrics` text.
 
 A test-only package: each service declares `voice-testkit` in its `[test]` extra and the
 Makefile installs it from the checkout (libs/voice-testkit); no image ships it.
@@ -7,6 +8,7 @@ Makefile installs it from the checkout (libs/voice-testkit); no image ships it.
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import time
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["free_port", "metric_value", "wait_grpc_serving"]
+__all__ = ["free_port", "metric_value", "stop_process", "wait_grpc_serving"]
 
 
 def free_port() -> int:
@@ -52,6 +54,19 @@ def wait_grpc_serving(addr: str, proc: subprocess.Popen | None = None,
                 pass
             time.sleep(0.2)
     raise TimeoutError(f"{addr} not SERVING in {timeout} s: {tail()}")
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 30.0) -> int:
+    """SIGTERM (the graceful drain under test), SIGKILL if it is still running after
+    `timeout` seconds; the exit status (negative: the signal that ended it)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return int(proc.returncode)
 
 
 def metric_value(text: str, selector: str) -> float:

@@ -5,7 +5,6 @@ what these tests check)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from voice.tts.v1 import tts_pb2
-from voice_testkit import free_port, metric_value, wait_grpc_serving
+from voice_testkit import free_port, metric_value, stop_process, wait_grpc_serving
 
 
 class ServerProc:
@@ -55,15 +54,9 @@ class ServerProc:
         raise RuntimeError("no VmRSS")
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc, timeout=30)
         self.log.close()
-        return self.proc.returncode
+        return code
 
 
 @pytest.fixture(scope="session")
