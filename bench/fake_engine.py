@@ -110,7 +110,7 @@ class FakeFastEngine:
         self.sample_rate = 24000
         self.device = SimpleNamespace(type="cpu")
         self.on_step = None
-        self.fatal = None  # the real engine's fault surface (app.py): never set here
+        self.fatal = None  # the real engine's fault surface (server.py): never set here
         self.on_fatal = None
         self.lock = threading.Lock()
         self.wake = threading.Event()

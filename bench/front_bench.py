@@ -1,7 +1,7 @@
 """The TTS server front under load, with no model: can one asyncio process write one gRPC
 message per 20 ms frame of every stream, and does admission say no in time?
 
-The real front (servicer, admission, stream.py, framing, grpc.aio on localhost: app.py's
+The real front (servicer, admission, stream.py, framing, grpc.aio on localhost: server.py's
 `start_server`) runs in its own process on CPU 0, fed at the engine boundary by
 `FakeFastEngine` (bench/fake_engine.py: a STAND-IN that emits noise packets at a modelled
 step rate). Clients are grpc.aio processes on the other CPUs (`--client-procs`), reading
@@ -62,7 +62,7 @@ def serve(args: argparse.Namespace) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    from voice_tts.server.app import start_server
+    from voice_tts.server.server import start_server
     from voice_tts.settings import TTSSettings
 
     from bench.fake_engine import FakeFastEngine

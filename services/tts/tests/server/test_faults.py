@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from voice.tts.v1 import tts_pb2, tts_pb2_grpc
 from voice_testkit import free_port
 from voice_tts.engine import Engine, EngineSettings
-from voice_tts.server.app import EXIT_ENGINE_FAULT, start_server
+from voice_tts.server.server import EXIT_ENGINE_FAULT, start_server
 from voice_tts.settings import TTSSettings
 
 from .conftest import config

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         level=settings.log_level,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    from voice_tts.server.app import serve  # heavy imports (torch) after --help
+    from voice_tts.server.server import serve  # heavy imports (torch) after --help
 
     try:
         if settings.uvloop:

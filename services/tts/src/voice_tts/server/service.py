@@ -52,7 +52,7 @@ class TextToSpeechServicer:
         self.streams: dict[asyncio.Task[Any], SynthesizeStream] = {}  # calls past config
         self.failed: str | None = None  # the engine has stopped: every call is refused
         self._voice_names = VoiceNames([v.name for v in engine.voices()], engine.languages())
-        # Fed by the engine's steps (app.py's on_step -> `admission.model.observe`) and
+        # Fed by the engine's steps (server.py's on_step -> `admission.model.observe`) and
         # the frames this front writes.
         model = FramePeriodModel()
         front = FrontModel(sent=metrics.frames_sent_total, made=lambda: model.frames_made)

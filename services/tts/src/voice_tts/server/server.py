@@ -26,7 +26,7 @@ from voice.tts.v1 import tts_pb2
 from voice_tts.engine import Engine, EngineSettings
 from voice_tts.server.http import start_http
 from voice_tts.server.metrics import TTSMetrics
-from voice_tts.server.servicer import SERVICE_NAME, TextToSpeechServicer
+from voice_tts.server.service import SERVICE_NAME, TextToSpeechServicer
 from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.server")
