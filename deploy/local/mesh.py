@@ -93,7 +93,8 @@ def services() -> list[Service]:
     return [s for s in out if not only or s.name in only]
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Bindable as a server binds it (SO_REUSEADDR: TIME_WAIT leftovers don't count)."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -132,7 +133,7 @@ class Mesh:
             if not s.python.exists():
                 raise SystemExit(f"mesh: {s.name}: {s.python} is missing; run `make venvs`")
             for role, port in s.ports.items():
-                if not _port_free(port):
+                if not port_free(port):
                     raise SystemExit(f"mesh: {s.name}: port {port} ({role}) is taken by another "
                                      "process; free it or set another port in the env")
 

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import wave
 from pathlib import Path
@@ -19,6 +20,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "deploy" / "local"))
+from mesh import port_free  # noqa: E402  (the launcher's own check: the same rule)
+
 PORT_VARS = ("TTS_GRPC_PORT", "TTS_HTTP_PORT", "LLM_GRPC_PORT", "LLM_HTTP_PORT",
              "TOKEN_HTTP_PORT", "AGENT_HTTP_PORT")
 
@@ -35,17 +39,6 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
-
-
-def port_free(port: int) -> bool:
-    """Bindable as a server binds it (SO_REUSEADDR: TIME_WAIT leftovers don't count)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def pid_alive(pid: int) -> bool:
