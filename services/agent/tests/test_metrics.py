@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from prometheus_client import REGISTRY
-from voice_agent.metrics import LATENCY_KEYS, TurnTracker
+from voice_agent.metrics import LATENCY_KEYS, REGISTRY, TurnTracker
 
 
 def sample(name: str, **labels: str) -> float:

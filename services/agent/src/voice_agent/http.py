@@ -18,7 +18,7 @@ import grpc
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from . import metrics as _metrics  # noqa: F401 (registers the agent_* metrics)
+from .metrics import REGISTRY
 from .settings import AgentSettings
 
 log = logging.getLogger("voice_agent.http")
@@ -35,7 +35,8 @@ async def _reachable(addr: str, timeout_s: float = 0.5) -> bool:
 
 def make_app(settings: AgentSettings) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=generate_latest(REGISTRY),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(req: web.Request) -> web.Response:
         tts_ok, thinker_ok = await asyncio.gather(

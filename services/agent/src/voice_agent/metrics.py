@@ -19,11 +19,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from .marks import LATENCY_KEYS
 
 log = logging.getLogger("voice_agent.turns")
+
+# The agent's own registry (the service shell: one per service, not the process-wide
+# default), served on AGENT_HTTP_PORT by http.py.
+REGISTRY = CollectorRegistry()
 
 # Latency buckets from 5 ms to 5 s: the gates live between 20 ms and 650 ms.
 _BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.3, 0.45, 0.65, 1.0, 2.0, 5.0)
@@ -31,26 +35,33 @@ _BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2, 0.3, 0.45, 0.65, 1.0
 EOT_TO_FIRST_AUDIO = Histogram(
     "agent_eot_to_first_audio_seconds", "User end of turn -> first agent audio frame out",
     buckets=_BUCKETS,
+    registry=REGISTRY,
 )
 CANCEL_TO_SILENCE = Histogram(
     "agent_cancel_to_silence_seconds", "Barge-in decision -> agent output silent",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.2),
+    registry=REGISTRY,
 )
 TTS_FIRST_TO_PUBLISH = Histogram(
     "agent_tts_first_to_publish_seconds", "First TTS frame received -> frame published",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.12, 0.3),
+    registry=REGISTRY,
 )
 LLM_TTFT = Histogram(
     "agent_llm_ttft_seconds", "Thinker Chat sent -> first text delta (client side)",
     buckets=_BUCKETS,
+    registry=REGISTRY,
 )
 TTS_TTFA = Histogram(
     "agent_tts_ttfa_seconds", "First text sent to the TTS -> first audio frame (client side)",
     buckets=_BUCKETS,
+    registry=REGISTRY,
 )
-TURNS = Counter("agent_turns_total", "User turns answered (or attempted)")
-INTERRUPTIONS = Counter("agent_interruptions_total", "Barge-ins that cut the agent off")
-ERRORS = Counter("agent_errors_total", "Errors by component", ["component"])
+TURNS = Counter("agent_turns_total", "User turns answered (or attempted)", registry=REGISTRY)
+INTERRUPTIONS = Counter("agent_interruptions_total", "Barge-ins that cut the agent off",
+                        registry=REGISTRY)
+ERRORS = Counter("agent_errors_total", "Errors by component", ["component"],
+                 registry=REGISTRY)
 for _component in ("stt", "llm", "tts"):  # exported at 0 before the first error
     ERRORS.labels(component=_component)
 

@@ -51,7 +51,7 @@ from prometheus_client import Counter, Gauge
 from .agent import PhraseCache, attach_duplex, build_pipeline
 from .audio_io import PacedOutput
 from .duplex import DuplexState
-from .metrics import TurnTracker
+from .metrics import REGISTRY, TurnTracker
 from .settings import AgentSettings
 
 log = logging.getLogger("voice_agent.ws")
@@ -65,9 +65,10 @@ HELLO_TIMEOUT_S = 10.0
 MAX_BACKLOG_S = 5.0  # mic audio the session may lag behind the client
 MAX_OUTBOX_S = 10.0  # reply audio waiting for a client that does not read
 
-SESSIONS = Gauge("agent_ws_sessions", "Open /v1/talk WebSocket conversations")
+SESSIONS = Gauge("agent_ws_sessions", "Open /v1/talk WebSocket conversations",
+                 registry=REGISTRY)
 REFUSED = Counter("agent_ws_refused_total", "/v1/talk connections refused, by reason",
-                  ["reason"])
+                  ["reason"], registry=REGISTRY)
 
 
 class ProtocolError(Exception):
