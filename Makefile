@@ -24,7 +24,7 @@ LOCAL_DEPS_autortc := -e services/agent
 # The shared test helpers (libs/voice-testkit), a test-only local package: the services
 # below declare `voice-testkit` in their [test] extra; it is installed from the checkout.
 TESTKIT := libs/voice-testkit
-TESTKIT_SERVICES := tts agent token
+TESTKIT_SERVICES := tts llm agent token
 # Extra packages of a service's test venv.
 EXTRA_tts := $(TRITON)
 

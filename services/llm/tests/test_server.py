@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from conftest import Thinker, request, user
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from voice.llm.v1 import thinker_pb2_grpc as pb_grpc
+from voice_testkit import free_port, wait_grpc_serving
 
 
 async def test_health_is_serving_after_warmup(thinker: Thinker) -> None:
@@ -97,26 +97,8 @@ def test_bad_env_fails_fast_with_the_name() -> None:
     assert "LLM_MAX_CONCURRENT" in proc.stderr and "LLM_BACKEND" in proc.stderr
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def wait_serving(addr: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    async with grpc.aio.insecure_channel(addr) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else "server died"
-            try:
-                r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            await asyncio.sleep(0.2)
-    raise AssertionError("server never became SERVING")
+    await asyncio.to_thread(wait_grpc_serving, addr, proc, timeout)
 
 
 async def test_sigterm_drains_then_exits(cache_dir: Path) -> None:
