@@ -240,6 +240,29 @@ def test_front_model_learns_cost_per_message_and_predicts_its_share() -> None:
     assert front.cost_s == pytest.approx(25e-6)
 
 
+def test_paced_writes_do_not_inflate_the_messages_per_frame() -> None:
+    """Pacing writes a frame up to an utterance's length after the engine made it: a
+    burst's frames go out over the next seconds while the engine makes few. The ratio
+    stays the totals' (4 messages a codec frame), not one window's (seen on the H100: a
+    window's 50+ refused calls at 38 open streams, and the refusals kept it there)."""
+    c = Counters()
+    front = FrontModel(sent=lambda: c.sent, made=lambda: c.made, alpha=1.0)
+    front.sample(now=0.0, cpu_s=0.0)
+    # A burst: 40 streams' first 50 codec frames made (8,000 messages' worth); the
+    # first second of each (2,000 messages) goes out at once.
+    c.sent, c.made = 2_000.0, 2_000.0
+    front.sample(now=1.0, cpu_s=0.05)
+    for t in range(2, 5):  # then paced: 2,000 messages a second, 20 frames made
+        c.sent += 2_000.0
+        c.made += 20.0
+        front.sample(now=float(t), cpu_s=0.05 * t)
+    assert front.cost_s == pytest.approx(25e-6)
+    assert front.per_frame == pytest.approx(8_000 / 2_060)  # a window's ratio: 100
+    # 40 streams at 10 ms a step: 0.39 of a core, under the 0.7 limit (a window's ratio
+    # predicted 10 cores).
+    assert front.share(40, 10.0) == pytest.approx(25e-6 * 8_000 / 2_060 * 40 * 100)
+
+
 def test_front_rule_rejects_when_the_loop_would_saturate() -> None:
     m = FramePeriodModel(alpha=1.0)
     c = Counters()

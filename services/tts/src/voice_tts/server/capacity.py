@@ -161,7 +161,16 @@ class FramePeriodModel:
 
 class FrontModel:
     """The event loop's CPU per message written, learned while it writes; `share(n, P)`
-    predicts its CPU share of one core at n speaking streams. Loop thread only."""
+    predicts its CPU share of one core at n speaking streams. Loop thread only.
+
+    Messages per codec frame (`per_frame`: 4 for 20 ms frames) is a ratio of the totals
+    since the model last started over, not of one window: with pacing a frame is written
+    up to an utterance's length after it was made, so a window after a burst writes many
+    frames while the engine makes few. A per-window ratio read that as 50+ messages a
+    frame, the front rule refused calls with 38 streams open, and the refusals kept the
+    engine idle and the ratio high: 35 % of calls shed at 30 req/s on an H100 (0.6B,
+    bench/results/2026-11-24-soak).
+    """
 
     def __init__(self, sent: Callable[[], float], made: Callable[[], float],
                  window_s: float = 1.0, alpha: float = 0.3, min_messages: int = 1000,
@@ -172,6 +181,7 @@ class FrontModel:
         self.cost_s: float | None = None      # loop CPU per message written
         self.per_frame: float | None = None   # messages per codec frame
         self._mark: tuple[float, float, float, float] | None = None
+        self._base: tuple[float, float] | None = None  # (sent, made) when it started over
         self._quiet = 0  # windows in a row with too little traffic to measure
 
     def sample(self, now: float | None = None, cpu_s: float | None = None) -> None:
@@ -182,6 +192,7 @@ class FrontModel:
         sent, made = float(self._sent()), float(self._made())
         if self._mark is None:
             self._mark = (now, cpu_s, sent, made)
+            self._base = (sent, made)
             return
         t0, cpu0, sent0, made0 = self._mark
         if now - t0 < self.window_s:
@@ -193,6 +204,7 @@ class FrontModel:
             # over. Seen on the H100 (bench/openloop.py): a cost kept over a 15 s pause
             # refused 27 of the first 29 calls of the next run at 10 req/s.
             self.cost_s = self.per_frame = None
+            self._base = (sent, made)
             self._quiet = 0
             return
         d_sent, d_made = sent - sent0, made - made0
@@ -203,13 +215,14 @@ class FrontModel:
             self._quiet += 1
             if self._quiet >= 3:
                 self.cost_s = self.per_frame = None
+                self._base = (sent, made)
             return
         self._quiet = 0
-        a = self.alpha
-        cost, per_frame = (cpu_s - cpu0) / d_sent, d_sent / d_made
-        self.cost_s = cost if self.cost_s is None else self.cost_s + a * (cost - self.cost_s)
-        self.per_frame = per_frame if self.per_frame is None else \
-            self.per_frame + a * (per_frame - self.per_frame)
+        cost = (cpu_s - cpu0) / d_sent
+        self.cost_s = cost if self.cost_s is None else \
+            self.cost_s + self.alpha * (cost - self.cost_s)
+        assert self._base is not None
+        self.per_frame = (sent - self._base[0]) / max(1.0, made - self._base[1])
 
     def share(self, n: int, period_ms: float | None) -> float | None:
         """The loop's CPU share at n speaking streams making a frame every `period_ms`."""

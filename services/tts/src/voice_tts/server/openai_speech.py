@@ -123,8 +123,7 @@ class SpeechAPI:
 
         async def call() -> None:  # its own task: the one a drain or engine fault cuts
             try:
-                async with contextlib.aclosing(
-                        self.servicer.call("http", requests(), pace_lead_s=0.0)) as c:
+                async with self.servicer.call("http", requests(), pace_lead_s=0.0) as c:
                     async for resp in c:
                         await ready.put(resp)
                 await ready.put(None)

@@ -94,20 +94,22 @@ class TextToSpeechServicer:
                          ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
         """gRPC `Synthesize`: the call, its failure as the call's status."""
         try:
-            async with contextlib.aclosing(self.call("grpc", _parsed(requests))) as call:
-                async for resp in call:
+            async with self.call("grpc", _parsed(requests)) as responses:
+                async for resp in responses:
                     yield resp
         except CallError as e:
             await context.abort(e.code, e.message)
 
+    @contextlib.asynccontextmanager
     async def call(self, protocol: str, requests: AsyncIterator[tts_pb2.SynthesizeRequest],
                    pace_lead_s: float | None = None
-                   ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+                   ) -> AsyncIterator[AsyncIterator[tts_pb2.SynthesizeResponse]]:
         """One synthesis call, whatever the protocol: admission, the first-message rule,
-        an engine session, the stream. `requests` starts with the SessionConfig. Yields
-        the responses gRPC would send; every failure ends it with one `CallError`, which
-        the protocol's front turns into its status, HTTP error or close code. Run it in
-        the task that serves the call: a drain or an engine fault cuts that task."""
+        an engine session, the stream. `requests` starts with the SessionConfig. Gives
+        the responses gRPC would send (the stream's own writer: no extra hop per frame);
+        every failure, in here or while they are read, ends it with one `CallError`,
+        which the protocol's front turns into its status, HTTP error or close code. Run
+        it in the task that serves the call: a drain or an engine fault cuts that task."""
         task = asyncio.current_task()
         assert task is not None
         m = self.metrics.of(protocol)
@@ -151,11 +153,11 @@ class TextToSpeechServicer:
             log.info("session started protocol=%s session=%s trace=%s voice=%s rate=%d "
                      "frame_ms=%d", protocol, cfg.session_id, cfg.trace_id, cfg.voice,
                      cfg.sample_rate, cfg.frame_ms)
-            yield tts_pb2.SynthesizeResponse(event=tts_pb2.Event(
-                type=tts_pb2.Event.SESSION_STARTED, config=cfg.proto))
             reader = asyncio.create_task(stream.read(it))
-            async for resp in stream.write():
-                yield resp
+            responses = stream.write(tts_pb2.SynthesizeResponse(event=tts_pb2.Event(
+                type=tts_pb2.Event.SESSION_STARTED, config=cfg.proto)))
+            async with contextlib.aclosing(responses):
+                yield responses
         except asyncio.CancelledError:
             if task not in self.cut:
                 log.info("call cancelled by the client protocol=%s", protocol)

@@ -296,7 +296,11 @@ class SynthesizeStream:
             raise invalid(f"unknown Control.type {kind}; use FLUSH, STOP or RESET")
 
     # -- writer ------------------------------------------------------------------------
-    async def write(self) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+    async def write(self, first: tts_pb2.SynthesizeResponse | None = None
+                    ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+        """The call's responses (`first`, then frames and events), paced."""
+        if first is not None:
+            yield first
         st, inbox, out, loop = self.state, self.state.queue, self._out, self.loop
         frame_ms = st.cfg.frame_ms
         frame_s = frame_ms / 1e3

@@ -81,12 +81,15 @@ class SpeechSocket:
                      requests: AsyncIterator[tts_pb2.SynthesizeRequest]) -> None:
         """The call, its responses out as frames and events (in its own task: the one a
         drain or an engine fault cuts)."""
-        async with contextlib.aclosing(self.servicer.call("websocket", requests)) as call:
-            async for r in call:
-                if r.WhichOneof("response") == "audio":
-                    await ws.send_bytes(r.audio.pcm)
-                else:
-                    await ws.send_str(json.dumps(ws_event(r.event)))
+        async with self.servicer.call("websocket", requests) as responses:
+            try:
+                async for r in responses:
+                    if r.WhichOneof("response") == "audio":
+                        await ws.send_bytes(r.audio.pcm)
+                    else:
+                        await ws.send_str(json.dumps(ws_event(r.event)))
+            except ConnectionError:  # the socket closed under a send: the client left
+                log.info("websocket client went away mid-call; its call ended")
 
     async def _requests(self, ws: web.WebSocketResponse, gone: asyncio.Event
                         ) -> AsyncIterator[tts_pb2.SynthesizeRequest]:
