@@ -9,7 +9,7 @@ mesh, and the agent's own tests.
         await ds.wait_until_quiet()
         await ds.say_user(pcm16k)                   # real-time "speech"
         await ds.wait_until_quiet()
-    wav = ds.result().wav_bytes()
+    ds.result().write_wav("reply.wav")
 
 `run_direct_session(settings, user_wav=..., out_wav=...)` does exactly that for one
 file (several files = several user turns, each after the agent has answered).
@@ -18,7 +18,6 @@ file (several files = several user turns, each after the agent has answered).
 from __future__ import annotations
 
 import asyncio
-import io as _io
 import logging
 import time
 import wave
@@ -58,16 +57,6 @@ def read_wav_16k(path: str | Path) -> np.ndarray:
     return data
 
 
-def wav_bytes(pcm: bytes, sample_rate: int) -> bytes:
-    buf = _io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(sample_rate)
-        w.writeframes(pcm)
-    return buf.getvalue()
-
-
 @dataclass
 class DirectResult:
     recording: bytes  # the agent's side, int16 mono, on the microphone's timeline
@@ -78,8 +67,13 @@ class DirectResult:
     chat: list[dict[str, object]]  # the chat context: role, text, interrupted
     fallback_events: list[str] = field(default_factory=list)
 
-    def wav_bytes(self) -> bytes:
-        return wav_bytes(self.recording, self.sample_rate)
+    def write_wav(self, path: str | Path) -> None:
+        """The agent's side (16-bit mono at the TTS rate) as a WAV file."""
+        with wave.open(str(path), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(self.sample_rate)
+            w.writeframes(self.recording)
 
 
 class DirectSession:
@@ -196,7 +190,7 @@ async def run_direct_session(
             await ds.wait_until_quiet(timeout=turn_timeout_s)
         result = ds.result()
     if out_wav is not None:
-        Path(out_wav).write_bytes(result.wav_bytes())
+        result.write_wav(out_wav)
     return result
 
 
