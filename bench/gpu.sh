@@ -6,7 +6,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=services/tts/src:.
-for wheels in .whl .whl-llm; do  # .whl-llm: transformers and its deps, for the thinker
+# .whl-llm: transformers and its deps, for the thinker; .whl-agent, .whl-sphinx: the agent's
+# (livekit-agents, silero, av, ...; pocketsphinx), for the loop. Over the 64 MiB a call
+# carries, so they can come in two calls: what one call installs stays while the machine
+# is held (30 s idle).
+for wheels in .whl .whl-llm .whl-agent .whl-sphinx; do
   if [ -d $wheels ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site $wheels/*.whl
@@ -89,10 +93,13 @@ if [ -n "${WITH_ONE_GPU:-}" ]; then
   # The thinker (Transformers backend, a real shape with random weights) and the TTS on this
   # GPU: time-slicing, MPS, MPS with priorities; each load alone and both together
   # (bench/one_gpu.py). Needs .whl-llm (transformers and its deps) on a host without them.
-  PYTHONPATH=$PYTHONPATH:services/llm/src timeout -k 15 "${OG_TIMEOUT:-560}" \
+  # OG_LOOP=1,16 adds the whole loop (bench/agent_loop.py; needs .whl-agent, .whl-sphinx
+  # and the speech in OG_LOOP_WAVS, made here: python -m bench.agent_loop make-wavs DIR).
+  PYTHONPATH=$PYTHONPATH:services/llm/src:services/agent/src timeout -k 15 "${OG_TIMEOUT:-560}" \
     python3 -m bench.one_gpu --modes "${OG_MODES:-timeslice,mps-nocap,mps-prio}" \
     --tts-model "preset:${OG_TTS:-0.6b}" --llm-model "${OG_LLM:-random:qwen3-1.7b}" \
     --rate "${OG_RATE:-10}" --seconds "${OG_SECONDS:-30}" --chats "${OG_CHATS:-4}" \
+    --phases "${OG_PHASES:-}" --loop "${OG_LOOP:-}" --loop-wavs "${OG_LOOP_WAVS:-.loopwavs}" \
     --out "$OUT/one_gpu${OG_TAG:-}" 2>&1 | tail -40
   # One archive: the device returns a limited number of files.
   tar czf "$OUT/one_gpu${OG_TAG:-}.tgz" -C "$OUT" "one_gpu${OG_TAG:-}" && rm -rf "$OUT/one_gpu${OG_TAG:-}"

@@ -9,7 +9,12 @@ runs three phases against them:
   EOS active, client TTFA and underruns) while the thinker idles;
 - `llm_alone`: `--chats` conversations with long histories (bench/thinker_load.py: TTFT,
   tokens/s) while the TTS idles;
-- `together`: both loads at once.
+- `together`: both loads at once;
+- `loop` (with `--loop 1,16`): the whole voice loop, the agent's direct mode in a process
+  per conversation against the two servers (bench/agent_loop.py: end of turn -> first
+  audio, its stages, cancel -> silence on barge-in) at each level.
+
+`--phases` picks among them (default: the first three, and `loop` when `--loop` is given).
 
 Modes (`--modes`): `timeslice` (no MPS: CUDA time-slices the two processes),
 `mps-nocap` (one MPS daemon, nothing else), `mps-cap` (MPS, the SM caps compose carried
@@ -159,6 +164,13 @@ def gpu_busy(out: Path, res: dict, phase: str):
     res[f"{phase}_gpu_util_pct"] = round(sum(vals) / len(vals), 1) if vals else None
 
 
+def loop_load(args: argparse.Namespace, out: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.agent_loop", "--tts", TTS_ADDR, "--thinker", LLM_ADDR,
+         "--wavs", args.loop_wavs, "--conversations", args.loop, "--out", str(out)],
+        cwd=ROOT, stderr=(out.with_suffix(".log")).open("w"))
+
+
 def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dict:
     out = Path(args.out) / mode
     out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +181,8 @@ def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dic
                    "TTS_HTTP_PORT": str(TTS_HTTP), "TTS_GRPC_HOST": "127.0.0.1"}
         llm_env = {**mps.env, **mode_env(mode, "LLM", shares), "LLM_BACKEND": "transformers",
                    "LLM_MODEL": args.llm_model, "LLM_DEVICE": args.device,
-                   "LLM_MAX_CONCURRENT": str(args.chats), "LLM_MAX_MODEL_LEN": "4096",
+                   "LLM_MAX_CONCURRENT": str(max(args.chats, *loop_levels(args))),
+                   "LLM_MAX_MODEL_LEN": "4096",
                    "LLM_GRPC_HOST": "127.0.0.1", "LLM_HTTP_PORT": "8002"}
         res["env"] = {"tts": {k: v for k, v in tts_env.items() if k.startswith("CUDA")},
                       "llm": {k: v for k, v in llm_env.items() if k.startswith("CUDA")}}
@@ -179,20 +192,26 @@ def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dic
             wait_log(llm, out / "llm.log", "thinker serving", 300)
             wait_log(tts, out / "tts.log", "TTS serving", 300)
             print(f"[{mode}] servers up", file=sys.stderr, flush=True)
-            with gpu_busy(out, res, "tts_alone"):
-                tts_load(args, out / "tts_alone.json").wait()
-            with gpu_busy(out, res, "llm_alone"):
-                llm_load(args, out / "llm_alone.json", args.seconds).wait()
-            with gpu_busy(out, res, "together"):
-                llm_p = llm_load(args, out / "llm_together.json",
-                                 args.seconds + args.warmup + 5)
-                time.sleep(3)
-                tts_load(args, out / "tts_together.json").wait()
-                llm_p.wait()
+            if "tts" in args.phases:
+                with gpu_busy(out, res, "tts_alone"):
+                    tts_load(args, out / "tts_alone.json").wait()
+            if "llm" in args.phases:
+                with gpu_busy(out, res, "llm_alone"):
+                    llm_load(args, out / "llm_alone.json", args.seconds).wait()
+            if "together" in args.phases:
+                with gpu_busy(out, res, "together"):
+                    llm_p = llm_load(args, out / "llm_together.json",
+                                     args.seconds + args.warmup + 5)
+                    time.sleep(3)
+                    tts_load(args, out / "tts_together.json").wait()
+                    llm_p.wait()
+            if "loop" in args.phases:
+                with gpu_busy(out, res, "loop"):
+                    loop_load(args, out / "loop.json").wait()
         finally:
             stop(tts)
             stop(llm)
-    for phase in ("tts_alone", "llm_alone", "tts_together", "llm_together"):
+    for phase in ("tts_alone", "llm_alone", "tts_together", "llm_together", "loop"):
         with contextlib.suppress(OSError, ValueError):
             res[phase] = json.loads((out / f"{phase}.json").read_text())
     return res
@@ -211,6 +230,25 @@ def llm_row(r: dict | None) -> tuple[str, str]:
     r = r or {}
     return (f"{r.get('ttft_ms_p50', '-')} / {r.get('ttft_ms_p95', '-')}",
             f"{r.get('tokens_per_s', '-')} ({r.get('decode_tok_s_per_request_p50', '-')})")
+
+
+def loop_levels(args: argparse.Namespace) -> list[int]:
+    return [int(x) for x in args.loop.split(",")] if args.loop else []
+
+
+def loop_table(results: list[dict]) -> str:
+    lines = ["| mode | conversations | turns (unanswered) | end of turn -> first audio p50 / "
+             "p95 / max ms | STT p50 ms | thinker TTFT p50 / p95 ms | TTS TTFA p50 / p95 ms | "
+             "cancel -> silence p50 / max ms (missed) |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        for lv in (r.get("loop") or {}).get("levels", []):
+            e, t, a, c = (lv[k] for k in ("eot_to_first_audio_ms", "llm_ttft_ms",
+                                          "tts_ttfa_ms", "cancel_to_silence_ms"))
+            lines.append(f"| {r['mode']} | {lv['conversations']} | {lv['turns']} "
+                         f"({lv['unanswered']}) | {e['p50']} / {e['p95']} / {e['max']} | "
+                         f"{lv['stt_ms']['p50']} | {t['p50']} / {t['p95']} | {a['p50']} / "
+                         f"{a['p95']} | {c['p50']} / {c['max']} ({lv['barge_ins_missed']}) |")
+    return "\n".join(lines)
 
 
 def table(results: list[dict]) -> str:
@@ -243,8 +281,14 @@ def main() -> None:
     p.add_argument("--chats", type=int, default=4, help="concurrent thinker conversations")
     p.add_argument("--prompt-words", type=int, default=600)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--phases", default="", help="tts,llm,together,loop (default: the "
+                   "first three, and loop when --loop is given)")
+    p.add_argument("--loop", default="", help="agent loop levels (conversations), e.g. 1,16")
+    p.add_argument("--loop-wavs", default="bench/out/loop_wavs",
+                   help="the loop's speech (bench.agent_loop make-wavs)")
     p.add_argument("--out", default="bench/out/one_gpu")
     args = p.parse_args()
+    args.phases = args.phases or "tts,llm,together" + (",loop" if args.loop else "")
     shares = env_file_shares()
     results = []
     for mode in args.modes.split(","):
@@ -252,7 +296,7 @@ def main() -> None:
         results.append(run_mode(mode, args, shares))
         print(f"[{mode}] done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         Path(args.out, "results.json").write_text(json.dumps(results, indent=1))
-    text = table(results)
+    text = table(results) + ("\n\n" + loop_table(results) if args.loop else "")
     Path(args.out, "table.md").write_text(text + "\n")
     print(text)
 
