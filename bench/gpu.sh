@@ -10,12 +10,21 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=services/tts/src:.
 # (livekit-agents, silero, av, ...; pocketsphinx), for the loop. Over the 64 MiB a call
 # carries, so they can come in two calls: what one call installs stays while the machine
 # is held (30 s idle).
-for wheels in .whl .whl-llm .whl-agent .whl-sphinx; do
+for wheels in .whl .whl-llm .whl-sphinx; do
   if [ -d $wheels ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site $wheels/*.whl
   fi
 done
+if [ -d .whl-agent ]; then
+  # pip --target keeps one wheel's part of a namespace package (livekit.rtc, .agents,
+  # .plugins...): the last moved in replaces the rest. Unpacked instead (their *.data
+  # copies are in the packages too).
+  python3 -c 'import sys, zipfile
+for w in sys.argv[1:]:
+    z = zipfile.ZipFile(w)
+    z.extractall("/tmp/site", [n for n in z.namelist() if ".data/" not in n.split("/")[0] + "/"])' .whl-agent/*.whl
+fi
 [ -d /tmp/site ] && export PYTHONPATH=$PYTHONPATH:/tmp/site
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 FRAMES=${FRAMES:-120}
