@@ -6,8 +6,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=services/tts/src:.
-# .whl-llm: transformers and its deps, for the thinker; .whl-agent, .whl-sphinx: the agent's
-# (livekit-agents, silero, av, ...; pocketsphinx), for the loop. Over the 64 MiB a call
+# .whl-llm: transformers and its deps, for the thinker; .whl-agent, .whl-av, .whl-sphinx: the
+# agent's (livekit-agents, silero, ...; av; pocketsphinx), for the loop. Over the 64 MiB a call
 # carries, so they can come in two calls: what one call installs stays while the machine
 # is held (30 s idle).
 for wheels in .whl .whl-llm .whl-sphinx; do
@@ -16,15 +16,16 @@ for wheels in .whl .whl-llm .whl-sphinx; do
       --target /tmp/site $wheels/*.whl
   fi
 done
-if [ -d .whl-agent ]; then
+for wheels in .whl-agent .whl-av; do  # av alone: with the rest it is over a call's 64 MiB
+  [ -d $wheels ] || continue
   # pip --target keeps one wheel's part of a namespace package (livekit.rtc, .agents,
   # .plugins...): the last moved in replaces the rest. Unpacked instead (their *.data
   # copies are in the packages too).
   python3 -c 'import sys, zipfile
 for w in sys.argv[1:]:
     z = zipfile.ZipFile(w)
-    z.extractall("/tmp/site", [n for n in z.namelist() if ".data/" not in n.split("/")[0] + "/"])' .whl-agent/*.whl
-fi
+    z.extractall("/tmp/site", [n for n in z.namelist() if ".data/" not in n.split("/")[0] + "/"])' $wheels/*.whl
+done
 [ -d /tmp/site ] && export PYTHONPATH=$PYTHONPATH:/tmp/site
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 FRAMES=${FRAMES:-120}
