@@ -20,9 +20,9 @@ The rules, in order (`admit`):
    only from admitted work, so it must never lock itself out);
 3. the capacity model (`capacity.py`) predicts the engine's frame period with one more
    speaking stream; over the budget (`frame_budget_ms`) -> reject, reason "capacity";
-4. the front model predicts the event loop's CPU share at that load (the messages the
-   engine would make a second, times the loop's measured CPU per message); over
-   `front_share` of a core -> reject, reason "front".
+4. the front model predicts the event loop's CPU share with one more open stream (its
+   measured share per open stream); over `front_share` of a core -> reject, reason
+   "front".
 Nothing measured yet -> admit (the open-stream cap still holds). A margin of 0 turns 3
 and 4 off.
 
@@ -95,12 +95,12 @@ class Admission:
                         f"more the engine would make a frame every {period:.0f} ms (real "
                         f"time needs one per {FRAME_MS:.0f} ms, the limit is "
                         f"{self.budget_ms:.0f} ms); {RETRY}"))
-                share = self._front_share(load + 1, period)
+                share = self._front_share(self._open + 1)
                 if share is not None and share > self.front_share:
                     raise Rejected("front", (
-                        f"server at capacity: {load} streams speaking or starting; with one "
-                        f"more its gRPC front would need {share:.0%} of a core to write "
-                        f"their frames (the limit is {self.front_share:.0%}); {RETRY}"))
+                        f"server at capacity: {self._open} streams open; with one more its "
+                        f"gRPC front would need {share:.0%} of a core to serve them (the "
+                        f"limit is {self.front_share:.0%}); {RETRY}"))
             ticket = Ticket(self)
             self._open += 1
             self._pending[ticket] = now
@@ -121,16 +121,15 @@ class Admission:
     def open(self) -> int:
         return self._open
 
-    def _front_share(self, n: int, period: float | None) -> float | None:
+    def _front_share(self, n: int) -> float | None:
         if self.front is None:
             return None
         self.front.sample()
-        return self.front.share(n, period)
+        return self.front.share(n)
 
     def predicted_front_share(self) -> float:
-        """The front's CPU share predicted at the current load (0 when unknown)."""
-        load = self.load()
-        return (self._front_share(load, self.model.predict_ms(load)) or 0.0) if load else 0.0
+        """The front's CPU share predicted at the open streams now (0 when unknown)."""
+        return self._front_share(self._open) or 0.0
 
     def predicted_period_ms(self) -> float:
         """Frame period predicted at the current load (0 when idle or unmeasured)."""

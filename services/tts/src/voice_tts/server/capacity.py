@@ -38,15 +38,15 @@ margin.
 - **Nothing measured yet** (no baseline, no step): `predict_ms` is None; the caller
   decides (admission admits).
 
-`FrontModel` is the same idea for the gRPC front: the engine makes n / P(n) codec frames
-a second at batch n, each one `per_frame` messages (4 at 20 ms frames), and the event
-loop spends `cost` CPU on each message it writes (its thread's CPU time over the frames it
-wrote, ~25 us on a 2-core CPU VM, bench/front_bench.py): its predicted share of a core
-is cost x per_frame x n / P(n). In a steady state the front must write everything the
-engine makes, whatever the clients' playout: a front that cannot falls behind on every
-stream at once. Paced (stream.py, TTS_PACE_LEAD_S) it writes them in real time instead of
-as made: the same rate in the long run, and the cost it learns includes pacing's (~20%
-more per message on the bench VM: the loop idles, and is woken, more often).
+`FrontModel` guards the gRPC front, one Python event loop that writes every stream's
+frames: its thread's CPU share of a core, measured over 1 s windows, per open stream
+(`share(n)` = that x n). Per open stream, because the loop's work follows the calls: it
+writes each stream's frames (paced: in real time, for as long as the audio plays, long
+after the engine made them), reads its text, and opens and closes it. An earlier model,
+messages the engine makes x CPU per message written, assumed every speaking stream takes
+a frame a step and all loop CPU is writes: on the H100 (0.6B, paced, 30 req/s) it
+predicted 4-6x the loop's real share and refused 40 % of the calls by the front rule at
+~120 open streams with the loop at ~0.2 of a core.
 
 Thread-safe: `observe` runs on the engine thread, `predict_ms` on the event loop. This
 module knows nothing about gRPC or sessions.
@@ -79,7 +79,6 @@ class FramePeriodModel:
         self._baseline: dict[int, tuple[float, float]] = {}  # bucket -> (batch, ms)
         self._points: list[tuple[float, float]] = []  # sorted by batch, for predict
         self._last_at: float | None = None
-        self.frames_made = 0  # codec frames stepped (rows of every step), for FrontModel
 
     def observe(self, stats: Any, now: float | None = None) -> None:
         """One `StepStats` (batch_size, step_ms), as the engine hands it over."""
@@ -92,7 +91,6 @@ class FramePeriodModel:
             if self._last_at is not None:
                 sample = min(sample, (now - self._last_at) * 1e3)
             self._last_at = now
-            self.frames_made += max(0, batch)
             if batch < 1 or sample <= 0.0:
                 return
             key = bucket_of(batch)
@@ -160,72 +158,53 @@ class FramePeriodModel:
 
 
 class FrontModel:
-    """The event loop's CPU per message written, learned while it writes; `share(n, P)`
-    predicts its CPU share of one core at n speaking streams. Loop thread only.
+    """The event loop's CPU share of one core per open stream, learned while it serves;
+    `share(n)` predicts its share at n open streams. Loop thread only."""
 
-    Messages per codec frame (`per_frame`: 4 for 20 ms frames) is a ratio of the totals
-    since the model last started over, not of one window: with pacing a frame is written
-    up to an utterance's length after it was made, so a window after a burst writes many
-    frames while the engine makes few. A per-window ratio read that as 50+ messages a
-    frame, the front rule refused calls with 38 streams open, and the refusals kept the
-    engine idle and the ratio high: 35 % of calls shed at 30 req/s on an H100 (0.6B,
-    bench/results/2026-11-24-soak).
-    """
-
-    def __init__(self, sent: Callable[[], float], made: Callable[[], float],
-                 window_s: float = 1.0, alpha: float = 0.3, min_messages: int = 1000,
-                 stale_s: float = 10.0) -> None:
-        self._sent, self._made = sent, made  # messages written, codec frames made so far
-        self.window_s, self.alpha, self.min_messages = window_s, alpha, min_messages
+    def __init__(self, open_streams: Callable[[], int], window_s: float = 1.0,
+                 alpha: float = 0.3, min_streams: float = 8.0, stale_s: float = 10.0) -> None:
+        self._open = open_streams
+        self.window_s, self.alpha, self.min_streams = window_s, alpha, min_streams
         self.stale_s = stale_s
-        self.cost_s: float | None = None      # loop CPU per message written
-        self.per_frame: float | None = None   # messages per codec frame
-        self._mark: tuple[float, float, float, float] | None = None
-        self._base: tuple[float, float] | None = None  # (sent, made) when it started over
-        self._quiet = 0  # windows in a row with too little traffic to measure
+        self.per_stream: float | None = None  # CPU share of one core per open stream
+        self._mark: tuple[float, float, int] | None = None  # (when, thread CPU, open)
+        self._quiet = 0  # windows in a row with too few streams to measure
 
     def sample(self, now: float | None = None, cpu_s: float | None = None) -> None:
         """Closes a window once `window_s` has passed (called at admissions and scrapes,
         on the loop's thread: `cpu_s` is that thread's CPU time)."""
         now = time.monotonic() if now is None else now
         cpu_s = time.thread_time() if cpu_s is None else cpu_s
-        sent, made = float(self._sent()), float(self._made())
+        n = self._open()
         if self._mark is None:
-            self._mark = (now, cpu_s, sent, made)
-            self._base = (sent, made)
+            self._mark = (now, cpu_s, n)
             return
-        t0, cpu0, sent0, made0 = self._mark
+        t0, cpu0, n0 = self._mark
         if now - t0 < self.window_s:
             return
-        self._mark = (now, cpu_s, sent, made)
+        self._mark = (now, cpu_s, n)
         if now - t0 > self.stale_s:
-            # Nothing sampled for a while (no admissions: a pause). A cost learned before
-            # it is old, and this window mixes the pause with whatever came after: start
-            # over. Seen on the H100 (bench/openloop.py): a cost kept over a 15 s pause
-            # refused 27 of the first 29 calls of the next run at 10 req/s.
-            self.cost_s = self.per_frame = None
-            self._base = (sent, made)
+            # Nothing sampled for a while (no admissions: a pause): this window mixes the
+            # pause with whatever came after, and what was learned before it is old. Seen
+            # on the H100 (bench/openloop.py): a cost kept over a 15 s pause refused 27 of
+            # the first 29 calls of the next run at 10 req/s.
+            self.per_stream = None
             self._quiet = 0
             return
-        d_sent, d_made = sent - sent0, made - made0
-        if d_sent < self.min_messages or d_made <= 0:
-            # Too little traffic to tell the cost from the loop's idle work. After a few
-            # such windows forget the cost (unknown: admission admits and measures
-            # again): a cost learned under overload must not keep refusing a quiet server.
+        streams = (n0 + n) / 2
+        if streams < self.min_streams:
+            # Too few streams to tell their cost from the loop's idle work. After a few
+            # such windows forget it (unknown: admission admits and measures again): a
+            # cost learned under overload must not keep refusing a quiet server.
             self._quiet += 1
             if self._quiet >= 3:
-                self.cost_s = self.per_frame = None
-                self._base = (sent, made)
+                self.per_stream = None
             return
         self._quiet = 0
-        cost = (cpu_s - cpu0) / d_sent
-        self.cost_s = cost if self.cost_s is None else \
-            self.cost_s + self.alpha * (cost - self.cost_s)
-        assert self._base is not None
-        self.per_frame = (sent - self._base[0]) / max(1.0, made - self._base[1])
+        per = (cpu_s - cpu0) / (now - t0) / streams
+        self.per_stream = per if self.per_stream is None else \
+            self.per_stream + self.alpha * (per - self.per_stream)
 
-    def share(self, n: int, period_ms: float | None) -> float | None:
-        """The loop's CPU share at n speaking streams making a frame every `period_ms`."""
-        if self.cost_s is None or self.per_frame is None or not period_ms:
-            return None
-        return self.cost_s * self.per_frame * n * 1e3 / period_ms
+    def share(self, n: int) -> float | None:
+        """The loop's CPU share of one core at n open streams (None: not measured)."""
+        return None if self.per_stream is None else self.per_stream * n

@@ -86,10 +86,6 @@ class TTSMetrics:
         self.admission_headroom.set_function(admission.headroom)
         self.admission_front.set_function(admission.predicted_front_share)
 
-    def frames_sent_total(self) -> float:
-        return next(s.value for m in self.frames_sent.collect() for s in m.samples
-                    if s.name.endswith("_total"))
-
 
 class CallMetrics:
     """What a call records, bound to its protocol's label children once (no label lookup

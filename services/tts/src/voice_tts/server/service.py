@@ -53,9 +53,9 @@ class TextToSpeechServicer:
         self.failed: str | None = None  # the engine has stopped: every call is refused
         self._voice_names = VoiceNames([v.name for v in engine.voices()], engine.languages())
         # Fed by the engine's steps (server.py's on_step -> `admission.model.observe`) and
-        # the frames this front writes.
+        # this loop's CPU per open call.
         model = FramePeriodModel()
-        front = FrontModel(sent=metrics.frames_sent_total, made=lambda: model.frames_made)
+        front = FrontModel(open_streams=lambda: self.admission.open)
         budget = frame_budget_ms(settings.admit_margin, settings.first_packet_frames,
                                  settings.packet_frames)
         self.admission = Admission(model, settings.max_sessions, budget,
