@@ -155,7 +155,10 @@ async def level(args: argparse.Namespace, n: int) -> dict[str, Any]:
         "turns": len(turns), "unanswered": sum(c["unanswered"] for c in convs),
         "eot_to_first_audio_ms": summary(col("eot_to_first_audio_ms")),
         "stt_ms": summary(col("stt_ms")), "vad_to_stt_ms": summary(col("vad_to_stt_ms")),
-        "llm_ttft_ms": summary(col("llm_ttft_ms")), "tts_ttfa_ms": summary(col("tts_ttfa_ms")),
+        "stt_to_llm_ms": summary(col("stt_to_llm_ms")),
+        "llm_ttft_ms": summary(col("llm_ttft_ms")),
+        "llm_to_tts_ms": summary(col("llm_to_tts_ms")),
+        "tts_ttfa_ms": summary(col("tts_ttfa_ms")),
         "cancel_to_silence_ms": summary([b["cancel_to_silence_ms"] for b in barge
                                          if "cancel_to_silence_ms" in b]),
         "barge_ins_missed": sum(1 for b in barge if b.get("missed")),
@@ -206,8 +209,10 @@ def main() -> None:
         e, c = r["eot_to_first_audio_ms"], r["cancel_to_silence_ms"]
         print(f"{n} conversations: {r['turns']} turns ({r['unanswered']} unanswered, "
               f"{len(r['failed'])} failed): end of turn -> first audio p50 {e['p50']} p95 "
-              f"{e['p95']} max {e['max']} ms; stt p50 {r['stt_ms']['p50']}, thinker ttft "
-              f"p50 {r['llm_ttft_ms']['p50']}, tts ttfa p50 {r['tts_ttfa_ms']['p50']} ms; "
+              f"{e['p95']} max {e['max']} ms; p50s: stt {r['stt_ms']['p50']}, stt -> "
+              f"thinker {r['stt_to_llm_ms']['p50']}, thinker ttft {r['llm_ttft_ms']['p50']},"
+              f" thinker -> tts {r['llm_to_tts_ms']['p50']}, tts ttfa "
+              f"{r['tts_ttfa_ms']['p50']} ms; "
               f"cancel -> silence p50 {c['p50']} max {c['max']} ms "
               f"({r['barge_ins_missed']} missed)", flush=True)
         for f in r["failed"][:2]:

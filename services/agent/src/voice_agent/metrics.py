@@ -101,6 +101,10 @@ class Turn:
             "vad_to_stt_ms": None if (v := self.ms(self.vad_end, self.stt_sent)) is None
             else max(0.0, v),
             "stt_ms": self.ms(self.stt_sent, self.stt_done),
+            # the gaps between the stages: the transcript -> the thinker's request (the
+            # framework's turn handling), its first text -> the TTS's first text (the bridge)
+            "stt_to_llm_ms": self.ms(self.stt_done, self.llm_sent),
+            "llm_to_tts_ms": self.ms(self.llm_first, self.tts_first_text),
             "tts_first_to_publish_ms": self.ms(self.tts_first_audio, self.first_publish),
         }
 
