@@ -85,7 +85,8 @@ async def conversation(args: argparse.Namespace) -> dict[str, Any]:
     settings = AgentSettings(
         tts_addr=args.tts, thinker_addr=args.thinker, http_port=0, greeting="",
         stt_backend=args.stt, stt_workers=1, llm_max_tokens=args.max_tokens,
-        tts_max_frames=args.max_frames, llm_temperature=1.0, llm_seed=args.index)
+        tts_max_frames=args.max_frames, llm_temperature=1.0, llm_seed=args.index,
+        tts_text_filters=args.text_filters)
     out: dict[str, Any] = {"index": args.index, "unanswered": 0, "barge_in": None}
     async with DirectSession(settings, greet=False) as ds:
         await ds.wait_until_quiet(timeout=60, quiet_s=0.3)
@@ -133,7 +134,8 @@ async def level(args: argparse.Namespace, n: int) -> dict[str, Any]:
             "--offset", f"{offset:.3f}", "--tts", args.tts, "--thinker", args.thinker,
             "--wavs", args.wavs, "--turns", str(args.turns), "--stt", args.stt,
             "--max-tokens", str(args.max_tokens), "--max-frames", str(args.max_frames),
-            "--turn-timeout", str(args.turn_timeout), cwd=ROOT,
+            "--turn-timeout", str(args.turn_timeout),
+            "--text-filters" if args.text_filters else "--no-text-filters", cwd=ROOT,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE))
     convs, failed = [], []
     for i, p in enumerate(procs):
@@ -186,6 +188,10 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=32, help="reply tokens (the thinker)")
     p.add_argument("--max-frames", type=int, default=50,
                    help="reply audio cap, codec frames of 80 ms (AGENT_TTS_MAX_FRAMES)")
+    p.add_argument("--text-filters", action=argparse.BooleanOptionalAction, default=False,
+                   help="the framework's markdown/emoji filters (AGENT_TTS_TEXT_FILTERS); "
+                   "off by default here: a random-weight thinker's text is not language, "
+                   "and they hold it as possible markdown")
     p.add_argument("--turn-timeout", type=float, default=60.0)
     p.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--offset", type=float, default=0.0, help=argparse.SUPPRESS)

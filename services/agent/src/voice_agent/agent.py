@@ -244,6 +244,7 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
                                            tts_conn_options=once,
                                            max_unrecoverable_errors=1_000_000),
         user_away_timeout=None,
+        **({} if s.tts_text_filters else {"tts_text_transforms": None}),
     )
     agent = VoiceAgent(s, cache)
     p = Pipeline(settings=s, session=session, agent=agent, stt=stt_, llm=llm_, tts=tts_,

@@ -133,6 +133,11 @@ class AgentSettings(BaseSettings):
     preemptive_generation: bool = True
     # Also start the TTS preemptively, so the first frame is ready when the turn ends.
     preemptive_tts: bool = False
+    # The framework's markdown and emoji filters on reply text before the TTS. They hold
+    # text that may still turn out to be markdown (an unpaired * or `, an open [) until
+    # it resolves: off for a thinker prompted never to write markdown, and for
+    # random-weight benchmarks (their text held the first TTS text 1.4 s on the H100).
+    tts_text_filters: bool = True
     # Barge-in: user speech during SPEAKING cancels the reply (cascade in duplex.py).
     allow_interruptions: bool = True
     # Speech the VAD must hear during SPEAKING before it counts as a barge-in.
