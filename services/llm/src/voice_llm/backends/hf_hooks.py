@@ -75,12 +75,11 @@ class SeededSampler(LogitsProcessor):
         return out.scatter(-1, picked, 0.0)
 
 
-class VocabLimit(LogitsProcessor):
-    """Ids at and past `n` (LM-head padding the tokenizer has no token for) never win."""
+class AllowedIds(LogitsProcessor):
+    """Only the ids `allowed` marks (a bool tensor over the LM head) can win."""
 
-    def __init__(self, n: int) -> None:
-        self._n = n
+    def __init__(self, allowed: torch.Tensor) -> None:
+        self._banned = ~allowed
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        scores[:, self._n:] = float("-inf")
-        return scores
+        return scores.masked_fill(self._banned, float("-inf"))

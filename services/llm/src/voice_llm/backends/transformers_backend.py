@@ -63,7 +63,7 @@ class TransformersBackend:
         self.tokenizer: Any = None
         self.model: Any = None
         self._eos: set[int] = set()
-        self._vocab_limit: int | None = None
+        self._allowed: Any = None  # bool tensor over the LM head, None: every id
         # A device fault (errors.is_device_fault) seen by a generation, and who to tell.
         self.fault: BaseException | None = None
         self.on_fault: Callable[[BaseException], None] | None = None
@@ -94,15 +94,35 @@ class TransformersBackend:
         else:
             self.model = AutoModelForCausalLM.from_pretrained(self._path, dtype=dtype)
         self.model.to(self._settings.device).eval()
-        # Ids past the tokenizer's (a padded LM head, as in Qwen's 151936 vs 151669)
-        # decode to nothing: never sampled.
-        n_vocab = len(self.tokenizer)
-        self._vocab_limit = n_vocab if self.model.config.vocab_size > n_vocab else None
         eos = self.model.generation_config.eos_token_id
         self._eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
             self._eos.add(self.tokenizer.eos_token_id)
+        self._allowed = self._allowed_ids((self._path / RANDOM_MARKER).exists())
         log.info("transformers model loaded from %s on %s", self._path, self._settings.device)
+
+    def _allowed_ids(self, random_weights: bool) -> Any:
+        """Ids past the tokenizer's (a padded LM head, as in Qwen's 151936 vs 151669)
+        decode to nothing: never sampled. Random weights also never sample a token that
+        is not text on its own (byte fragments, control characters, special tokens but
+        the end): a real model writes text, and the agent downstream (bridge, TTS) should
+        get word salad to speak, not bytes that decode to nothing. (On the H100 the random
+        Qwen3-1.7B's first speakable text came 0.4-1.7 s after its first token.)"""
+        import torch
+
+        n_vocab, size = len(self.tokenizer), self.model.config.vocab_size
+        if size <= n_vocab and not random_weights:
+            return None
+        allowed = torch.zeros(size, dtype=torch.bool)
+        allowed[:n_vocab] = True
+        if random_weights:
+            special = set(self.tokenizer.all_special_ids) - self._eos
+            for i in range(n_vocab):
+                text = self.tokenizer.decode([i])
+                allowed[i] = i in self._eos or (
+                    i not in special and text.strip() != "" and text.isprintable()
+                    and "\ufffd" not in text)
+        return allowed.to(self.model.device)
 
     async def generate(self, job: ChatJob) -> AsyncIterator[Chunk]:
         if job.has_audio:
@@ -166,17 +186,17 @@ class TransformersBackend:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         from voice_llm.backends.hf_hooks import (
+            AllowedIds,
             CancelOnEvent,
             QueueStreamer,
             SeededSampler,
-            VocabLimit,
         )
 
         try:
             ids = torch.tensor([prompt_ids], device=self.model.device)
             processors = LogitsProcessorList()
-            if self._vocab_limit is not None:
-                processors.append(VocabLimit(self._vocab_limit))
+            if self._allowed is not None:
+                processors.append(AllowedIds(self._allowed))
             if options.temperature > 0:
                 processors.append(SeededSampler(options, self.model.device))
             with torch.inference_mode():
