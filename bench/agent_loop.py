@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import shutil
@@ -37,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.soak.report import dist
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = (
@@ -61,18 +62,6 @@ def make_wavs(out: Path) -> list[Path]:
     return paths
 
 
-def pct(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    s = sorted(xs)
-    return round(s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))], 2)
-
-
-def summary(xs: list[float]) -> dict[str, Any]:
-    return {"n": len(xs), "p50": pct(xs, 0.5), "p95": pct(xs, 0.95),
-            "max": round(max(xs), 2) if xs else None}
-
-
 # -- one conversation (its own process) --------------------------------------------------------
 async def conversation(args: argparse.Namespace) -> dict[str, Any]:
     from voice_agent.direct import DirectSession, read_wav_16k
@@ -93,16 +82,8 @@ async def conversation(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(args.offset)
         for t in range(args.turns):
             clip = read_wav_16k(turns[(args.index + t) % len(turns)])
-            since = len(ds.duplex.transitions)
-            await ds.say_user(clip)
-            try:
-                async with asyncio.timeout(args.turn_timeout):
-                    while not any(s == DuplexState.THINKING
-                                  for _, s in ds.duplex.transitions[since:]):
-                        await asyncio.sleep(0.01)
-            except TimeoutError:
+            if not await ds.user_turn(clip, timeout=args.turn_timeout, quiet_s=0.3):
                 out["unanswered"] += 1
-            await ds.wait_until_quiet(timeout=args.turn_timeout, quiet_s=0.3)
         # The barge-in turn: interrupt the reply half a second into its audio.
         await ds.say_user(read_wav_16k(turns[args.index % len(turns)]))
         try:
@@ -155,13 +136,13 @@ async def level(args: argparse.Namespace, n: int) -> dict[str, Any]:
     return {
         "conversations": n, "completed": len(convs), "failed": failed,
         "turns": len(turns), "unanswered": sum(c["unanswered"] for c in convs),
-        "eot_to_first_audio_ms": summary(col("eot_to_first_audio_ms")),
-        "stt_ms": summary(col("stt_ms")), "vad_to_stt_ms": summary(col("vad_to_stt_ms")),
-        "stt_to_llm_ms": summary(col("stt_to_llm_ms")),
-        "llm_ttft_ms": summary(col("llm_ttft_ms")),
-        "llm_to_tts_ms": summary(col("llm_to_tts_ms")),
-        "tts_ttfa_ms": summary(col("tts_ttfa_ms")),
-        "cancel_to_silence_ms": summary([b["cancel_to_silence_ms"] for b in barge
+        "eot_to_first_audio_ms": dist(col("eot_to_first_audio_ms")),
+        "stt_ms": dist(col("stt_ms")), "vad_to_stt_ms": dist(col("vad_to_stt_ms")),
+        "stt_to_llm_ms": dist(col("stt_to_llm_ms")),
+        "llm_ttft_ms": dist(col("llm_ttft_ms")),
+        "llm_to_tts_ms": dist(col("llm_to_tts_ms")),
+        "tts_ttfa_ms": dist(col("tts_ttfa_ms")),
+        "cancel_to_silence_ms": dist([b["cancel_to_silence_ms"] for b in barge
                                          if "cancel_to_silence_ms" in b]),
         "barge_ins_missed": sum(1 for b in barge if b.get("missed")),
         "per_turn": turns,

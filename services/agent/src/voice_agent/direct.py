@@ -152,6 +152,19 @@ class DirectSession:
             await asyncio.sleep(0.02)
         raise TimeoutError(f"agent not quiet after {timeout:.0f} s (state {self.duplex.state})")
 
+    async def user_turn(self, pcm16k: np.ndarray | bytes, timeout: float = 60.0,
+                        quiet_s: float = 1.0) -> bool:
+        """One user turn: speak `pcm16k`, then wait until the agent has answered and gone
+        quiet. False when no reply started (see the stt/llm logs)."""
+        since = len(self.duplex.transitions)
+        await self.say_user(pcm16k)  # resolves when the whole clip has played
+        # The turn may have ended, and the reply started or even finished, while the
+        # clip's trailing silence was still playing: look for THINKING since the clip
+        # started, not for the state now.
+        answered = await _entered(self, DuplexState.THINKING, since, timeout)
+        await self.wait_until_quiet(timeout=timeout, quiet_s=quiet_s)
+        return answered
+
     def result(self) -> DirectResult:
         chat: list[dict[str, object]] = []
         for item in self.pipeline.session.history.items:
@@ -180,14 +193,8 @@ async def run_direct_session(
     async with DirectSession(settings, greet=greet) as ds:
         await ds.wait_until_quiet(timeout=turn_timeout_s, quiet_s=0.5)
         for clip in clips:
-            since = len(ds.duplex.transitions)
-            await ds.say_user(clip)  # resolves when the whole WAV has played
-            # The turn may have ended, and the reply started or even finished, while a
-            # WAV's trailing silence was still playing: look for THINKING since the clip
-            # started, not for the state now.
-            if not await _entered(ds, DuplexState.THINKING, since, turn_timeout_s):
+            if not await ds.user_turn(clip, timeout=turn_timeout_s):
                 log.warning("no reply to %s (see the stt/llm logs)", clip.shape)
-            await ds.wait_until_quiet(timeout=turn_timeout_s)
         result = ds.result()
     if out_wav is not None:
         result.write_wav(out_wav)

@@ -69,9 +69,9 @@ class TTSMetrics:
         self.admission_headroom = Gauge("tts_admission_headroom_sessions", "More speaking "
                                         "streams the engine's frame period allows now",
                                         registry=r)
-        self.admission_front = Gauge("tts_admission_front_cpu_share", "Predicted CPU share "
-                                     "of the event loop writing frames at the current load",
-                                     registry=r)
+        self.admission_front = Gauge("tts_admission_front_cpu_share", "The event loop's "
+                                     "CPU share of a core predicted at the open streams now "
+                                     "(its measured share per open stream)", registry=r)
         self.gpu_memory = Gauge("tts_gpu_memory_bytes", "CUDA memory of the engine's device "
                                 "(torch allocator: allocated, reserved), sampled after steps",
                                 ["kind"], registry=r)
