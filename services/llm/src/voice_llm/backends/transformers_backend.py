@@ -1,27 +1,24 @@
-"""The Transformers backend: HF `generate` in worker threads, streamed into asyncio.
+"""The Transformers backend: an HF decoder, batched continuously, streamed into asyncio.
 
-One thread per request runs `model.generate` (torch releases the GIL, so requests overlap
-on CPU); a streamer hands each new token id to the event loop (the TextIteratorStreamer
-pattern, but into an asyncio queue), where it is detokenized and checked for stop strings.
+The model runs in one thread (`batcher.Batcher`): every request in flight advances by one
+token per forward (on CUDA a captured graph per batch bucket). Each new token id reaches
+the event loop through the request's queue, where it is detokenized and checked for stop
+strings.
 
-Cancellation is real: every request carries a threading.Event that a StoppingCriteria
-reads after each decode step, so `abort` (or closing the stream) ends `generate` after at
-most the step in progress. `steps_run(request_id)` exposes the step count so tests can see
+Cancellation is real: a request's cancel flag drops it from the batch before the next
+step, so `abort` (or closing the stream) ends its work after at most the step in
+progress. `steps_run(request_id)` exposes the forwards it took part in so tests can see
 generation stop rather than assume it.
 
-Sampling runs in a logits processor with a per-request torch.Generator, so a request's
-`seed` gives the same reply even while other requests sample concurrently (HF's own
-sampler draws from the global RNG). Audio is not taken: the model is text-only.
+Sampling uses a per-request torch.Generator, so a request's `seed` gives the same reply
+whoever shares its steps. Audio is not taken: the model is text-only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +28,14 @@ from voice_llm.backends.base import (
     render_prompt,
     warmup_job,
 )
+from voice_llm.backends.batcher import END, Batcher, Request
 from voice_llm.backends.text import IncrementalDetokenizer, StopMatcher
-from voice_llm.chat import ChatJob, Chunk, FinishReason, SamplingOptions
-from voice_llm.errors import Aborted, InvalidInput, is_device_fault
+from voice_llm.chat import ChatJob, Chunk, FinishReason
+from voice_llm.errors import Aborted, InvalidInput
 from voice_llm.settings import Settings
 from voice_llm.tiny_random import RANDOM_MARKER
 
 log = logging.getLogger(__name__)
-_END = object()
-
-
-@dataclass
-class _Run:
-    """One request's generation thread, as the event loop sees it."""
-
-    cancel: threading.Event = field(default_factory=threading.Event)
-    steps: int = 0  # decode steps taken (read by tests and abort logging)
-    done: threading.Event = field(default_factory=threading.Event)
 
 
 class TransformersBackend:
@@ -57,21 +45,28 @@ class TransformersBackend:
     def __init__(self, settings: Settings, model_path: Path) -> None:
         self._settings = settings
         self._path = model_path
-        self._pool = ThreadPoolExecutor(settings.max_concurrent, thread_name_prefix="hf-gen")
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, Request] = {}
         self._finished_steps: dict[str, int] = {}
         self.tokenizer: Any = None
         self.model: Any = None
+        self._batcher: Batcher | None = None
         self._eos: set[int] = set()
-        self._allowed: Any = None  # bool tensor over the LM head, None: every id
         # A device fault (errors.is_device_fault) seen by a generation, and who to tell.
         self.fault: BaseException | None = None
         self.on_fault: Callable[[BaseException], None] | None = None
 
     async def start(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+        loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._load)
+        self._batcher.on_fault = lambda e: loop.call_soon_threadsafe(self._faulted, e)
         async for _ in self.generate(warmup_job()):
             pass
+
+    def _faulted(self, e: BaseException) -> None:
+        if self.fault is None:
+            self.fault = e  # the CUDA context is gone: the server exits (server.py)
+            if self.on_fault is not None:
+                self.on_fault(e)
 
     def _load(self) -> None:
         import torch
@@ -81,25 +76,38 @@ class TransformersBackend:
             torch.set_num_threads(self._settings.torch_threads)
         dtype = "auto" if self._settings.dtype == "auto" else getattr(torch, self._settings.dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(self._path)
-        if (self._path / RANDOM_MARKER).exists():  # random:<shape>: weights made here
+        random_weights = (self._path / RANDOM_MARKER).exists()
+        if random_weights:  # random:<shape>: weights made here
             from transformers import AutoConfig
 
             config = AutoConfig.from_pretrained(self._path)
             torch.manual_seed(0)
             with torch.device(self._settings.device):
                 self.model = AutoModelForCausalLM.from_config(
-                    config, dtype=torch.bfloat16 if dtype == "auto" else dtype)
+                    config, dtype=torch.bfloat16 if dtype == "auto" else dtype,
+                    attn_implementation="sdpa")
             log.warning("LLM_MODEL=%s: RANDOM WEIGHTS at a real shape (benchmarks only)",
                         self._settings.model)
         else:
-            self.model = AutoModelForCausalLM.from_pretrained(self._path, dtype=dtype)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                self._path, dtype=dtype, attn_implementation="sdpa")
         self.model.to(self._settings.device).eval()
+        cuda = self.model.device.type == "cuda"
+        if cuda:
+            # SDPA's cuDNN kernel builds a graph per new shape (~1.6 ms of CPU a layer), and
+            # the prefill's shape is new each request: on the H100 a random Qwen3-1.7B
+            # decoded at 89 ms a token with it, 23 without (flash / mem-efficient instead).
+            torch.backends.cuda.enable_cudnn_sdp(False)
         eos = self.model.generation_config.eos_token_id
         self._eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
             self._eos.add(self.tokenizer.eos_token_id)
-        self._allowed = self._allowed_ids((self._path / RANDOM_MARKER).exists())
-        log.info("transformers model loaded from %s on %s", self._path, self._settings.device)
+        self._batcher = Batcher(self.model, self._settings.max_concurrent,
+                                self._settings.max_model_len, self._eos,
+                                self._allowed_ids(random_weights), graphs=cuda)
+        log.info("transformers model loaded from %s on %s (%d slots of %d tokens)", self._path,
+                 self._settings.device, self._settings.max_concurrent,
+                 self._settings.max_model_len)
 
     def _allowed_ids(self, random_weights: bool) -> Any:
         """Ids past the tokenizer's (a padded LM head, as in Qwen's 151936 vs 151669)
@@ -135,33 +143,35 @@ class TransformersBackend:
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        run = _Run()
         if job.request_id in self._runs:
             raise InvalidInput(f"request_id {job.request_id!r} is already generating")
+
+        def emit(item: Any) -> None:  # from the batcher's thread
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+            if item is END:
+                loop.call_soon_threadsafe(self._forget, run)
+
+        run = Request(prompt_ids, max_new, job.options, emit)
         self._runs[job.request_id] = run
-        future = loop.run_in_executor(
-            self._pool, self._generate_blocking, prompt_ids, max_new, job.options, run, loop, queue
-        )
+        self._batcher.submit(run)
         detok = IncrementalDetokenizer(self.tokenizer)
         stops = StopMatcher(job.options.stop)
         last_id, finished = -1, False
         try:
             while True:
                 item = await queue.get()
-                if item is _END:
+                if item is END:
                     break
                 if isinstance(item, BaseException):
                     raise item
                 last_id = item[-1]
                 text = stops.feed(detok.push(item))
                 if stops.matched:
-                    run.cancel.set()  # the engine may be a step ahead: stop it now
-                    await future
+                    self._cancel(run)  # the batcher may be a step ahead: stop it now
                     finished = True
                     yield Chunk(text, len(item), n_prompt, finish=FinishReason.STOP)
                     return
                 yield Chunk(text, len(item), n_prompt)
-            await future
             if run.cancel.is_set():
                 raise Aborted(f"request {job.request_id} was aborted by the server")
             tail = stops.feed(detok.flush()) + stops.flush()
@@ -171,58 +181,13 @@ class TransformersBackend:
             yield Chunk(tail, 0, n_prompt, finish=reason)
         finally:
             if not finished:
-                run.cancel.set()  # closed early: the caller was cancelled or failed
+                self._cancel(run)  # closed early: the caller was cancelled or failed
 
-    def _generate_blocking(
-        self,
-        prompt_ids: list[int],
-        max_new: int,
-        options: SamplingOptions,
-        run: _Run,
-        loop: asyncio.AbstractEventLoop,
-        queue: asyncio.Queue[Any],
-    ) -> None:
-        import torch
-        from transformers import LogitsProcessorList, StoppingCriteriaList
+    def _cancel(self, run: Request) -> None:
+        run.cancel.set()
+        self._batcher.wake()
 
-        from voice_llm.backends.hf_hooks import (
-            AllowedIds,
-            CancelOnEvent,
-            QueueStreamer,
-            SeededSampler,
-        )
-
-        try:
-            ids = torch.tensor([prompt_ids], device=self.model.device)
-            processors = LogitsProcessorList()
-            if self._allowed is not None:
-                processors.append(AllowedIds(self._allowed))
-            if options.temperature > 0:
-                processors.append(SeededSampler(options, self.model.device))
-            with torch.inference_mode():
-                self.model.generate(
-                    input_ids=ids,
-                    attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max_new,
-                    do_sample=False,  # SeededSampler does the sampling
-                    logits_processor=processors,
-                    stopping_criteria=StoppingCriteriaList([CancelOnEvent(run)]),
-                    streamer=QueueStreamer(loop, queue),
-                    eos_token_id=sorted(self._eos),
-                    pad_token_id=self.tokenizer.pad_token_id,
-                )
-        except BaseException as e:
-            if is_device_fault(e) and self.fault is None:
-                self.fault = e  # the CUDA context is gone: the server exits (server.py)
-                if self.on_fault is not None:
-                    loop.call_soon_threadsafe(self.on_fault, e)
-            loop.call_soon_threadsafe(queue.put_nowait, e)
-        finally:
-            loop.call_soon_threadsafe(queue.put_nowait, _END)
-            run.done.set()
-            loop.call_soon_threadsafe(self._forget, run)
-
-    def _forget(self, run: _Run) -> None:
+    def _forget(self, run: Request) -> None:
         for rid, r in list(self._runs.items()):
             if r is run:
                 del self._runs[rid]
@@ -233,10 +198,10 @@ class TransformersBackend:
     async def abort(self, request_id: str) -> None:
         run = self._runs.get(request_id)
         if run is not None:
-            run.cancel.set()
+            self._cancel(run)
 
     def steps_run(self, request_id: str) -> tuple[int, bool]:
-        """(decode steps taken, whether the generation thread has ended) for a request."""
+        """(forwards taken, whether the batcher is done with it) for a request."""
         run = self._runs.get(request_id)
         if run is not None:
             return run.steps, run.done.is_set()
@@ -255,4 +220,5 @@ class TransformersBackend:
     async def close(self) -> None:
         for run in self._runs.values():
             run.cancel.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._batcher is not None:
+            await asyncio.to_thread(self._batcher.close)

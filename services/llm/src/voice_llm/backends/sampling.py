@@ -1,0 +1,48 @@
+"""Next-token choice for a batch of rows, each with its own options and generator.
+
+Temperature + top-p sampling from each request's own torch.Generator, so a request's
+`seed` gives the same reply whoever else shares the step; temperature 0 is greedy.
+`allowed` (a bool tensor over the LM head, or None) bans every id it does not mark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from voice_llm.chat import SamplingOptions
+
+
+def new_generator(options: SamplingOptions, device: torch.device) -> torch.Generator | None:
+    if options.temperature <= 0:
+        return None
+    gen = torch.Generator(device=device)
+    if options.seed is not None:
+        gen.manual_seed(options.seed % 2**63)
+    else:
+        gen.seed()
+    return gen
+
+
+def pick(logits: torch.Tensor, options: Sequence[SamplingOptions],
+         generators: Sequence[torch.Generator | None],
+         allowed: torch.Tensor | None) -> list[int]:
+    """logits (R, V) of R rows -> one token id per row."""
+    scores = logits.float()
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    picked = scores.argmax(dim=-1)
+    sampled = [i for i, o in enumerate(options) if o.temperature > 0]
+    if sampled:
+        rows = torch.tensor(sampled, device=scores.device)
+        temps = torch.tensor([options[i].temperature for i in sampled], device=scores.device)
+        top_p = torch.tensor([options[i].top_p for i in sampled], device=scores.device)
+        probs = torch.softmax(scores[rows] / temps[:, None], dim=-1)
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest set whose mass reaches top_p (the first token always stays).
+        drop = sorted_p.cumsum(dim=-1) - sorted_p > top_p[:, None]
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+        for j, i in enumerate(sampled):
+            picked[i] = torch.multinomial(probs[j], 1, generator=generators[i])[0]
+    return picked.tolist()
