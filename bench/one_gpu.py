@@ -181,7 +181,7 @@ def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dic
                    "TTS_HTTP_PORT": str(TTS_HTTP), "TTS_GRPC_HOST": "127.0.0.1"}
         llm_env = {**mps.env, **mode_env(mode, "LLM", shares), "LLM_BACKEND": "transformers",
                    "LLM_MODEL": args.llm_model, "LLM_DEVICE": args.device,
-                   "LLM_MAX_CONCURRENT": str(max(args.chats, *loop_levels(args))),
+                   "LLM_MAX_CONCURRENT": str(max([args.chats, *loop_levels(args)])),
                    "LLM_MAX_MODEL_LEN": "4096",
                    "LLM_GRPC_HOST": "127.0.0.1", "LLM_HTTP_PORT": "8002"}
         res["env"] = {"tts": {k: v for k, v in tts_env.items() if k.startswith("CUDA")},
