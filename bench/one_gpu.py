@@ -133,7 +133,8 @@ def tts_load(args: argparse.Namespace, out: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "bench.openloop", "--addr", TTS_ADDR, "--http-port",
          str(TTS_HTTP), "--rates", str(args.rate), "--duration", str(args.seconds),
-         "--warmup", str(args.warmup), "--procs", str(args.procs), "--out", str(out)],
+         "--warmup", str(args.warmup), "--procs", str(args.procs), "--out", str(out),
+         "--model", args.tts_model, "--device", args.device],  # for the record only
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(out.with_suffix(".log")).open("w"))
 
 
@@ -286,10 +287,13 @@ def main() -> None:
     p.add_argument("--loop", default="", help="agent loop levels (conversations), e.g. 1,16")
     p.add_argument("--loop-wavs", default="bench/out/loop_wavs",
                    help="the loop's speech (bench.agent_loop make-wavs)")
+    p.add_argument("--share", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a .env.example MPS line, e.g. "
+                   "LLM_MPS_ACTIVE_THREAD_PERCENTAGE=40 (to try a setting before compose)")
     p.add_argument("--out", default="bench/out/one_gpu")
     args = p.parse_args()
     args.phases = args.phases or "tts,llm,together" + (",loop" if args.loop else "")
-    shares = env_file_shares()
+    shares = env_file_shares() | dict(kv.split("=", 1) for kv in args.share)
     results = []
     for mode in args.modes.split(","):
         t0 = time.monotonic()

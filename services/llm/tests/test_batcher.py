@@ -8,8 +8,11 @@ prompt alone. Run on CUDA (bench/gpu.sh's GPU tests) it checks the captured grap
 
 from __future__ import annotations
 
+import itertools
 import queue
+import statistics
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -104,3 +107,74 @@ def test_a_cancelled_request_leaves_the_batch_and_frees_its_slot(model_and_token
         assert len(second.tokens) == 3
     finally:
         batcher.close()
+
+
+def test_non_finite_logits_fail_the_row_not_the_device() -> None:
+    """A NaN row gets an error instead of a token (multinomial would trip a device-side
+    assert on CUDA, which poisons the process's context); the other rows still sample."""
+    from voice_llm.backends.sampling import NonFiniteLogits, pick
+
+    logits = torch.randn(3, 50)
+    logits[1, 7] = float("nan")
+    sampled = SamplingOptions(max_tokens=0, temperature=0.8, top_p=0.9, seed=1)
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    got = pick(logits, [GREEDY, sampled, sampled], [None, gens[1], gens[2]], None)
+    assert got[0] == int(logits[0].argmax())
+    assert isinstance(got[1], NonFiniteLogits)
+    assert isinstance(got[2], int) and 0 <= got[2] < 50
+
+
+def test_a_model_gone_nan_fails_its_requests_with_a_clear_error(model_and_tokenizer) -> None:
+    model, tok = model_and_tokenizer
+    forward = model.forward
+
+    def nan_forward(*args, **kw):
+        out = forward(*args, **kw)
+        out.logits = out.logits * float("nan")
+        return out
+
+    batcher = Batcher(model, slots=2, max_len=256, eos=set(), allowed=None, graphs=False)
+    try:
+        model.forward = nan_forward
+        c = Collect()
+        batcher.submit(Request(tok("Hi").input_ids, 5, GREEDY, c.emit))
+        items = [c.items.get(timeout=30), c.items.get(timeout=30)]
+        assert "not finite" in str(items[0]) and items[1] is END and not c.tokens
+        del model.forward  # healthy again: the batcher still serves
+        ok = Collect()
+        batcher.submit(Request(tok("Hi").input_ids, 5, GREEDY, ok.emit))
+        ok.wait_end()
+        assert len(ok.tokens) == 5
+    finally:
+        model.__dict__.pop("forward", None)
+        batcher.close()
+
+
+def test_pacing_slows_steps_after_the_first_tokens_but_not_a_new_request(
+        model_and_tokenizer) -> None:
+    model, tok = model_and_tokenizer
+    batcher = Batcher(model, slots=2, max_len=256, eos=set(), allowed=None, graphs=False,
+                      pace_tokens_per_s=20, pace_after_tokens=4)
+    try:
+        stamps: list[float] = []
+        first = Collect()
+
+        def emit(item) -> None:
+            stamps.append(time.monotonic())
+            first.emit(item)
+
+        batcher.submit(Request(tok("Talk.").input_ids, 12, GREEDY, emit))
+        while len(first.tokens) < 8:
+            time.sleep(0.005)
+        second, asked = Collect(), time.monotonic()
+        batcher.submit(Request(tok("Hi").input_ids, 2, GREEDY, second.emit))
+        second.first.wait(5)
+        joined = time.monotonic() - asked
+        first.wait_end()
+        second.wait_end()
+    finally:
+        batcher.close()
+    gaps = [b - a for a, b in itertools.pairwise(stamps[4:12])]
+    assert statistics.median(gaps) > 0.035, gaps  # ~50 ms a step once past the first 4
+    assert stamps[3] - stamps[0] < 0.1  # the first tokens at full speed
+    assert joined < 0.04, joined  # a new request does not wait out the pace

@@ -87,6 +87,17 @@ class Settings(BaseSettings):
     torch_threads: int = Field(
         0, ge=0, description="transformers: torch intra-op threads (0 = torch's default)"
     )
+    # The fast lane on a shared GPU: a spoken reply needs its first words at once and then
+    # ~4 tokens a second; decoding on at full speed takes GPU time the TTS's real-time
+    # streams need. Once every request in the batch has `pace_after_tokens`, steps run at
+    # most `pace_tokens_per_s` a second (a new request is still prefilled at once).
+    pace_tokens_per_s: float = Field(
+        0.0, ge=0.0, description="transformers: decode steps a second once every request "
+        "has its first LLM_PACE_AFTER_TOKENS (0 = never paced)"
+    )
+    pace_after_tokens: int = Field(
+        24, ge=1, description="transformers: tokens a request gets at full speed"
+    )
 
     # Audio parts on a text-only model: transcribe them first, or reject them.
     asr_model: str = Field(

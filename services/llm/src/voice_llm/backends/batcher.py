@@ -9,6 +9,8 @@ bucket: rows = slots [0, R) with R the next power of two above the highest slot 
 (free slots in it compute on a dummy token, their keys never read), kv_len the next
 bucket above the longest row. Eager, an HF decoder of 1.7B spends ~20-35 ms of CPU a step
 on the H100 whatever the batch; the replay costs what the GPU does. On CPU it runs eager.
+Paced (`pace_tokens_per_s`), steps wait once every request has its first tokens, leaving
+the GPU to the TTS; a new request ends the wait.
 
 Tokens go out through each request's `emit` (thread-safe, called from this thread): a
 list of new ids, an exception, or `END` once the request is over (end of sequence,
@@ -77,7 +79,8 @@ class _Graph:
 
 class Batcher:
     def __init__(self, model: Any, slots: int, max_len: int, eos: set[int],
-                 allowed: torch.Tensor | None, graphs: bool) -> None:
+                 allowed: torch.Tensor | None, graphs: bool, pace_tokens_per_s: float = 0.0,
+                 pace_after_tokens: int = 0) -> None:
         self.model = model
         self.device = model.device
         self.cache = SlotCache(model.config, slots, max_len, model.dtype, self.device)
@@ -90,6 +93,9 @@ class Batcher:
         self._pending: deque[Request] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        self._pace_interval = 1.0 / pace_tokens_per_s if pace_tokens_per_s > 0 else 0.0
+        self._pace_after = pace_after_tokens
+        self._last_step = 0.0
         self._graphs: dict[tuple[int, int], _Graph] = {}
         self._row_buckets = buckets(slots, 1)
         self._kv_buckets = buckets(max_len, min(_KV_MIN, max_len))
@@ -130,6 +136,8 @@ class Batcher:
                         self._cond.wait()
                     if self._closed:
                         break
+                    if pause := self._pace_delay():
+                        self._cond.wait_for(lambda: self._pending or self._closed, pause)
                 try:
                     self._step()
                 except BaseException as e:  # a bug or a device fault: fail who was in it
@@ -147,6 +155,15 @@ class Batcher:
             self._pending.clear()
         for req in left:
             self._finish(req, self.fault)
+
+    def _pace_delay(self) -> float:
+        """Seconds to wait before the next step: > 0 only while pacing and every request
+        in the batch is past its first `pace_after` tokens."""
+        active = [r for r in self._rows if r is not None]
+        if not self._pace_interval or not active or any(
+                r.generated < self._pace_after for r in active):
+            return 0.0
+        return max(0.0, self._last_step + self._pace_interval - time.monotonic())
 
     def _cancel_pending(self) -> bool:
         return any(r.cancel.is_set() for r in self._pending)
@@ -173,6 +190,7 @@ class Batcher:
                 self._finish(req, e)
         active = [r for r in self._rows if r is not None]
         if active:
+            self._last_step = time.monotonic()
             self._decode(active)
 
     def _prefill(self, req: Request) -> None:
@@ -224,6 +242,10 @@ class Batcher:
                       self._allowed)
         for req, token in zip(reqs, tokens, strict=True):
             req.steps += 1
+            if isinstance(token, BaseException):
+                log.error("request failed: %s", token)
+                self._finish(req, token)
+                continue
             req.generated += 1
             req.last = token
             req.emit([token])

@@ -3,6 +3,12 @@
 Temperature + top-p sampling from each request's own torch.Generator, so a request's
 `seed` gives the same reply whoever else shares the step; temperature 0 is greedy.
 `allowed` (a bool tensor over the LM head, or None) bans every id it does not mark.
+
+A row whose logits are not finite gets no token but an error: torch.multinomial would
+trip a device-side assert on it, which poisons the whole CUDA context (seen on the H100:
+bf16 GEMMs returned NaN under an MPS SM cap, `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` < 100).
+Sampling is the exponential race instead (argmax of p / Exp(1) draws: a draw from p, no
+assert, no sync).
 """
 
 from __future__ import annotations
@@ -25,11 +31,17 @@ def new_generator(options: SamplingOptions, device: torch.device) -> torch.Gener
     return gen
 
 
+class NonFiniteLogits(RuntimeError):
+    """The model's logits hold NaN or inf: its numerics are broken, not the request."""
+
+
 def pick(logits: torch.Tensor, options: Sequence[SamplingOptions],
          generators: Sequence[torch.Generator | None],
-         allowed: torch.Tensor | None) -> list[int]:
-    """logits (R, V) of R rows -> one token id per row."""
+         allowed: torch.Tensor | None) -> list[int | NonFiniteLogits]:
+    """logits (R, V) of R rows -> one token id per row (an error for a broken row)."""
     scores = logits.float()
+    finite = torch.isfinite(scores).all(dim=-1)
+    scores = torch.nan_to_num(scores, nan=0.0, posinf=0.0, neginf=0.0)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     picked = scores.argmax(dim=-1)
@@ -44,5 +56,8 @@ def pick(logits: torch.Tensor, options: Sequence[SamplingOptions],
         drop = sorted_p.cumsum(dim=-1) - sorted_p > top_p[:, None]
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
         for j, i in enumerate(sampled):
-            picked[i] = torch.multinomial(probs[j], 1, generator=generators[i])[0]
-    return picked.tolist()
+            race = torch.empty_like(probs[j]).exponential_(1.0, generator=generators[i])
+            picked[i] = (probs[j] / race).argmax()
+    bad = NonFiniteLogits("the model's logits are not finite (NaN / inf); under CUDA MPS "
+                          "keep CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at 100 (deploy/README)")
+    return [t if ok else bad for t, ok in zip(picked.tolist(), finite.tolist(), strict=True)]

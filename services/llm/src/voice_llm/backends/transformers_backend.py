@@ -104,7 +104,9 @@ class TransformersBackend:
             self._eos.add(self.tokenizer.eos_token_id)
         self._batcher = Batcher(self.model, self._settings.max_concurrent,
                                 self._settings.max_model_len, self._eos,
-                                self._allowed_ids(random_weights), graphs=cuda)
+                                self._allowed_ids(random_weights), graphs=cuda,
+                                pace_tokens_per_s=self._settings.pace_tokens_per_s,
+                                pace_after_tokens=self._settings.pace_after_tokens)
         log.info("transformers model loaded from %s on %s (%d slots of %d tokens)", self._path,
                  self._settings.device, self._settings.max_concurrent,
                  self._settings.max_model_len)
