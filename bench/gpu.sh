@@ -111,6 +111,7 @@ if [ -n "${WITH_ONE_GPU:-}" ]; then
     --rate "${OG_RATE:-10}" --seconds "${OG_SECONDS:-30}" --chats "${OG_CHATS:-4}" \
     --phases "${OG_PHASES:-}" --loop "${OG_LOOP:-}" --loop-wavs "${OG_LOOP_WAVS:-.loopwavs}" \
     $(for kv in ${OG_SHARES:-}; do echo --share "$kv"; done) \
+    $(for kv in ${OG_LLM_ENV:-}; do echo --llm-env "$kv"; done) \
     --out "$OUT/one_gpu${OG_TAG:-}" 2>&1 | tail -40
   # One archive: the device returns a limited number of files.
   tar czf "$OUT/one_gpu${OG_TAG:-}.tgz" -C "$OUT" "one_gpu${OG_TAG:-}" && rm -rf "$OUT/one_gpu${OG_TAG:-}"

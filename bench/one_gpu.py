@@ -184,9 +184,11 @@ def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dic
                    "LLM_MODEL": args.llm_model, "LLM_DEVICE": args.device,
                    "LLM_MAX_CONCURRENT": str(max([args.chats, *loop_levels(args)])),
                    "LLM_MAX_MODEL_LEN": "4096",
-                   "LLM_GRPC_HOST": "127.0.0.1", "LLM_HTTP_PORT": "8002"}
+                   "LLM_GRPC_HOST": "127.0.0.1", "LLM_HTTP_PORT": "8002",
+                   **dict(kv.split("=", 1) for kv in args.llm_env)}
         res["env"] = {"tts": {k: v for k, v in tts_env.items() if k.startswith("CUDA")},
-                      "llm": {k: v for k, v in llm_env.items() if k.startswith("CUDA")}}
+                      "llm": {k: v for k, v in llm_env.items()
+                              if k.startswith(("CUDA", "LLM_PACE"))}}
         tts = start([sys.executable, "-m", "voice_tts.server"], tts_env, out / "tts.log")
         llm = start([sys.executable, "-m", "voice_llm.server"], llm_env, out / "llm.log")
         try:
@@ -290,6 +292,8 @@ def main() -> None:
     p.add_argument("--share", action="append", default=[], metavar="KEY=VALUE",
                    help="override a .env.example MPS line, e.g. "
                    "LLM_MPS_ACTIVE_THREAD_PERCENTAGE=40 (to try a setting before compose)")
+    p.add_argument("--llm-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="more thinker environment, e.g. LLM_PACE_TOKENS_PER_S=20")
     p.add_argument("--out", default="bench/out/one_gpu")
     args = p.parse_args()
     args.phases = args.phases or "tts,llm,together" + (",loop" if args.loop else "")
