@@ -20,6 +20,7 @@ tests can see a cancel stop the work rather than assume it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -88,6 +89,9 @@ class Batcher:
         if self._layer_types != {"full_attention"}:
             raise ValueError(f"the transformers backend batches full attention only, not "
                              f"{sorted(self._layer_types)}: use the vLLM backend")
+        # transformers 5.24 renamed the forward's `past_key_values` to `cache`
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self._eos, self._allowed = eos, allowed
         self._rows: list[Request | None] = [None] * slots
         self._pending: deque[Request] = deque()
@@ -201,7 +205,7 @@ class Batcher:
         out = self.model(input_ids=torch.tensor([req.prompt], device=self.device),
                          position_ids=positions,
                          attention_mask={t: mask for t in self._layer_types},
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+                         use_cache=True, logits_to_keep=1, **{self._cache_arg: self.cache})
         req.position = n
         self._advance([req], out.logits[:, -1])
 
@@ -234,7 +238,7 @@ class Batcher:
         mask = causal_mask(positions, kv_len)
         out = self.model(input_ids=ids, position_ids=positions,
                          attention_mask={t: mask for t in self._layer_types},
-                         past_key_values=self.cache, use_cache=True)
+                         use_cache=True, **{self._cache_arg: self.cache})
         return out.logits[:, -1]
 
     def _advance(self, reqs: list[Request], logits: torch.Tensor) -> None:

@@ -1,8 +1,8 @@
-"""A static KV cache an HF decoder writes through `past_key_values`, one slot per request.
+"""A static KV cache an HF decoder writes through its cache argument, one slot per request.
 
 Each layer holds k, v buffers (slots, kv_heads, max_len, head_dim). A forward is bound to
 a run of consecutive slots [first, first + rows) and each row's positions; HF's attention
-calls `update(k, v, layer_idx)`, which writes the new keys at those positions in place and
+calls `update(k, v, layer_idx, ...)`, which writes the new keys at those positions in place and
 returns the rows' first `kv_len` positions as a view (no copy). Shapes depend only on
 (rows, kv_len), never on the data, so a decode step over a fixed (rows, kv_len) can be
 captured in a CUDA graph once and replayed.
@@ -43,7 +43,7 @@ class SlotCache:
         self._row_index, self._positions, self._kv_len = row_index, positions, kv_len
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int,
-               *_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+               *_: Any, **__: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v (R, kv_heads, T, D) -> the rows' cache (R, kv_heads, kv_len, D)."""
         kb, vb = self.k[layer_idx], self.v[layer_idx]
         index = (self._row_index, slice(None), self._positions)
