@@ -51,6 +51,10 @@ class SlotCache:
         vb[index] = v.transpose(1, 2)
         return kb[self._rows, :, : self._kv_len], vb[self._rows, :, : self._kv_len]
 
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self._kv_len  # the model asks only when no position_ids are given
 

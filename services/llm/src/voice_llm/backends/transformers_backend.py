@@ -107,9 +107,10 @@ class TransformersBackend:
                                 self._allowed_ids(random_weights), graphs=cuda,
                                 pace_tokens_per_s=self._settings.pace_tokens_per_s,
                                 pace_after_tokens=self._settings.pace_after_tokens)
-        log.info("transformers model loaded from %s on %s (%d slots of %d tokens)", self._path,
-                 self._settings.device, self._settings.max_concurrent,
-                 self._settings.max_model_len)
+        log.info("transformers model loaded from %s on %s (%d slots of %d tokens: %.2f GB "
+                 "of KV cache)", self._path, self._settings.device,
+                 self._settings.max_concurrent, self._settings.max_model_len,
+                 self._batcher.cache.nbytes / 1e9)
 
     def _allowed_ids(self, random_weights: bool) -> Any:
         """Ids past the tokenizer's (a padded LM head, as in Qwen's 151936 vs 151669)
