@@ -155,8 +155,8 @@ class TransformersBackend:
                 loop.call_soon_threadsafe(self._forget, run)
 
         run = Request(prompt_ids, max_new, job.options, emit)
-        self._runs[job.request_id] = run
-        self._batcher.submit(run)
+        self._batcher.submit(run)  # raises once closed; its END reaches _forget after this:
+        self._runs[job.request_id] = run  # the loop runs emit's callbacks at the next await
         detok = IncrementalDetokenizer(self.tokenizer)
         stops = StopMatcher(job.options.stop)
         last_id, finished = -1, False
