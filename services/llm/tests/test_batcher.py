@@ -1,9 +1,10 @@
 """The batched decode equals HF `generate`, token for token, whoever shares the steps.
 
 The model is the tiny random Qwen3 in float32; greedy replies of requests batched together
-(different prompt lengths, so rows sit at different positions; one joining mid-flight, so
-rows are prefilled between decode steps) must be exactly what `generate` makes for each
-prompt alone. Run on CUDA (bench/gpu.sh's GPU tests) it checks the captured graphs too.
+(different prompt lengths, prefilled together right-padded, so rows sit at different
+positions; one joining mid-flight, so rows are prefilled between decode steps) must be
+exactly what `generate` makes for each prompt alone. Run on CUDA it checks the captured
+graphs too.
 """
 
 from __future__ import annotations
@@ -74,10 +75,14 @@ def test_batched_greedy_equals_generate_alone(model_and_tokenizer) -> None:
     n = 24
     batcher = Batcher(model, slots=4, max_len=256, eos=set(), allowed=None,
                       graphs=DEVICE == "cuda")
+    prefills: list[int] = []
+    prefill = batcher._prefill
+    batcher._prefill = lambda reqs: (prefills.append(len(reqs)), prefill(reqs))[1]
     try:
         got = [Collect() for _ in prompts]
-        for p, c in zip(prompts[:3], got, strict=False):
-            batcher.submit(Request(p, n, GREEDY, c.emit))
+        with batcher._cond:  # the loop takes the three together: one padded prefill
+            for p, c in zip(prompts[:3], got, strict=False):
+                batcher.submit(Request(p, n, GREEDY, c.emit))
         got[0].first.wait(30)
         while len(got[0].tokens) < 5:  # the fourth joins while the others decode
             threading.Event().wait(0.001)
@@ -86,6 +91,7 @@ def test_batched_greedy_equals_generate_alone(model_and_tokenizer) -> None:
             c.wait_end()
     finally:
         batcher.close()
+    assert prefills == [3, 1]
     for p, c in zip(prompts, got, strict=True):
         assert c.tokens == reference(model, p, n)
 

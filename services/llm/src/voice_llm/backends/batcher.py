@@ -1,8 +1,9 @@
 """Continuous batching for an HF decoder: one forward a step for every request in flight.
 
 One thread owns the model. Each loop: drop cancelled requests, prefill the new ones (one
-forward each, into a free slot of the `SlotCache`), then one decode step over every slot
-in use, each row at its own position. Requests join and leave between steps.
+forward for all of them, each into a free slot of the `SlotCache`), then one decode step
+over every slot in use, each row at its own position. Requests join and leave between
+steps.
 
 On CUDA the decode step replays a CUDA graph captured at start for its (rows, kv_len)
 bucket: rows = slots [0, R) with R the next power of two above the highest slot in use
@@ -175,6 +176,7 @@ class Batcher:
     def _step(self) -> None:
         for req in [r for r in self._rows if r is not None and r.cancel.is_set()]:
             self._finish(req)
+        new = []
         while None in self._rows:
             with self._cond:
                 if not self._pending:
@@ -185,29 +187,41 @@ class Batcher:
                 continue
             req.slot = self._rows.index(None)
             self._rows[req.slot] = req
+            new.append(req)
+        if new:
             try:
-                self._prefill(req)
+                self._prefill(new)
             except BaseException as e:
                 if is_device_fault(e):
                     raise
                 log.exception("prefill failed")
-                self._finish(req, e)
+                for req in new:
+                    self._finish(req, e)
         active = [r for r in self._rows if r is not None]
         if active:
             self._last_step = time.monotonic()
             self._decode(active)
 
-    def _prefill(self, req: Request) -> None:
-        n = len(req.prompt)
-        positions = torch.arange(n, device=self.device)[None]
-        self.cache.bind(req.slot, torch.tensor([[req.slot]], device=self.device), positions, n)
-        mask = causal_mask(positions, n)
-        out = self.model(input_ids=torch.tensor([req.prompt], device=self.device),
-                         position_ids=positions,
+    def _prefill(self, reqs: list[Request]) -> None:
+        """The new requests' prompts in one forward, right-padded to the longest (a pad's
+        keys land past its row's end: masked, then overwritten by its decode steps)."""
+        lengths = [len(r.prompt) for r in reqs]
+        longest, dev = max(lengths), self.device
+        ids = torch.tensor([r.prompt + [0] * (longest - len(r.prompt)) for r in reqs],
+                           device=dev)
+        positions = torch.arange(longest, device=dev)[None].expand(len(reqs), -1)
+        self.cache.bind(torch.tensor([[r.slot] for r in reqs], device=dev), positions,
+                        longest)
+        mask = causal_mask(positions, longest)
+        # Logits at every row's last position, for every row: (R, R, V); row i takes its own.
+        last = torch.tensor([n - 1 for n in lengths], device=dev)
+        out = self.model(input_ids=ids, position_ids=positions,
                          attention_mask={t: mask for t in self._layer_types},
-                         use_cache=True, logits_to_keep=1, **{self._cache_arg: self.cache})
-        req.position = n
-        self._advance([req], out.logits[:, -1])
+                         use_cache=True, logits_to_keep=last, **{self._cache_arg: self.cache})
+        diagonal = torch.arange(len(reqs), device=dev)
+        for req, n in zip(reqs, lengths, strict=True):
+            req.position = n
+        self._advance(reqs, out.logits[diagonal, diagonal])
 
     def _decode(self, active: list[Request]) -> None:
         rows = next(b for b in self._row_buckets if b > max(r.slot for r in active))
@@ -234,7 +248,7 @@ class Batcher:
 
     def _decode_forward(self, ids: torch.Tensor, positions: torch.Tensor,
                         row_index: torch.Tensor, kv_len: int) -> torch.Tensor:
-        self.cache.bind(0, row_index, positions, kv_len)
+        self.cache.bind(row_index, positions, kv_len, rows=slice(0, ids.shape[0]))
         mask = causal_mask(positions, kv_len)
         out = self.model(input_ids=ids, position_ids=positions,
                          attention_mask={t: mask for t in self._layer_types},

@@ -1,11 +1,11 @@
 """A static KV cache an HF decoder writes through its cache argument, one slot per request.
 
 Each layer holds k, v buffers (slots, kv_heads, max_len, head_dim). A forward is bound to
-a run of consecutive slots [first, first + rows) and each row's positions; HF's attention
-calls `update(k, v, layer_idx, ...)`, which writes the new keys at those positions in place and
-returns the rows' first `kv_len` positions as a view (no copy). Shapes depend only on
-(rows, kv_len), never on the data, so a decode step over a fixed (rows, kv_len) can be
-captured in a CUDA graph once and replayed.
+its rows' slots and each row's positions; HF's attention calls `update(k, v, layer_idx,
+...)`, which writes the new keys at those positions in place and returns the rows' first
+`kv_len` positions (a view when the slots are consecutive, as in a decode step). Shapes
+depend only on (rows, kv_len), never on the data, so a decode step over a fixed (rows,
+kv_len) can be captured in a CUDA graph once and replayed.
 
 Keys a row has not written (a freed slot's stale keys, positions past its own) are never
 read: the caller's mask admits key j to a query at position p only when j <= p.
@@ -30,17 +30,19 @@ class SlotCache:
         self.v = [torch.zeros(shape, dtype=dtype, device=device)
                   for _ in range(config.num_hidden_layers)]
         self.slots, self.max_len = slots, max_len
-        self._rows = slice(0, 1)
+        self._rows: slice | None = None
         self._row_index = torch.zeros(1, 1, dtype=torch.long, device=device)
         self._positions = torch.zeros(1, 1, dtype=torch.long, device=device)
         self._kv_len = 1
 
-    def bind(self, first: int, row_index: torch.Tensor, positions: torch.Tensor,
-             kv_len: int) -> None:
-        """The next forward's rows are slots [first, first + R): row_index is those slot
-        numbers as an (R, 1) tensor, positions (R, T) where each row's T new keys go."""
-        self._rows = slice(first, first + positions.shape[0])
+    def bind(self, row_index: torch.Tensor, positions: torch.Tensor, kv_len: int,
+             rows: slice | None = None) -> None:
+        """The next forward's rows are the slots in row_index, an (R, 1) tensor; positions
+        (R, T) are where each row's T new keys go. `rows`, the same slots as a slice when
+        they are consecutive, makes the read a view (a decode step); without it the rows
+        are gathered (a prefill into scattered free slots)."""
         self._row_index, self._positions, self._kv_len = row_index, positions, kv_len
+        self._rows = rows
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int,
                *_: Any, **__: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,7 +51,8 @@ class SlotCache:
         index = (self._row_index, slice(None), self._positions)
         kb[index] = k.transpose(1, 2)  # index_put takes (R, T, kv_heads, D)
         vb[index] = v.transpose(1, 2)
-        return kb[self._rows, :, : self._kv_len], vb[self._rows, :, : self._kv_len]
+        rows = self._rows if self._rows is not None else self._row_index[:, 0]
+        return kb[rows, :, : self._kv_len], vb[rows, :, : self._kv_len]
 
     @property
     def nbytes(self) -> int:
