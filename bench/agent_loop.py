@@ -207,7 +207,9 @@ def main() -> None:
                   file=sys.stderr)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"args": vars(args), "levels": results}, indent=1))
+        agent_env = {k: v for k, v in os.environ.items() if k.startswith("AGENT_")}
+        Path(args.out).write_text(json.dumps(
+            {"args": vars(args), "agent_env": agent_env, "levels": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,40 @@ async def test_the_pool_recognises_speech_and_replaces_a_dead_worker(tmp_path: P
         await pool.aclose()
 
 
+def spoken(text: str, tmp_path: Path) -> np.ndarray:
+    """espeak-ng's speech without the ~300 ms of silence it ends with."""
+    pcm = espeak(text, tmp_path)
+    loud = np.nonzero(np.abs(pcm) > 300)[0]
+    return pcm[loud[0]:loud[-1] + 1]
+
+
+async def test_a_prepared_utterance_resumes_without_losing_speech(tmp_path: Path) -> None:
+    first = np.concatenate([np.zeros(8000, dtype=np.int16), spoken("How are you today?", tmp_path),
+                            np.zeros(3200, dtype=np.int16)])
+    then = spoken("What is the weather like?", tmp_path)
+
+    async def decode(*steps: np.ndarray | str) -> str:
+        pool = SphinxPool(max_workers=1)  # a fresh decoder each: its CMN learns as it hears
+        try:
+            async with pool.utterance() as utt:
+                for step in steps:
+                    if isinstance(step, str):
+                        getattr(utt, step)()
+                    else:  # as the stream feeds it: a frame at a time
+                        for f in frames(step):
+                            utt.feed(bytes(f.data))
+                return await utt.finish()
+        finally:
+            await pool.aclose()
+
+    plain, prepared, resumed = await asyncio.gather(
+        decode(first), decode(first, "prepare", then), decode(first, "prepare", "resume", then))
+    # audio after prepare() is kept, not decoded: the transcript is the one at prepare()
+    assert prepared == plain and {"how", "you"} <= set(plain.split()), (prepared, plain)
+    # and a resume decodes it all
+    assert {"how", "you", "weather"} <= set(resumed.split()), resumed
+
+
 async def test_a_text_only_thinker_hands_over_to_pocketsphinx(tmp_path: Path) -> None:
     text_only = start_thinker(tmp_path)  # no ASR step: audio is INVALID_ARGUMENT
     speech = espeak("How are you today?", tmp_path)
@@ -103,6 +137,39 @@ async def test_the_stream_recognises_while_the_user_speaks(tmp_path: Path) -> No
     finalize_s = finals[0][0] - ended_at[0]
     print(f"\nend of speech -> transcript {finalize_s * 1000:.0f} ms")
     assert finalize_s < 0.3, finalize_s
+
+
+async def test_a_pause_shorter_than_the_hangover_keeps_one_utterance(tmp_path: Path) -> None:
+    """The recogniser finishes early in the pause (the user is quiet past PREPARE_AFTER),
+    the user goes on: the transcript has both halves."""
+    settings = AgentSettings(stt_backend="pocketsphinx")
+    pause_ms = int(settings.vad_silence_ms * 0.8)
+    speech = np.concatenate([
+        np.zeros(8000, dtype=np.int16), spoken("How are you today?", tmp_path),
+        np.zeros(16 * pause_ms, dtype=np.int16), spoken("What is the weather like?", tmp_path),
+        np.zeros(16000, dtype=np.int16)])
+    s = STT(backend="pocketsphinx", vad=load_vad(settings))
+    await s.prewarm_async()
+    stream = s.stream(conn_options=ONCE)
+    finals: list[str] = []
+
+    async def read() -> None:
+        async for ev in stream:
+            if ev.type == stt.SpeechEventType.FINAL_TRANSCRIPT:
+                finals.append(ev.alternatives[0].text)
+
+    reader = asyncio.create_task(read())
+    for f in frames(speech):
+        stream.push_frame(f)
+        await asyncio.sleep(0.01)
+    async with asyncio.timeout(10):
+        while not finals:
+            await asyncio.sleep(0.01)
+    stream.end_input()
+    await reader
+    await s.sphinx().aclose()
+    assert len(finals) == 1, finals
+    assert {"how", "you", "weather"} <= set(finals[0].split()), finals
 
 
 async def test_a_dead_recogniser_is_an_stt_error_and_the_stream_goes_on(

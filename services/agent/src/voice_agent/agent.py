@@ -214,7 +214,8 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     vad = load_vad(s)
     stt_ = STT(addr=s.thinker_addr, instruction=s.stt_instruction, max_tokens=s.stt_max_tokens,
                backend=s.stt_backend, fallback=s.stt_fallback, vad=vad,
-               sphinx_workers=s.stt_workers, utterances=utterances, tracker=tracker)
+               sphinx_workers=s.stt_workers, early_pass=s.stt_early_pass,
+               utterances=utterances, tracker=tracker)
     llm_ = LLM(addr=s.thinker_addr, max_tokens=s.llm_max_tokens, temperature=s.llm_temperature,
                max_messages=s.max_context_messages, seed=s.llm_seed, utterances=utterances,
                tracker=tracker)

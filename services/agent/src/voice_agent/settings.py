@@ -86,6 +86,10 @@ class AgentSettings(BaseSettings):
     stt_fallback: Literal["pocketsphinx", "placeholder", "none"] = "pocketsphinx"
     # PocketSphinx worker processes of this agent process (one per concurrent utterance).
     stt_workers: int = Field(2, ge=1, le=64)
+    # PocketSphinx runs its final pass early, once the user has been quiet for 30 % of
+    # the VAD's hangover (redone if they go on), so the transcript is ready when the
+    # hangover ends. Off: the pass runs after it (~100-250 ms later).
+    stt_early_pass: bool = True
     # Instruction sent with the utterance audio to the thinker.
     stt_instruction: str = (
         "Transcribe the speech in this audio exactly. Reply with the transcript only."

@@ -7,14 +7,19 @@ agent README for the measured figure); a GPU thinker with an audio path is the r
 
 The decoder holds the GIL for its whole run (a 1.8 s utterance stalls a Python thread
 ~0.5 s), so it runs in worker processes (`python -m voice_agent.sphinx`), fed
-while the user speaks: at the end of speech only the last frames and the search's
-final pass remain (~70 ms). Each utterance leases one worker; a worker that dies fails
-that utterance (the session speaks its fallback) and is replaced on the next one.
+while the user speaks. What is left at the end is the search's final pass over the
+whole utterance (75-120 ms for 2 s of speech on an idle core, more on a busy host).
+That pass is run early, speculatively: once the user has been quiet for part of the
+VAD's silence hangover (`prepare()`), so the transcript is usually ready when the
+hangover ends. If the user speaks again, `resume()` decodes the utterance anew from its
+kept audio and nothing is lost. Each utterance leases one worker; a worker that dies
+fails that utterance (the session speaks its fallback) and is replaced on the next one.
 
 Wire protocol on the worker's stdin/stdout: requests are `<kind:1><len:u32le><payload>`,
-kind A = 16 kHz s16le audio (starts an utterance if none), E = end (reply: the
-transcript, `<len:u32le><utf-8>`), C = cancel (no reply). The worker announces itself
-with the reply "ready".
+kind A = 16 kHz s16le audio (starts an utterance if none), P = prepare (finish the
+search now; audio after it is kept, not decoded), R = resume (decode everything kept,
+go on), E = end (reply: the transcript, `<len:u32le><utf-8>`), C = cancel (no reply).
+The worker announces itself with the reply "ready".
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ import logging
 import struct
 import sys
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pocketsphinx import Decoder
 
 log = logging.getLogger("voice_agent.stt.sphinx")
 
@@ -47,6 +56,14 @@ class Utterance:
     def feed(self, pcm16k: bytes) -> None:
         if pcm16k:
             self._w.send(b"A", pcm16k)
+
+    def prepare(self) -> None:
+        """The speech seems to be over: run the final pass now, so `finish()` is quick."""
+        self._w.send(b"P", b"")
+
+    def resume(self) -> None:
+        """The user spoke again after `prepare()`: go back to decoding."""
+        self._w.send(b"R", b"")
 
     async def finish(self) -> str:
         self._w.send(b"E", b"")
@@ -165,6 +182,46 @@ def shared_pool(max_workers: int) -> SphinxPool:
     return _POOLS[key]
 
 
+class _Decoding:
+    """The worker's one utterance: the decoder, the audio kept for a resume, and the
+    transcript of a prepared (finished early) search."""
+
+    def __init__(self, dec: Decoder) -> None:
+        self.dec = dec
+        self.audio: bytearray | None = None  # None: no utterance open
+        self.prepared: str | None = None
+
+    def feed(self, pcm: bytes) -> None:
+        if self.audio is None:
+            self.audio = bytearray()
+            self.dec.start_utt()
+        self.audio += pcm
+        if self.prepared is None:
+            self.dec.process_raw(pcm, no_search=False, full_utt=False)
+
+    def prepare(self) -> None:
+        if self.audio is not None and self.prepared is None:
+            self.prepared = self._end_search()
+
+    def resume(self) -> None:
+        if self.audio is not None and self.prepared is not None:
+            self.prepared = None
+            self.dec.start_utt()
+            self.dec.process_raw(bytes(self.audio), no_search=False, full_utt=False)
+
+    def end(self) -> str:
+        if self.audio is None:
+            return ""
+        text = self.prepared if self.prepared is not None else self._end_search()
+        self.audio, self.prepared = None, None
+        return text
+
+    def _end_search(self) -> str:
+        self.dec.end_utt()
+        hyp = self.dec.hyp()
+        return hyp.hypstr if hyp is not None else ""
+
+
 def _serve() -> None:
     """The worker process: one decoder, utterances one after another."""
     from pocketsphinx import Decoder
@@ -176,9 +233,8 @@ def _serve() -> None:
         out.write(_LEN.pack(len(data)) + data)
         out.flush()
 
-    dec = Decoder(samprate=16000, loglevel="FATAL")
+    utt = _Decoding(Decoder(samprate=16000, loglevel="FATAL"))
     reply("ready")
-    in_utt = False
     while True:
         hdr = src.read(_HDR.size)
         if len(hdr) < _HDR.size:
@@ -186,19 +242,15 @@ def _serve() -> None:
         kind, n = _HDR.unpack(hdr)
         payload = src.read(n) if n else b""
         if kind == b"A":
-            if not in_utt:
-                dec.start_utt()
-                in_utt = True
-            dec.process_raw(payload, no_search=False, full_utt=False)
-        elif kind in (b"E", b"C"):
-            text = ""
-            if in_utt:
-                dec.end_utt()
-                hyp = dec.hyp()
-                text = hyp.hypstr if hyp is not None else ""
-                in_utt = False
-            if kind == b"E":
-                reply(text)
+            utt.feed(payload)
+        elif kind == b"P":
+            utt.prepare()
+        elif kind == b"R":
+            utt.resume()
+        elif kind == b"E":
+            reply(utt.end())
+        elif kind == b"C":
+            utt.end()
 
 
 if __name__ == "__main__":

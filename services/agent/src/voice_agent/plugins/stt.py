@@ -5,7 +5,9 @@ Two recognisers:
   Thinker.Chat as a 16 kHz PCM audio part with a "transcribe" instruction (seed:
   OmniSTT, P50 104 ms on Qwen3-Omni), temperature 0: a transcript, not a reply;
 - PocketSphinx (`pocketsphinx`, sphinx.py): offline, in worker processes, fed while the
-  user speaks so that little is left to do when the speech ends.
+  user speaks, and its final pass run early, once the user has been quiet for
+  `PREPARE_AFTER` of the VAD's silence hangover (undone if they speak again), so the
+  transcript is usually ready when the hangover ends.
 
 A thinker that cannot take audio (INVALID_ARGUMENT: a text-only model, such as the tiny
 random thinker of the local mesh) gets what `fallback` says: "pocketsphinx" (default;
@@ -56,6 +58,9 @@ log = logging.getLogger("voice_agent.stt")
 
 PLACEHOLDER_PREFIX = "[untranscribed speech"
 BACKENDS = ("thinker", "pocketsphinx")
+# Share of the VAD's silence hangover after which the recogniser finishes early: at the
+# default 200 ms the pass starts ~100 ms into the silence and has ~120 ms to run.
+PREPARE_AFTER = 0.3
 FALLBACKS = ("pocketsphinx", "placeholder", "none")
 
 
@@ -72,6 +77,7 @@ class STT(stt.STT):
         fallback: str = "pocketsphinx",
         vad: VAD | None = None,
         sphinx_workers: int = 2,
+        early_pass: bool = True,
         utterances: UtteranceStore | None = None,
         tracker: TurnTracker | None = None,
     ) -> None:
@@ -90,6 +96,7 @@ class STT(stt.STT):
         self._fallback = fallback
         self._vad = vad
         self._sphinx_workers = sphinx_workers
+        self.early_pass = early_pass
         self._channels = ChannelCache(addr)
         self._tracker = tracker
         # "audio" mode: no transcription call, the LLM plugin sends the audio itself
@@ -235,6 +242,9 @@ class SpeechStream(stt.RecognizeStream):
         self._stt_: STT = stt_
         self._vad = vad
         self._language = language
+        hangover = getattr(vad, "min_silence_duration", None)
+        self._prepare_after_s = (PREPARE_AFTER * hangover
+                                 if hangover and stt_.early_pass else None)
 
     async def _run(self) -> None:
         vad_stream = self._vad.stream()
@@ -251,6 +261,7 @@ class SpeechStream(stt.RecognizeStream):
             utt: Utterance | None = None
             lease: contextlib.AsyncExitStack | None = None
             resampler: rtc.AudioResampler | None = None
+            prepared = False  # the recogniser's final pass has run (the user is quiet)
 
             def feed(frames: list[rtc.AudioFrame]) -> None:
                 nonlocal resampler
@@ -263,6 +274,19 @@ class SpeechStream(stt.RecognizeStream):
                     with contextlib.suppress(SphinxError):  # a dead worker: finish() says so
                         for g in out:
                             utt.feed(bytes(g.data))
+
+            def prepare_if_quiet(quiet_s: float) -> None:
+                nonlocal prepared
+                if utt is None or self._prepare_after_s is None:
+                    return
+                quiet = quiet_s >= self._prepare_after_s
+                if quiet != prepared:
+                    prepared = quiet
+                    with contextlib.suppress(SphinxError):  # a dead worker: finish() says so
+                        if quiet:
+                            utt.prepare()
+                        else:
+                            utt.resume()
 
             try:
                 async for ev in vad_stream:
@@ -280,6 +304,7 @@ class SpeechStream(stt.RecognizeStream):
                             feed(ev.frames)
                     elif ev.type == VADEventType.INFERENCE_DONE and ev.speaking:
                         feed(ev.frames)
+                        prepare_if_quiet(ev.raw_accumulated_silence)
                     elif ev.type == VADEventType.END_OF_SPEECH:
                         speech_end = time.time() - ev.silence_duration - ev.inference_duration
                         self._event_ch.send_nowait(stt.SpeechEvent(
@@ -291,7 +316,7 @@ class SpeechStream(stt.RecognizeStream):
                             final = None
                             self._emit_error(e, recoverable=False)
                         finally:
-                            utt, resampler = None, None
+                            utt, resampler, prepared = None, None, False
                             if lease is not None:
                                 await lease.aclose()
                                 lease = None
