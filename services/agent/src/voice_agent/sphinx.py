@@ -41,6 +41,11 @@ _HDR = struct.Struct("<cI")
 _LEN = struct.Struct("<I")
 START_TIMEOUT_S = 30.0
 END_TIMEOUT_S = 10.0
+# A resume decodes the kept utterance again (~0.15 s of CPU a second of audio), which the
+# worker must catch up on while the user speaks: no early pass past this much audio, nor
+# after this many resumes (a long turn with many pauses keeps the pass at the end).
+EARLY_PASS_MAX_S = 6.0
+EARLY_PASS_MAX_RESUMES = 2
 
 
 class SphinxError(RuntimeError):
@@ -190,6 +195,7 @@ class _Decoding:
         self.dec = dec
         self.audio: bytearray | None = None  # None: no utterance open
         self.prepared: str | None = None
+        self.resumes = 0
 
     def feed(self, pcm: bytes) -> None:
         if self.audio is None:
@@ -200,12 +206,15 @@ class _Decoding:
             self.dec.process_raw(pcm, no_search=False, full_utt=False)
 
     def prepare(self) -> None:
-        if self.audio is not None and self.prepared is None:
+        if (self.audio is not None and self.prepared is None
+                and len(self.audio) <= EARLY_PASS_MAX_S * 32000
+                and self.resumes < EARLY_PASS_MAX_RESUMES):
             self.prepared = self._end_search()
 
     def resume(self) -> None:
         if self.audio is not None and self.prepared is not None:
             self.prepared = None
+            self.resumes += 1
             self.dec.start_utt()
             self.dec.process_raw(bytes(self.audio), no_search=False, full_utt=False)
 
@@ -213,7 +222,7 @@ class _Decoding:
         if self.audio is None:
             return ""
         text = self.prepared if self.prepared is not None else self._end_search()
-        self.audio, self.prepared = None, None
+        self.audio, self.prepared, self.resumes = None, None, 0
         return text
 
     def _end_search(self) -> str:
