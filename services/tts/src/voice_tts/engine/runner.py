@@ -243,12 +243,22 @@ class Runner:
     def enable_graphs(self, max_batch: int, max_prefills: int) -> None:
         """Capture the decode step for batch buckets 1, 2, 4 ... max_batch and the prefill
         per (batch, prompt length) bucket (CUDA only)."""
-        self.graphs = DecodeGraphs(self, buckets_for(min(max_batch, self.scratch_slot)))
-        self.graphs.capture()
-        self.prefill_graphs = PrefillGraphs(
-            self, buckets_for(min(max_prefills, self.scratch_slot)),
-            [n for n in PROMPT_BUCKETS if n < self.max_seq_len], self.graphs.pool)
-        self.prefill_graphs.capture()
+        try:
+            self.graphs = DecodeGraphs(self, buckets_for(min(max_batch, self.scratch_slot)))
+            self.graphs.capture()
+            self.prefill_graphs = PrefillGraphs(
+                self, buckets_for(min(max_prefills, self.scratch_slot)),
+                [n for n in PROMPT_BUCKETS if n < self.max_seq_len], self.graphs.pool)
+            self.prefill_graphs.capture()
+        except RuntimeError as e:
+            # An allocation that fails inside a capture surfaces as "operation failed due
+            # to a previous error during capture", not as out of memory (seen on a shared
+            # H100 when the thinker took its KV cache while the TTS captured).
+            free, total = torch.cuda.mem_get_info(self.device)
+            raise RuntimeError(
+                f"capturing the CUDA graphs failed with {free / 2**30:.1f} of "
+                f"{total / 2**30:.1f} GiB free: if another process took the memory, lower "
+                f"TTS_MAX_SESSIONS or its share, or start it after this one ({e})") from e
 
     def mimic_graphs(self, buckets: list[int] | None = None) -> None:
         """Run eager steps as the CUDA graphs run them: each batch padded to its bucket
