@@ -45,6 +45,7 @@ END_TIMEOUT_S = 10.0
 # worker must catch up on while the user speaks: no early pass past this much audio, nor
 # after this many resumes (a long turn with many pauses keeps the pass at the end).
 EARLY_PASS_MAX_S = 6.0
+_BYTES_PER_S = 32000  # 16 kHz s16le
 EARLY_PASS_MAX_RESUMES = 2
 
 
@@ -207,7 +208,7 @@ class _Decoding:
 
     def prepare(self) -> None:
         if (self.audio is not None and self.prepared is None
-                and len(self.audio) <= EARLY_PASS_MAX_S * 32000
+                and len(self.audio) <= EARLY_PASS_MAX_S * _BYTES_PER_S
                 and self.resumes < EARLY_PASS_MAX_RESUMES):
             self.prepared = self._end_search()
 
