@@ -130,6 +130,16 @@ def test_non_finite_logits_fail_the_row_not_the_device() -> None:
     assert isinstance(got[2], int) and 0 <= got[2] < 50
 
 
+def test_the_race_never_picks_a_dropped_id_even_under_zero_noise() -> None:
+    """A noise of exactly 0 at an id top-p or `allowed` dropped (p 0) must not make it
+    win through 0 / 0 = NaN; at a kept id it wins (p / 0 = inf), as a draw may."""
+    from voice_llm.backends.sampling import race
+
+    probs = torch.tensor([[0.0, 0.6, 0.4, 0.0], [0.0, 0.6, 0.4, 0.0]])
+    noise = torch.tensor([[0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 1.0]])
+    assert race(probs, noise).tolist() == [1, 2]
+
+
 def test_a_model_gone_nan_fails_its_requests_with_a_clear_error(model_and_tokenizer) -> None:
     model, tok = model_and_tokenizer
     forward = model.forward

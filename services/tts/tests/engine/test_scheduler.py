@@ -123,3 +123,17 @@ def test_slots_are_taken_and_given_back() -> None:
         open_session(sched)
     a.close()
     assert sched.active == 1 and open_session(sched).slot == a.slot
+
+
+def test_a_sampled_id_past_the_codebooks_fails_the_step() -> None:
+    """The graphed step indexes without checks: a codebook-0 id that is neither a code nor
+    EOS (the sampler's edge drew 2306 once) must fail loudly, not play on as audio."""
+    sched = make(max_batch=8)
+    a = running(open_session(sched, "One more sentence to say."), 1, 1.0)
+    b = running(open_session(sched, "Another sentence to say."), 1, 2.0)
+    rows = [Row(a, a.head()), Row(b, b.head())]
+    codes = CFG.speech_decoder.codebook_size
+    sched.update(rows, [codes - 1, EOS])  # the last code and EOS are fine
+    assert b.head().ending == "eos"
+    with pytest.raises(IndexError, match=rf"\({a.slot}, {codes}\)"):
+        sched.update(rows, [codes, 5])

@@ -35,6 +35,13 @@ class NonFiniteLogits(RuntimeError):
     """The model's logits hold NaN or inf: its numerics are broken, not the request."""
 
 
+def race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """argmax(p / Exp(1) noise) over the ids with p > 0 (..., V) -> (...). A dropped id
+    (p 0) can never win: a noise of exactly 0 would make it 0 / 0 = NaN, and argmax takes
+    NaN (the TTS sampler's 24-bit noise did reach 0)."""
+    return torch.where(probs > 0, probs / noise, -1.0).argmax(dim=-1)
+
+
 def pick(logits: torch.Tensor, options: Sequence[SamplingOptions],
          generators: Sequence[torch.Generator | None],
          allowed: torch.Tensor | None) -> list[int | NonFiniteLogits]:
@@ -56,8 +63,8 @@ def pick(logits: torch.Tensor, options: Sequence[SamplingOptions],
         drop = sorted_p.cumsum(dim=-1) - sorted_p > top_p[:, None]
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
         for j, i in enumerate(sampled):
-            race = torch.empty_like(probs[j]).exponential_(1.0, generator=generators[i])
-            picked[i] = (probs[j] / race).argmax()
+            noise = torch.empty_like(probs[j]).exponential_(1.0, generator=generators[i])
+            picked[i] = race(probs[j], noise)
     bad = NonFiniteLogits("the model's logits are not finite (NaN / inf); under CUDA MPS "
                           "keep CUDA_MPS_ACTIVE_THREAD_PERCENTAGE at 100 (deploy/README)")
     return [t if ok else bad for t, ok in zip(picked.tolist(), finite.tolist(), strict=True)]

@@ -14,6 +14,13 @@ the device (`exp_noise`): a session's output depends on its seed alone, not on w
 is in the batch or on the order of steps, and the step has no host sync, no generator
 state and no branch on tensor values (greedy rows take the argmax via `torch.where`), so
 it can be captured in a CUDA graph.
+
+The race's edge: the noise takes 23 random bits, so u = (k + 0.5) / 2**23 is exact in
+float32 and at most 1 - 2**-24, and -log(u) > 0. With 24 bits the top value rounded to
+u = 1.0, noise 0, and 0 / 0 = NaN at every id the filters removed, which argmax can pick
+(1 talker draw in ~4,000 picked a removed id, one in ~12,000 an id past the codebooks).
+The argmax also only looks at ids whose probability is above 0, so no noise can ever
+pick a removed id.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ class SamplingParams:
 MIN_NEW_TOKENS = 2
 TALKER_STREAM = 15  # noise streams 0..14: the code predictor's heads; 15: the talker
 _M32 = 0xFFFFFFFF
+NOISE_SHIFT = 9  # keep 23 of the hash's 32 bits: (k + 0.5) / 2**23 stays below 1.0
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
@@ -71,11 +79,21 @@ def exp_noise(seed: torch.Tensor, counter: torch.Tensor, streams: torch.Tensor,
               vocab: int) -> torch.Tensor:
     """Exp(1) noise (B, S, vocab) for rows with `seed` (B,) and `counter` (B,) (the frame
     number), in noise streams `streams` (S,). Same inputs, same noise, on any device."""
+    return exp_from_bits(noise_bits(seed, counter, streams, vocab))
+
+
+def exp_from_bits(bits: torch.Tensor) -> torch.Tensor:
+    """32 hashed bits (int64 < 2**32) -> Exp(1) noise, float32, never 0."""
+    u = ((bits >> NOISE_SHIFT).to(torch.float32) + 0.5) * (1.0 / (1 << (32 - NOISE_SHIFT)))
+    return -torch.log(u)  # u in (0, 1 - 2**-24]
+
+
+def noise_bits(seed: torch.Tensor, counter: torch.Tensor, streams: torch.Tensor,
+               vocab: int) -> torch.Tensor:
+    """The race's 32 hashed bits (B, S, vocab) behind `exp_noise`, int64 values < 2**32."""
     key = _mix(_mix(seed & _M32)[:, None] ^ ((counter[:, None] * 16 + streams) & _M32))
     idx = torch.arange(vocab, device=seed.device)
-    bits = _mix(_mix(key[..., None] ^ idx) + 0x9E3779B9 & _M32)
-    u = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))  # (0, 1)
-    return -torch.log(u)
+    return _mix(_mix(key[..., None] ^ idx) + 0x9E3779B9 & _M32)
 
 
 def suppress_mask(vocab_size: int, eos_id: int, device=None) -> torch.Tensor:
@@ -99,8 +117,14 @@ class SamplingTensors:
 def warp_and_sample(scores: torch.Tensor, p: SamplingTensors,
                     noise: torch.Tensor) -> torch.Tensor:
     """scores (B, V) after penalties/masks -> tokens (B,). noise (B, V) ~ Exp(1)."""
-    sampled = (warp(scores, p).softmax(-1) / noise).argmax(-1)
-    return torch.where(p.do_sample, sampled, scores.argmax(-1))
+    return torch.where(p.do_sample, race(warp(scores, p).softmax(-1), noise),
+                       scores.argmax(-1))
+
+
+def race(prob: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """argmax(prob / noise) over the ids with prob > 0: (B, V) -> (B,). A removed id
+    (prob 0) is never picked, whatever the noise (0 / 0 is NaN, and argmax takes NaN)."""
+    return torch.where(prob > 0, prob / noise, -1.0).argmax(-1)
 
 
 def warp(scores: torch.Tensor, p: SamplingTensors) -> torch.Tensor:

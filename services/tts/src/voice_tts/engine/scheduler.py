@@ -189,6 +189,14 @@ class Scheduler:
         """A step's codebook-0 tokens: count the frame, and mark the utterances that end
         with it (`ending`: they end once its audio is out)."""
         eos = self.cfg.talker.codec_eos_token_id
+        codes = self.cfg.speech_decoder.codebook_size
+        # The graphed step indexes without checks: a sampled id past the speech decoder's
+        # codebooks (a sampler bug) fails the step loudly here, not silently in audio.
+        bad = [(s.slot, t) for (s, _), t in zip(rows, tokens, strict=True)
+               if not (0 <= t < codes or t == eos)]
+        if bad:
+            raise IndexError(f"sampled codebook-0 ids outside the speech decoder's {codes} "
+                             f"codes and EOS (slot, id): {bad}")
         now = time.perf_counter()
         for (s, utt), token in zip(rows, tokens, strict=True):
             if utt.cancelled:

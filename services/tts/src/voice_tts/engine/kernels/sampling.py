@@ -21,11 +21,13 @@ import torch
 import triton
 import triton.language as tl
 
-from ..sampling import MIN_NEW_TOKENS, SamplingTensors
+from ..sampling import MIN_NEW_TOKENS, NOISE_SHIFT, SamplingTensors
 from . import pdl_args
 from .layer_ops import _after_previous
 
 _M32 = tl.constexpr(0xFFFFFFFF)
+_SHIFT = tl.constexpr(NOISE_SHIFT)
+_SCALE = tl.constexpr(1.0 / (1 << (32 - NOISE_SHIFT)))
 # Warps per row by padded vocabulary size (bench/tune_sample.py measures them): the
 # bisections are ~66 reductions over the row, each a cross-warp sync with more warps.
 WARPS: dict[int, int] = {}
@@ -42,7 +44,7 @@ def _mix(x):
 def _exp_noise(seed, counter, stream, idx):
     key = _mix(_mix(seed & _M32) ^ ((counter * 16 + stream) & _M32))
     bits = _mix((_mix(key ^ idx) + 0x9E3779B9) & _M32)
-    u = ((bits >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
+    u = ((bits >> _SHIFT).to(tl.float32) + 0.5) * _SCALE  # (0, 1 - 2**-24]: see sampling.py
     return -tl.log(u)
 
 
@@ -54,8 +56,8 @@ def _ordered(s):
 
 
 @triton.jit
-def _warp_and_race(x, valid, idx, temp_ptr, topk_ptr, topp_ptr, seed_ptr, slot, counter,
-                   stream, V: tl.constexpr):
+def _warp_and_race(x, valid, idx, temp_ptr, topk_ptr, topp_ptr, seed_ptr, noise_ptr, row,
+                   slot, counter, stream, V: tl.constexpr, GIVEN_NOISE: tl.constexpr):
     """temperature -> top-k -> top-p -> argmax(softmax / Exp(1) noise)."""
     s = x / tl.load(temp_ptr + slot)
     key = _ordered(s)
@@ -85,15 +87,20 @@ def _warp_and_race(x, valid, idx, temp_ptr, topk_ptr, topp_ptr, seed_ptr, slot, 
         s = tl.where(key >= hi, s, float("-inf"))
     e = tl.exp(s - tl.max(s, 0))
     prob = e / tl.sum(e, 0)
-    noise = _exp_noise(tl.load(seed_ptr + slot), counter, stream, idx)
-    return tl.argmax(tl.where(valid, prob / noise, -1.0), 0)
+    if GIVEN_NOISE:
+        noise = tl.load(noise_ptr + row.to(tl.int64) * V + idx, mask=valid, other=1.0)
+    else:
+        noise = _exp_noise(tl.load(seed_ptr + slot), counter, stream, idx)
+    # Only ids with prob > 0: a removed id's 0 / 0 is NaN, which argmax may take.
+    return tl.argmax(tl.where(valid & (prob > 0), prob / noise, -1.0), 0)
 
 
 @triton.jit
 def _sample(logits_ptr, s_l, slots_ptr, do_ptr, temp_ptr, topk_ptr, topp_ptr, seed_ptr,
             count_ptr, count_offset, stream, seen_ptr, s_seen, pen_ptr, sup_ptr, eos_id,
-            out_ptr, s_out, V: tl.constexpr, VP: tl.constexpr, MASKS: tl.constexpr,
-            MIN_NEW: tl.constexpr, PDL: tl.constexpr):
+            noise_ptr, out_ptr, s_out, V: tl.constexpr, VP: tl.constexpr,
+            MASKS: tl.constexpr, MIN_NEW: tl.constexpr, GIVEN_NOISE: tl.constexpr,
+            PDL: tl.constexpr):
     _after_previous(PDL)
     row = tl.program_id(0)
     slot = tl.load(slots_ptr + row).to(tl.int64)
@@ -110,8 +117,9 @@ def _sample(logits_ptr, s_l, slots_ptr, do_ptr, temp_ptr, topk_ptr, topp_ptr, se
         x = tl.where(tl.load(sup_ptr + idx, mask=valid, other=0) != 0, float("-inf"), x)
     token = tl.argmax(x, 0)
     if tl.load(do_ptr + slot) != 0:  # greedy rows stop at the argmax
-        token = _warp_and_race(x, valid, idx, temp_ptr, topk_ptr, topp_ptr, seed_ptr, slot,
-                               count + count_offset, stream, V)
+        token = _warp_and_race(x, valid, idx, temp_ptr, topk_ptr, topp_ptr, seed_ptr,
+                               noise_ptr, row, slot, count + count_offset, stream, V,
+                               GIVEN_NOISE)
     tl.store(out_ptr + row * s_out, token.to(tl.int64))
 
 
@@ -128,10 +136,13 @@ class TalkerMasks:
 
 def sample(logits: torch.Tensor, slots: torch.Tensor, params: SamplingTensors,
            seed: torch.Tensor, count: torch.Tensor, count_offset: int, stream: int,
-           masks: TalkerMasks | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+           masks: TalkerMasks | None = None, out: torch.Tensor | None = None,
+           noise: torch.Tensor | None = None) -> torch.Tensor:
     """logits (B, V) of rows in `slots`; params, seed, count: per-slot tensors (S,). The
     noise counter of a row is count[slot] + count_offset (the frame number). -> tokens
-    (B,) long, written into `out` (a (B,) view, e.g. a column of a frame) if given."""
+    (B,) long, written into `out` (a (B,) view, e.g. a column of a frame) if given.
+    `noise` (B, V) float32, contiguous, replaces the hashed Exp(1) noise: tests use it to
+    put a chosen noise (a 0) under the race."""
     b, v = logits.shape
     vp = triton.next_power_of_2(v)
     if out is None:
@@ -141,7 +152,9 @@ def sample(logits: torch.Tensor, slots: torch.Tensor, params: SamplingTensors,
         logits, logits.stride(0), slots, params.do_sample, params.temperature, params.top_k,
         params.top_p, seed, count, count_offset, stream,
         m.seen if m else logits, m.seen.stride(0) if m else 0, m.penalty if m else logits,
-        m.suppress if m else logits, m.eos_id if m else 0, out, out.stride(0),
+        m.suppress if m else logits, m.eos_id if m else 0,
+        noise if noise is not None else logits, out, out.stride(0),
         V=v, VP=vp, MASKS=m is not None, MIN_NEW=MIN_NEW_TOKENS,
+        GIVEN_NOISE=noise is not None,
         **pdl_args(logits), num_warps=WARPS.get(vp, 4))
     return out
