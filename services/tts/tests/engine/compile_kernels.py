@@ -36,7 +36,8 @@ def main() -> None:
         idx = {n: "*i64" for n in ("slots_ptr", "pos_ptr", "topk_ptr", "seed_ptr",
                                    "count_ptr", "out_ptr")}
         ptrs = {**act, **idx, "do_ptr": "*i1", "seen_ptr": "*i1", "sup_ptr": "*i1",
-                "temp_ptr": "*fp32", "topp_ptr": "*fp32", "pen_ptr": "*fp32"}
+                "temp_ptr": "*fp32", "topp_ptr": "*fp32", "pen_ptr": "*fp32",
+                "noise_ptr": "*fp32"}
         for hidden in (1024, 2048):  # 0.6B, 1.7B talker
             compile_for_hopper(layer_ops._rms_norm, ptrs, dict(N=hidden, BLOCK=hidden,
                                                                 ADD=True, PDL=True))
@@ -48,9 +49,11 @@ def main() -> None:
         compile_for_hopper(cache_attention._attention, ptrs, dict(
             REP=2, REP_PAD=16, D=128, BLOCK_N=64, PREC="ieee" if dt == "fp32" else "tf32",
             PDL=True))
-        for v, masks in ((2048, False), (3072, True)):  # code predictor, talker
+        # code predictor, talker; and the talker with a given noise (the tests' variant)
+        for v, masks, given in ((2048, False, False), (3072, True, False), (3072, True, True)):
             compile_for_hopper(sampling._sample, ptrs, dict(
-                V=v, VP=triton.next_power_of_2(v), MASKS=masks, MIN_NEW=2, PDL=dt == "bf16"))
+                V=v, VP=triton.next_power_of_2(v), MASKS=masks, MIN_NEW=2, GIVEN_NOISE=given,
+                PDL=dt == "bf16"))
 
 
 if __name__ == "__main__":
