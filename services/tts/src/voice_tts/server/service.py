@@ -36,6 +36,10 @@ from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES, TTSSettings
 
 log = logging.getLogger("voice_tts.servicer")
 SERVICE_NAME = "voice.tts.v1.TextToSpeech"
+# A call turned away before its stream starts is answered once the client has stopped
+# writing: at its half-close, after this long without a message, or at most this long.
+REFUSAL_QUIET_S = 0.15
+REFUSAL_MAX_WAIT_S = 0.5
 DRAINED = ("server drained: the call was still open when the drain timeout "
            "(TTS_DRAIN_TIMEOUT_S) ended; retry on another replica")
 
@@ -121,32 +125,31 @@ class TextToSpeechServicer:
         m.requests.inc()
         m.active_sessions.inc()
         try:
-            if self.failed is not None:
-                raise CallError(grpc.StatusCode.UNAVAILABLE, self.failed)
-            if self.draining:
-                raise CallError(grpc.StatusCode.UNAVAILABLE, "server is draining; retry "
-                                "on another replica")
             it = requests.__aiter__()
             try:
+                if self.failed is not None:
+                    raise CallError(grpc.StatusCode.UNAVAILABLE, self.failed)
+                if self.draining:
+                    raise CallError(grpc.StatusCode.UNAVAILABLE, "server is draining; retry "
+                                    "on another replica")
                 ticket = self.admission.admit()  # decided at once, before the config
-            except Rejected:
-                # Said once the client's first message is in (at most 50 ms on): a status
-                # that races the client's write in flight reaches it as INTERNAL, not
-                # RESOURCE_EXHAUSTED (grpc/grpc#36066), and it would not retry elsewhere.
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(anext(it), 0.05)
+                cfg = await self._first_config(it)
+                lead = self.settings.pace_lead_s if pace_lead_s is None else pace_lead_s
+                stream = SynthesizeStream(cfg, None, m, self.settings.max_backlog_s,
+                                          0.0 if self.draining else lead)
+                session = self.engine.open_session(
+                    SessionParams(voice=cfg.voice, language=cfg.language,
+                                  instruct=cfg.instruct, seed=cfg.seed, sampling=cfg.sampling,
+                                  max_text_chars=self.settings.max_text_chars,
+                                  max_frames=cfg.max_frames or None),
+                    sink=ticket.sink(stream.sink),
+                )
+            except Exception:
+                if ticket is not None:  # its place is free while the client finishes
+                    ticket.close()
+                    ticket = None
+                await _until_client_stops_writing(it)
                 raise
-            cfg = await self._first_config(it)
-            lead = self.settings.pace_lead_s if pace_lead_s is None else pace_lead_s
-            stream = SynthesizeStream(cfg, None, m, self.settings.max_backlog_s,
-                                      0.0 if self.draining else lead)
-            session = self.engine.open_session(
-                SessionParams(voice=cfg.voice, language=cfg.language, instruct=cfg.instruct,
-                              seed=cfg.seed, sampling=cfg.sampling,
-                              max_text_chars=self.settings.max_text_chars,
-                              max_frames=cfg.max_frames or None),
-                sink=ticket.sink(stream.sink),
-            )
             session = TrackedSession(session, ticket)
             stream.session = session
             self.streams[task] = stream
@@ -221,6 +224,21 @@ class TextToSpeechServicer:
         if kind != "config":
             raise invalid(f"the first message must be a SessionConfig, got {kind or 'empty'}")
         return resolve_config(req.config, self._voice_names)
+
+
+async def _until_client_stops_writing(it: AsyncIterator[object]) -> None:
+    """Reads and drops the client's messages until it half-closes or goes quiet
+    (`REFUSAL_QUIET_S`), at most `REFUSAL_MAX_WAIT_S`. A call turned away before its
+    stream starts is answered only then: a status that races a client's write in flight
+    reaches a grpc.aio client as INTERNAL "Internal error from Core" instead (its failed
+    write overwrites the status, grpc/grpc#36066), and it would not retry elsewhere. Most
+    clients write config, text, FLUSH and half-close at once: they get the status right
+    after."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REFUSAL_MAX_WAIT_S
+    with contextlib.suppress(Exception):  # the end, a timeout, garbage: all mean stop
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.wait_for(anext(it), min(REFUSAL_QUIET_S, left))
 
 
 async def _parsed(raw: AsyncIterator[bytes]) -> AsyncIterator[tts_pb2.SynthesizeRequest]:
