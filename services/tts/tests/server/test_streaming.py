@@ -222,3 +222,38 @@ async def test_eight_interleaved_sessions_each_equal_their_solo_run(server) -> N
         assert len(a) == len(b), f"session {i}: {len(a)} vs {len(b)} samples"
         assert np.abs(a - b).max() <= 4, f"session {i} differs from its solo run"
     assert len(set(solo)) == 8, "different seeds and texts should give different audio"
+
+
+@pytest.mark.parametrize("per_message", [3, 4, 16])
+async def test_frames_per_message_packs_the_same_audio(server, per_message: int) -> None:
+    """frames_per_message n: fewer messages, the same bytes (same seed), seq and start_ms
+    counting frames, `frames` telling how many each holds, one last_in_utterance."""
+    cfg = config(seed=11)
+    cfg.sampling.max_frames = 9
+    one = audio(await one_shot(server.addr, cfg, [TEXT]))
+    cfg.frames_per_message = per_message
+    resps = await one_shot(server.addr, cfg, [TEXT])
+    assert resps[0].event.config.frames_per_message == per_message
+    packed = audio(resps)
+    assert b"".join(f.pcm for f in packed) == b"".join(f.pcm for f in one)
+    assert len(packed) < len(one) and all(1 <= f.frames <= per_message for f in packed)
+    assert all(len(f.pcm) == f.frames * 480 * 2 for f in packed)
+    seqs = [0]
+    for f in packed[:-1]:
+        seqs.append(seqs[-1] + f.frames)
+    assert [f.seq for f in packed] == seqs and [f.start_ms for f in packed] == [
+        20 * s for s in seqs]
+    assert [f.last_in_utterance for f in packed] == [False] * (len(packed) - 1) + [True]
+    # A packet's frames are never held for the next one: the first (80 ms) is one message.
+    assert packed[0].frames == min(4, per_message)
+
+
+async def test_frames_per_message_over_the_limit_is_refused(server) -> None:
+    cfg = config()
+    cfg.frames_per_message = 17
+    async with grpc.aio.insecure_channel(server.addr) as ch:
+        call = await open_call(ch, cfg)
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await drain(call)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "frames_per_message" in (e.value.details() or "")

@@ -21,6 +21,7 @@ from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
 MAX_INSTRUCT_CHARS = 1000
 MAX_ID_CHARS = 128  # session_id, trace_id: they go into every log line of the call
+MAX_FRAMES_PER_MESSAGE = 16
 
 
 class CallError(Exception):
@@ -89,6 +90,7 @@ class ResolvedConfig:
     instruct: str
     sample_rate: int
     frame_ms: int
+    frames_per_message: int  # frames an AudioFrame message may hold (1: one each)
     seed: int | None
     sampling: SamplingParams
     max_frames: int
@@ -155,6 +157,9 @@ def resolve_config(
     frame_ms = cfg.frame_ms or 20
     if frame_ms not in SUPPORTED_FRAME_MS:
         raise invalid(f"frame_ms {frame_ms} is not supported; use one of {SUPPORTED_FRAME_MS}")
+    if cfg.frames_per_message > MAX_FRAMES_PER_MESSAGE:
+        raise invalid(f"frames_per_message {cfg.frames_per_message} is over the limit; use "
+                      f"0 or 1 (one frame a message) .. {MAX_FRAMES_PER_MESSAGE}")
     if cfg.encoding not in (tts_pb2.AUDIO_ENCODING_UNSPECIFIED, tts_pb2.AUDIO_ENCODING_PCM_S16LE):
         raise invalid(f"encoding {cfg.encoding} is not supported; use AUDIO_ENCODING_PCM_S16LE")
     for name in ("session_id", "trace_id"):
@@ -164,6 +169,7 @@ def resolve_config(
     resolved.CopyFrom(cfg)
     resolved.voice, resolved.language = voice, language
     resolved.sample_rate, resolved.frame_ms = rate, frame_ms
+    resolved.frames_per_message = max(1, cfg.frames_per_message)
     resolved.encoding = tts_pb2.AUDIO_ENCODING_PCM_S16LE
     resolved.session_id = cfg.session_id or uuid.uuid4().hex[:16]
     return ResolvedConfig(
@@ -173,6 +179,7 @@ def resolve_config(
         instruct=cfg.instruct,
         sample_rate=rate,
         frame_ms=frame_ms,
+        frames_per_message=resolved.frames_per_message,
         seed=cfg.seed if cfg.HasField("seed") else None,
         sampling=sampling,
         max_frames=cfg.sampling.max_frames,

@@ -63,7 +63,9 @@ PACE_SLACK_S = 0.2
 PACE_TICK_S = 0.01
 # Entries of the writer's `_out`, in wire order. Atomic contents only: the garbage
 # collector stops tracking them (a paced stream keeps hundreds waiting).
-_FRAME = 0  # (_FRAME, uid, index in its utterance, pcm, last_in_utterance)
+# (_FRAME, uid, index in its utterance of its first frame, pcm, last_in_utterance, frames):
+# one message, up to `frames_per_message` frames of one engine packet.
+_FRAME = 0
 _END = 1    # (_END, uid, reason, event kinds after its last frame): the utterance is over
 _EVENT = 2  # (_EVENT, uid, kind, tied): tied to a stopped utterance's audio -> dropped
 
@@ -167,6 +169,7 @@ class SynthesizeStream:
         self.max_backlog = int(max_backlog_s * NATIVE_RATE)
         self.lead = max(0.0, pace_lead_s)  # 0: no pacing
         self._frame_native = NATIVE_RATE * cfg.frame_ms // 1000  # a frame, in backlog units
+        self._per_message = cfg.frames_per_message
         self._out: deque[tuple] = deque()  # framed, not yet written: frames and events
         self.seq = 0
         self.loop = asyncio.get_running_loop()
@@ -304,6 +307,7 @@ class SynthesizeStream:
         st, inbox, out, loop = self.state, self.state.queue, self._out, self.loop
         frame_ms = st.cfg.frame_ms
         frame_s = frame_ms / 1e3
+        per_message = self._per_message
         horizon = -math.inf  # frames due before this go out without looking at the clock
         sent = 0
         try:
@@ -325,7 +329,7 @@ class SynthesizeStream:
                 if tag == _FRAME:
                     if uid < st.drop_below:  # stopped while it waited
                         out.popleft()
-                        st.pending_frames -= 1
+                        st.pending_frames -= entry[5]
                         self._maybe_resume()
                         continue
                     idx = entry[2]
@@ -344,21 +348,22 @@ class SynthesizeStream:
                                 continue
                             horizon = now + min(PACE_SLACK_S, lead / 2)
                     out.popleft()
-                    st.pending_frames -= 1
+                    n = entry[5]
+                    st.pending_frames -= n
                     if st.paused:
                         self._maybe_resume()
                     if idx == 0:
                         u.t0 = loop.time()
                         yield self._first_audio(uid, u)
                     seq = self.seq
-                    self.seq = seq + 1
-                    sent += 1
+                    self.seq = seq + n
+                    sent += n
                     if sent >= 64:
                         self.metrics.frames_sent.inc(sent)
                         sent = 0
                     yield tts_pb2.SynthesizeResponse(audio=tts_pb2.AudioFrame(
                         seq=seq, pcm=entry[3], utterance_id=uid, start_ms=seq * frame_ms,
-                        last_in_utterance=entry[4]))
+                        last_in_utterance=entry[4], frames=n if per_message > 1 else 0))
                 elif tag == _END:
                     out.popleft()
                     if uid < st.drop_below:  # stopped: counted at its STOP / RESET
@@ -400,7 +405,7 @@ class SynthesizeStream:
             # Everything of the dropped utterances still unwritten goes; STOPPED is next.
             drop = st.drop_below
             kept = [e for e in self._out if e[1] >= drop or (e[0] == _EVENT and not e[3])]
-            st.pending_frames -= sum(1 for e in self._out if e[0] == _FRAME and e[1] < drop)
+            st.pending_frames -= sum(e[5] for e in self._out if e[0] == _FRAME and e[1] < drop)
             self._out.clear()
             self._out.extend(kept)
             self._maybe_resume()
@@ -467,11 +472,15 @@ class SynthesizeStream:
         st.utterances.clear()
 
     def _frames(self, uid: int, u: _Utterance, frames: list[bytes], last: bool) -> None:
-        n = len(frames)
+        """One packet's frames into messages of up to `frames_per_message` (never held
+        for the next packet: a message carries what is there)."""
+        n, k = len(frames), self._per_message
         out = self._out
-        for i, pcm in enumerate(frames):
-            out.append((_FRAME, uid, u.made, pcm, last and i == n - 1))
-            u.made += 1
+        for i in range(0, n, k):
+            chunk = frames[i:i + k]
+            out.append((_FRAME, uid, u.made, chunk[0] if k == 1 else b"".join(chunk),
+                        last and i + k >= n, len(chunk)))
+            u.made += len(chunk)
         self.state.pending_frames += n
 
     def _ttfa(self, uid: int, u: _Utterance, timings: dict | None) -> None:
