@@ -189,7 +189,8 @@ async def test_a_writer_sleeping_for_its_next_frame_wakes_for_stop(monkeypatch) 
     from voice_tts.server.metrics import TTSMetrics
 
     monkeypatch.setattr(stream_mod, "PACE_SLACK_S", 2.0)
-    cfg = SimpleNamespace(sample_rate=24000, frame_ms=20, session_id="s", trace_id="t")
+    cfg = SimpleNamespace(sample_rate=24000, frame_ms=20, frames_per_message=1, session_id="s",
+                          trace_id="t")
     session = _StubSession()
     s = stream_mod.SynthesizeStream(cfg, session, TTSMetrics().of("grpc"), max_backlog_s=30.0,
                                     pace_lead_s=4.0)
