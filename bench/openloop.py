@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--piece-interval-ms", type=float, default=50.0,
                    help="--stream-text: ms between pieces (50 = 20 pieces/s)")
     p.add_argument("--procs", type=int, default=4, help="client processes")
+    p.add_argument("--frames-per-message", type=int, default=1,
+                   help="SessionConfig.frames_per_message (1: a message per 20 ms frame)")
     p.add_argument("--stop-above-ms", type=float, default=500.0,
                    help="stop the sweep after a rate whose p95 TTFA is above this")
     p.add_argument("--seed", type=int, default=0)
@@ -84,6 +86,7 @@ def soak_argv(a: argparse.Namespace, server: Server, rate: float, duration: floa
             "--rate", f"{rate:g}", "--duration", f"{duration:g}", "--seed", str(seed),
             "--prompts", a.prompts, "--stop-share", "0", "--reset-share", "0",
             "--cancel-share", "0", "--procs", str(a.procs),
+            "--frames-per-message", str(a.frames_per_message),
             "--piece-interval-ms", f"{a.piece_interval_ms:g}", "--no-samples",
             # admission sheds before it fails: a rejection is a row's number, not a fault
             "--allow-error-logs"]
@@ -143,6 +146,7 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
               "max_sessions": a.max_sessions, "stream_text": a.stream_text,
               "piece_interval_ms": a.piece_interval_ms if a.stream_text else None,
               "duration_s": a.duration, "warmup_s": a.warmup, "procs": a.procs,
+              "frames_per_message": a.frames_per_message,
               "prompts": a.prompts, "server_env": a.server_env, "rows": rows}
     if a.start_server:
         server.start()

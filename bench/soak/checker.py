@@ -89,8 +89,9 @@ class StreamChecker:
             self.seq = f.seq
         if f.start_ms != f.seq * self.frame_ms:
             self.bad(f"start_ms {f.start_ms} at seq {f.seq}")
-        if len(f.pcm) != self.frame_bytes:
-            self.bad(f"frame of {len(f.pcm)} bytes, expected {self.frame_bytes}")
+        n = f.frames or 1  # frames in this message (SessionConfig.frames_per_message)
+        if len(f.pcm) != n * self.frame_bytes:
+            self.bad(f"{n} frame(s) of {len(f.pcm)} bytes, expected {n * self.frame_bytes}")
         uid = f.utterance_id
         if self.after_stop and self.silent_after_stop:
             self.bad("a frame after STOPPED (no text was sent after STOP)")
@@ -105,8 +106,9 @@ class StreamChecker:
         if uid not in self.first_audio:
             self.bad(f"utterance {uid}: frame before FIRST_AUDIO")
             self.first_audio.add(uid)
-        self.seq += 1
-        self.rec.frames += 1
+        self.seq += n
+        self.rec.frames += n
+        first = 0
         if uid != self.uid:  # a player starts at the utterance's first frame
             self._close_utterance()
             self.uid, self.utt_start, self.utt_k, self.utt_late = uid, now, 0, 0
@@ -117,8 +119,9 @@ class StreamChecker:
             if uid == 0:
                 self.rec.ttfa_ms = (now - self.t0) * 1e3
                 self.ev("first_audio").set()
-        else:
-            late = now - (self.utt_start + self.utt_k * self.frame_s)
+            first = 1
+        for k in range(self.utt_k + first, self.utt_k + n):  # each frame against its time
+            late = now - (self.utt_start + k * self.frame_s)
             if late > self.tol:
                 self.utt_late += 1
                 self.rec.late_frames += 1
@@ -126,7 +129,7 @@ class StreamChecker:
             self.rec.late100_frames += late > 0.100
             if late * 1e3 > self.rec.max_late_ms:
                 self.rec.max_late_ms = late * 1e3
-        self.utt_k += 1
+        self.utt_k += n
         if f.last_in_utterance:
             self.closed_utts.add(uid)
 

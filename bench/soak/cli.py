@@ -94,6 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--cancel-share", type=float, default=0.1,
                    help="share of calls that the client drops after their first audio")
     g.add_argument("--frame-ms", type=int, default=20)
+    g.add_argument("--frames-per-message", type=int, default=1,
+                   help="SessionConfig.frames_per_message: frames an AudioFrame may hold")
     g.add_argument("--sample-rate", type=int, default=24000)
     g = p.add_argument_group("client")
     g.add_argument("--procs", type=int, default=1,

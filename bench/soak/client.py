@@ -113,6 +113,7 @@ class Load:
     def _config(self, p: Plan) -> tts_pb2.SynthesizeRequest:
         cfg = tts_pb2.SessionConfig(voice=p.voice, language=p.language, seed=p.seed,
                                     frame_ms=self.frame_ms,
+                                    frames_per_message=int(self.o["frames_per_message"]),
                                     sample_rate=int(self.o["sample_rate"]),
                                     session_id=f"soak-{self.proc}-{p.index}",
                                     trace_id=f"soak{p.index}")
