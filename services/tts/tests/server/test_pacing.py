@@ -1,7 +1,9 @@
 """Pacing (TTS_PACE_LEAD_S) on a real server: frames go out in real time plus the lead,
 the first lead at once; STOP stays immediate while the writer waits; flow control still
 bounds what is made but unwritten. One stream each: the tiny model on this CPU is faster
-than real time for one stream (~2x), not for many."""
+than real time for one stream (~2x), not for many. Where it is not (`ahead_of_real_time`
+measures it), the tests that need an engine ahead of its player are skipped with the
+measured speed: a late frame there is the engine's, and pacing cannot be told apart."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import asyncio
 import time
 
 import grpc
+import pytest
 from voice.tts.v1 import tts_pb2
 
 from .conftest import config
@@ -29,6 +32,28 @@ SLACK = 0.1  # stream.PACE_SLACK_S (capped at lead / 2): frames due this soon go
 TOL = 0.05   # scheduling on a shared 2-core CPU
 GAP_TOL = 0.03  # a frame this late is an audible gap; measured: every frame ahead of time
 TEXT = "Hello there, streaming world, how are you today? " * 3
+# The engine's real-time factor these tests need: one stream made at ~2x real time.
+MAX_RTF = 0.55
+
+
+@pytest.fixture(scope="module")
+def ahead_of_real_time() -> None:
+    """Skips when the tiny model on this CPU cannot make one stream well ahead of real
+    time (measured in-process, as the servers here run it)."""
+    from voice_tts.engine import Engine, EngineSettings
+
+    engine = Engine.from_preset("tiny", seed=0, device="cpu",
+                                settings=EngineSettings(max_sessions=1))
+    try:
+        engine.synthesize("Warm up.", "vivian", seed=1, max_frames=3)
+        t0 = time.perf_counter()
+        pcm = engine.synthesize(TEXT, "vivian", seed=1, max_frames=16)
+        rtf = (time.perf_counter() - t0) / (len(pcm) / 24000)
+    finally:
+        engine.shutdown()
+    if rtf > MAX_RTF:
+        pytest.skip(f"the tiny model makes one stream at RTF {rtf:.2f} on this CPU (these "
+                    f"tests need <= {MAX_RTF}): its frames come late whatever the pacing")
 
 
 async def timed_frames(call) -> list[tuple[float, tts_pb2.AudioFrame]]:
@@ -39,7 +64,7 @@ async def timed_frames(call) -> list[tuple[float, tts_pb2.AudioFrame]]:
     return got
 
 
-async def test_frames_go_out_in_real_time_plus_the_lead(make_server) -> None:
+async def test_frames_go_out_in_real_time_plus_the_lead(make_server, ahead_of_real_time) -> None:
     srv = make_server(TTS_PACE_LEAD_S=str(LEAD))
     cfg = config()
     cfg.sampling.max_frames = 25  # 2 s of audio, made in ~1 s: pacing holds it back
@@ -68,7 +93,7 @@ async def test_frames_go_out_in_real_time_plus_the_lead(make_server) -> None:
     assert t0 - t_text < 1.0
 
 
-async def test_the_start_of_speech_has_no_gap(server) -> None:
+async def test_the_start_of_speech_has_no_gap(server, ahead_of_real_time) -> None:
     """Default packets (1, then the ramp to 4): a player that starts at an utterance's
     first frame never waits for the next one. Before the ramp (1 then straight 4) the
     fifth 20 ms frame came ~170 ms after the first here (a ~90 ms gap 80 ms in)."""
@@ -124,7 +149,8 @@ async def test_stop_while_paced_is_answered_at_once(make_server) -> None:
     assert srv.metric('tts_utterances_total{reason="cancelled"}') == 1
 
 
-async def test_flow_control_bounds_paced_audio_and_loses_nothing(make_server) -> None:
+async def test_flow_control_bounds_paced_audio_and_loses_nothing(make_server,
+                                                                 ahead_of_real_time) -> None:
     # Made but not written counts: with 0.5 s allowed the engine is paused well before
     # the end of 3.2 s of audio, resumed under 0.25 s, and every frame goes out in order.
     srv = make_server(TTS_PACE_LEAD_S=str(LEAD), TTS_MAX_BACKLOG_S="0.5")
@@ -140,7 +166,7 @@ async def test_flow_control_bounds_paced_audio_and_loses_nothing(make_server) ->
     assert span > 159 * 0.02 - LEAD - SLACK - TOL  # still paced
 
 
-async def test_a_drain_stops_pacing(make_server) -> None:
+async def test_a_drain_stops_pacing(make_server, ahead_of_real_time) -> None:
     # 8 s of audio, made in ~4 s: paced it would take ~7.8 s; on SIGTERM the rest goes
     # out as it is made, so in-flight utterances end within the drain timeout.
     import signal
