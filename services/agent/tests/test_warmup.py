@@ -23,8 +23,10 @@ def probe(*args: str) -> dict[str, float]:
 def test_a_warmed_process_does_not_stall_in_its_first_reply() -> None:
     cold, warm = probe(), probe("--warm")
     # Measured (idle 2-core VM): cold 16 ms of loop CPU in one go (100-225 ms wall on the
-    # busy mesh), warm 3 ms (the speaking-rate detector's STFT every 100 ms).
-    assert warm["max_cpu_ms"] < 8.0, f"warm: {warm}, cold: {cold}"
+    # busy mesh), warm 3 ms (the speaking-rate detector's STFT every 100 ms); on a slower
+    # 2-core machine (2026-11-25) cold 48 ms, warm 7-9 ms. So the bound is relative: the
+    # warmed process's worst stall is a small part of the cold one's.
+    assert warm["max_cpu_ms"] < cold["max_cpu_ms"] / 3, f"warm: {warm}, cold: {cold}"
     assert cold["max_cpu_ms"] > warm["max_cpu_ms"] + 6.0, (
         f"the probe no longer sees the cold stall (cold {cold}, warm {warm}): has the "
         "framework changed what it builds lazily?")
