@@ -40,7 +40,12 @@ from voice_tts.server.json_schema import (
     session_config,
     validation_message,
 )
-from voice_tts.server.protocol import HTTP_STATUS, RETRY_AFTER_S, CallError
+from voice_tts.server.protocol import (
+    HTTP_STATUS,
+    MAX_FRAMES_PER_MESSAGE,
+    RETRY_AFTER_S,
+    CallError,
+)
 
 log = logging.getLogger("voice_tts.http")
 # Other names a client may send as `model`: OpenAI's speech models (code written for
@@ -50,9 +55,6 @@ MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 # TTS_MAX_BACKLOG_S of unwritten audio its engine session pauses).
 READY_MAX = 64
 FRAME_MS = 20
-# A response is written a packet at a time: its frames come as one message each (the
-# stream's `frames_per_message`), not 4-16 messages to take apart again.
-FRAMES_PER_MESSAGE = 16
 MAX_BODY_BYTES = 1 << 20
 
 
@@ -116,7 +118,8 @@ class SpeechAPI:
         except ApiError as e:
             return e.response()
         cfg = session_config(req, FRAME_MS, trace_id=request.headers.get("X-Trace-Id", ""))
-        cfg.frames_per_message = FRAMES_PER_MESSAGE
+        # Written a packet at a time: its frames come as one message, not 4-16 to join.
+        cfg.frames_per_message = MAX_FRAMES_PER_MESSAGE
 
         async def requests() -> AsyncIterator[tts_pb2.SynthesizeRequest]:
             yield tts_pb2.SynthesizeRequest(config=cfg)
