@@ -8,7 +8,8 @@ arrivals, not counted), then `--duration` s of arrivals (>= 120 s for a reported
 each call a `Synthesize` stream with a voice drawn from ListVoices, default sampling (EOS
 active) and `sampling.max_frames` set to its sentence's spoken length (0.9 frames of
 80 ms per character, ~14 characters/s), the sentence from `--prompts` sent whole + FLUSH
-(or, `--stream-text`, in 1-6 character pieces every `--piece-interval-ms`, LLM speed).
+(or, `--stream-text`, in 1-6 character pieces every `--piece-interval-ms`, LLM speed;
+`--stream-text words`: a word at a time, each with the space or punctuation after it).
 
 The load is the soak's (bench/soak/) with no STOP/RESET/drop: its clients in `--procs`
 processes (their CPU share is reported: the client must not be the bottleneck), its
@@ -49,8 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=15.0,
                    help="seconds of arrivals before each rate's count (default %(default)s)")
     p.add_argument("--prompts", default=str(PROMPTS), help="one sentence per line")
-    p.add_argument("--stream-text", action="store_true",
-                   help="send each sentence in small pieces at LLM speed, not whole")
+    p.add_argument("--stream-text", nargs="?", const="chars", choices=("chars", "words"),
+                   help="send each sentence in pieces at LLM speed, not whole: 1-6 "
+                   "characters (chars, the default) or a word and what follows it (words)")
     p.add_argument("--piece-interval-ms", type=float, default=50.0,
                    help="--stream-text: ms between pieces (50 = 20 pieces/s)")
     p.add_argument("--procs", type=int, default=4, help="client processes")
@@ -91,7 +93,7 @@ def soak_argv(a: argparse.Namespace, server: Server, rate: float, duration: floa
             # admission sheds before it fails: a rejection is a row's number, not a fault
             "--allow-error-logs"]
     if a.stream_text:
-        argv.append("--stream-text")
+        argv += ["--stream-text", a.stream_text]
     if server.log_path:
         argv += ["--server-log", str(server.log_path)]
     return argv

@@ -8,7 +8,13 @@ matters (it sets the text tokens and, through sampling.max_frames, the spoken le
 Lengths: a log-normal target, median 88 characters, sigma 0.40, clipped to 24-220; each
 sentence ends on a whole word up to 12 characters short of it. Deterministic (seed 0).
 
-    python -m bench.prompts.make_prompts          # rewrite the file, print its statistics
+Also writes en_read_1088_first_word_one_token.txt: the same sentences opened by "The" or
+"A". The random-weight presets tokenize with a small demo BPE (engine/demo_tokenizer.py)
+that splits most words into several tokens; the real Qwen2 vocabulary makes most English
+words one token. Streaming a word at a time, a first word of one token is the case that
+shows when speech can start (`bench.openloop --stream-text words`).
+
+    python -m bench.prompts.make_prompts          # rewrite the files, print their statistics
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 from bench.soak.plan import sentence
 
 OUT = Path(__file__).with_name("en_read_1088.txt")
+OUT_ONE_TOKEN = Path(__file__).with_name("en_read_1088_first_word_one_token.txt")
 COUNT, MEDIAN, SIGMA, LO, HI = 1088, 88.0, 0.40, 24, 220
 
 
@@ -37,6 +44,11 @@ def make(seed: int = 0) -> list[str]:
     return out
 
 
+def first_word_one_token(lines: list[str], seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [rng.choice(("The", "A")) + " " + s.split(" ", 1)[1] for s in lines if " " in s]
+
+
 def stats(lines: list[str]) -> str:
     lens = sorted(len(s) for s in lines)
     q = statistics.quantiles(lens, n=20)
@@ -50,3 +62,4 @@ if __name__ == "__main__":
     lines = make()
     OUT.write_text("\n".join(lines) + "\n")
     print(f"{OUT}: {stats(lines)}")
+    OUT_ONE_TOKEN.write_text("\n".join(first_word_one_token(lines)) + "\n")

@@ -82,8 +82,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="draw the sentences from this file (one per line; e.g. "
                    "bench/prompts/en_read_1088.txt) instead of generating them")
     g.add_argument("--voices", default="", help="comma list to restrict the voices drawn")
-    g.add_argument("--stream-text", action="store_true",
-                   help="send the text in 1-6 character pieces (LLM speed) instead of whole")
+    g.add_argument("--stream-text", nargs="?", const="chars", choices=("chars", "words"),
+                   help="send the text in pieces at LLM speed instead of whole: 1-6 "
+                   "characters (chars, the default) or a word with the space or "
+                   "punctuation after it (words)")
     g.add_argument("--piece-interval-ms", type=float, default=20.0,
                    help="--stream-text: time between pieces (20 ms = 50 tokens/s)")
     g.add_argument("--stop-share", type=float, default=0.1,

@@ -15,7 +15,7 @@ from voice.tts.v1 import tts_pb2, tts_pb2_grpc
 
 from bench.soak.checker import Record, StreamChecker
 from bench.soak.grpc_fix import patch_grpc_write_status
-from bench.soak.plan import Plan, pieces
+from bench.soak.plan import Plan, pieces, words
 
 CODEC_FRAME_S = 0.08
 
@@ -170,7 +170,8 @@ class Load:
             me = {"abort": False}
             senders.append(me)
             if self.o["stream_text"]:
-                for piece in pieces(rng, text):
+                cut = words(text) if self.o["stream_text"] == "words" else pieces(rng, text)
+                for piece in cut:
                     if me["abort"]:
                         return
                     if not await write(tts_pb2.SynthesizeRequest(

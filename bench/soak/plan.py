@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 from dataclasses import dataclass
 
 _WORD_TEXT = (
@@ -41,6 +42,11 @@ def sentence(rng: random.Random, lo: int, hi: int) -> str:
     text = " ".join(words)
     text = text[0].upper() + text[1:] + rng.choice(CLOSERS)
     return text[:hi]
+
+
+def words(text: str) -> list[str]:
+    """Text a word at a time, each with the spaces after it: "Hello, ", "world."."""
+    return re.findall(r"\S+\s*", text)
 
 
 def pieces(rng: random.Random, text: str, lo: int = 1, hi: int = 6) -> list[str]:

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from bench.soak.run import Soak
+from bench.soak.server import Server
+
+
+class SoakState(Protocol):
+    """What the summary reads of a finished soak (`run.Soak`; no import of it here:
+    run imports this module)."""
+
+    a: argparse.Namespace
+    samples: list[dict[str, Any]]
+    server: Server
+    interrupted: bool
+    server_died: bool
+
 
 def pct(values: list[float], q: float) -> float | None:
     """Nearest-rank percentile (q in 0..100); None for no values."""
@@ -40,7 +52,7 @@ def _r(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def summarize(soak: Soak, load: dict[str, Any], model: str, planned: int,
+def summarize(soak: SoakState, load: dict[str, Any], model: str, planned: int,
               recs: list[dict[str, Any]], active: float | None, final: dict[str, Any],
               alive: bool, health: str, metrics_end: dict[str, float],
               faults: dict[str, Any]) -> dict[str, Any]:

@@ -132,3 +132,41 @@ def test_stop_paths_covered(oracle):
     caps = {(r, i): CASES[i][6] - 1 for (r, i) in lengths}
     assert any(n < caps[k] for k, n in lengths.items()), lengths
     assert any(n == caps[k] for k, n in lengths.items()), lengths
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("config", CONFIGS)
+def test_speech_from_the_first_word_matches_official(config, engines, oracle):
+    """Text sent a word at a time, as an LLM writes it: the first audio comes before the
+    second word is sent (the prompt needs only the first stable text id), and the codes
+    still equal the official code's for the whole text, frame by frame."""
+    engine, case = engines[config], CASES[0]
+    _, text, speaker, language, instruct, _, max_new = case
+    ref = oracle[f"codes_{CONFIGS.index(config)}_0"]
+    first, done, packets = threading.Event(), threading.Event(), []
+
+    def sink(ev) -> None:
+        if isinstance(ev, AudioPacket):
+            packets.append(ev)
+            first.set()
+        elif isinstance(ev, UtteranceEnd):
+            done.set()
+
+    engine.start()
+    s = engine.open_session(SessionParams(voice=speaker, language=language, instruct=instruct,
+                                          sampling=SamplingParams.greedy(),
+                                          max_frames=max_new - 1), sink)
+    words = [w + " " for w in text.split(" ")]  # "Hello ", "there, ", ...
+    words[-1] = words[-1].rstrip()
+    try:
+        s.push_text(words[0])
+        assert first.wait(60), "no audio from the first word alone"
+        assert packets[0].first_frame == 0 and not done.is_set()
+        for w in words[1:]:
+            s.push_text(w)
+        s.flush()
+        assert done.wait(120), "no UtteranceEnd"
+    finally:
+        s.close()
+    codes = np.concatenate([p.codes for p in packets])
+    assert codes.shape == ref.shape and np.array_equal(codes, ref)

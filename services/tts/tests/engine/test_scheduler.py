@@ -59,22 +59,29 @@ def test_policy() -> None:
     assert ids(out.decode) == [d.id, a.id, b.id]
     assert ids(out.end_empty) == [e.id] and not out.cancelled
     assert c.id not in ids(out.decode + out.prefill)
-    text = b.head().stream.ids()
-    assert out.text_ids[-1] == text.text[1]  # the joiner's first step reads text id 1
+    # The joiner's first step completes the frame its prompt began: no talker, no text.
+    assert out.talk == [True, True, False] and out.text_ids[-1] == CFG.tts_pad_token_id
+    assert out.text_ids[:2] == [d.head().stream.ids().text[2], a.head().stream.ids().text[1]]
     assert Scheduler(EngineSettings(batch_decode=False), CFG).max_batch == 1
 
 
-def test_a_streaming_prompt_waits_for_a_stable_token_and_joins_when_its_next_is_known(
-        ) -> None:
+def test_speech_from_the_first_word() -> None:
+    """A streaming prompt starts once its first text id is stable and speaks its frame 0
+    in the same iteration; its talker steps wait for each next text id."""
     sched = make()
     s = open_session(sched, "Hello", flush=False)
     assert sched.schedule().idle  # "Hello" may still grow
-    s.push_text(" world")  # "Hello" is stable, " world" is not: one text id
+    s.push_text(" ")  # "Hello" is followed by a space: stable, one text id
     out = sched.schedule()
-    assert ids(out.prefill) == [s.id] and not out.decode  # its next text id is unknown
-    s.flush()
+    assert ids(out.prefill) == [s.id] and ids(out.decode) == [s.id] and out.talk == [False]
+    running(s, 1, 1.0)  # its prompt ran and frame 0 is out
+    assert sched.schedule().idle  # frame 1 needs text id 1: not there yet
+    s.push_text("world")  # " world" may still grow
+    assert sched.schedule().idle
+    s.push_text(" ")
     out = sched.schedule()
-    assert ids(out.decode) == [s.id]
+    assert ids(out.decode) == [s.id] and out.talk == [True]
+    assert out.text_ids == [s.head().stream.ids().text[1]]
 
 
 def test_next_text_ids_then_eos_then_pad() -> None:
@@ -84,7 +91,7 @@ def test_next_text_ids_then_eos_then_pad() -> None:
     text = utt.stream.ids()
     assert text.role == TOK.role_ids
     row, seen = Row(s, utt), []
-    for steps in range(len(text.text) + 2):
+    for steps in range(1, len(text.text) + 3):  # step 0: frame 0, no talker
         utt.steps = steps
         seen.append(sched.next_text_id(row, text))
     assert seen == [*text.text[1:], CFG.tts_eos_token_id, CFG.tts_pad_token_id,

@@ -191,7 +191,7 @@ def test_metadata_and_step_hook(engine):
     assert stats and all(st.batch_size >= 1 and st.step_ms > 0 for st in stats)
 
 
-def test_waits_for_stable_first_token_then_for_text(tiny_engine):
+def test_speaks_the_first_stable_token_then_waits_for_text(tiny_engine):
     c = Collector()
     s = tiny_engine.open_session(SessionParams(voice="vivian", seed=1, max_frames=50), c)
     s.push_text("Hello")  # the first word may still grow: no prompt yet
@@ -201,9 +201,9 @@ def test_waits_for_stable_first_token_then_for_text(tiny_engine):
     s.push_text(" wor")  # "Hello" is stable now: prompt + steps while text lasts
     for _ in range(10):
         tiny_engine.run_once()
-    # One text token ("Hello") per prompt; step t needs text token t+1: " wor" is not
-    # stable yet, so the session waits after the prompt (the first frame needs token 1).
-    assert not c.packets()
+    # One text token ("Hello") per prompt, which begins frame 0: it is spoken at once.
+    # Frame t > 0 needs text token t: " wor" is not stable yet, so it waits there.
+    assert [(p.first_frame, p.frames) for p in c.packets()] == [(0, 1)]
     s.push_text("ld, and more text.")
     for _ in range(10):
         tiny_engine.run_once()

@@ -109,7 +109,10 @@ class AudioPacket:
     frames: int
     timings: dict | None = None  # first packet: queue_ms, prefill_ms, first_packet_ms
     codes: np.ndarray | None = None  # (frames, 16) codec codes of this packet
-    final: bool = False  # the utterance's last packet (its UtteranceEnd follows)
+    # The utterance's last packet, where known with it (the frame cap; EOS with frames
+    # still held for a packet). EOS is sampled one step after the last frame: then the
+    # last packet goes out unflagged and its UtteranceEnd alone closes the utterance.
+    final: bool = False
 
 
 @dataclass

@@ -61,7 +61,8 @@ class Engine:
         if self.settings.cpu_threads and self.device.type == "cpu":
             torch.set_num_threads(self.settings.cpu_threads)
         self.scheduler = Scheduler(self.settings, self.cfg)
-        self.output = Output(self.settings, self._fail)
+        self.output = Output(self.settings, self._fail,
+                             self.cfg.speech_decoder.codebook_size)
         self.voice_table = VoiceTable(self.cfg.talker)
         self._fault = FaultInjection(self.settings.fault) if self.settings.fault else None
         self._name = name or self.cfg.name
@@ -256,14 +257,14 @@ class Engine:
         if out.prefill:
             with self.output.guard("prefill", out.prefill):
                 self._prefill(out.prefill)
-        rows, text_ids = out.launchable()
+        rows, text_ids, talk = out.launchable()
         if not rows:
             return None, rows
         step = None
         with self.output.guard("launch", rows):
             if self._fault is not None:
                 self._fault.on_launch()
-            step = self.runner.launch([s.slot for s, _ in rows], text_ids)
+            step = self.runner.launch([s.slot for s, _ in rows], text_ids, talk)
         return step, rows
 
     def _prefill(self, rows: list[Row]) -> None:

@@ -3,8 +3,8 @@
 Eager, one decode step of the 0.6B model is thousands of small kernel launches (15
 code-predictor steps x 5 layers, 28 talker layers, sampling, ~40 speech-decoder layers):
 on an H100 the CPU that launches them, not the GPU, sets the pace. Each part of the step
-(`Runner.step_cp`, `step_talker`, `step_decoder`: pure functions of tensors that read and
-write the per-slot state in place) is captured as one graph with CUDA events between them,
+(`Runner.step_talker`, `step_cp`, `step_decoder`: pure functions of tensors that read
+and write the per-slot state in place) is captured as one graph with CUDA events between them,
 so the step costs three launches and reports where its GPU time went. The speech decoder
 runs on a stream of its own, beside the next step (`DecodeGraphs`).
 
@@ -13,7 +13,7 @@ rows n..b-1 are padding that point at the scratch slot (`Runner.scratch_slot`). 
 attends to its own cache positions only (the fused attention reads 0..position in place),
 so outputs equal eager up to the order of float sums (gated by SNR in
 tests/engine/test_graphs_gpu.py). The only inputs are the rows' slots and text ids, one
-host-to-device copy; outputs go to pinned host buffers.
+host-to-device copy (slots, text ids, talk flags); outputs go to pinned host buffers.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 
 log = logging.getLogger(__name__)
-PARTS = ("code_predictor_ms", "talker_ms", "decoder_ms")  # the step's parts, in order
+PARTS = ("talker_ms", "code_predictor_ms", "decoder_ms")  # the step's parts, in order
 # Prompt-length buckets of the prefill graphs: a streaming prompt is ~10 rows, a voice
 # instruction adds its tokens; longer prompts (offline text) run eagerly.
 PROMPT_BUCKETS = (16, 32, 64, 128)
@@ -67,10 +67,11 @@ def capture_graphs(fns: list, pool, warmups: int = 1) -> list[torch.cuda.CUDAGra
 class _Bucket:
     def __init__(self, b: int, device: torch.device) -> None:
         self.b = b
-        self.inputs = torch.zeros(2, b, dtype=torch.long, device=device)  # slots, text ids
-        self.graphs: list[torch.cuda.CUDAGraph] = []  # code predictor, talker
+        # slots, text ids, talk (1: the talker steps; 0: a row's first step)
+        self.inputs = torch.zeros(3, b, dtype=torch.long, device=device)
+        self.graphs: list[torch.cuda.CUDAGraph] = []  # talker, code predictor
         self.decoder: torch.cuda.CUDAGraph | None = None
-        self.frame = self.track = self.token = self.pcm = None
+        self.frame = self.decode = self.token = self.pcm = None
 
 
 class _HostSlot:
@@ -80,19 +81,20 @@ class _HostSlot:
         self.tokens = torch.zeros(rows, dtype=torch.long, pin_memory=True)
         self.codes = torch.zeros(rows, groups, dtype=torch.long, pin_memory=True)
         self.pcm = torch.zeros(rows, samples, dtype=torch.float32, pin_memory=True)
-        # start, code predictor done, talker done, decoder start, decoder done
+        # start, talker done, code predictor done, decoder start, decoder done
         self.marks = [torch.cuda.Event(enable_timing=True) for _ in range(5)]
         self.tokens_ready, self.audio_ready = torch.cuda.Event(), torch.cuda.Event()
 
 
 class DecodeGraphs:
-    """The decode step as graphs: code predictor then talker on the engine's stream, the
+    """The decode step as graphs: talker then code predictor on the engine's stream, the
     speech decoder on a stream of its own. The decoder of frame N needs only frame N's
-    codes, so it runs beside the talker of this step and the code predictor of the next:
+    codes, so it runs beside the talker and code predictor of the next step:
     the engine reads a step's tokens (talker), launches the next step, and only then
     reads this step's audio (`runner.Step`). The decoder copies its inputs (slots, codes)
     into buffers of its own first; the next step waits for that copy, not for the decoder,
-    before it overwrites them. Decoder graphs have their own memory pool (they run
+    before it overwrites them. The host reads a step's tokens as soon as its talker is
+    done. Decoder graphs have their own memory pool (they run
     concurrently with the others)."""
 
     def __init__(self, runner, buckets: list[int]) -> None:  # runner: Runner (no cycle)
@@ -117,15 +119,15 @@ class DecodeGraphs:
 
     def _parts(self, bk: _Bucket) -> list:
         r = self.runner
-        slots, text = bk.inputs[0], bk.inputs[1]
-
-        def cp() -> None:
-            bk.frame, bk.track = r.step_cp(slots)
+        slots, text, talk = bk.inputs[0], bk.inputs[1], bk.inputs[2]
 
         def talker() -> None:
-            bk.token = r.step_talker(slots, text, bk.track, r.max_seq_len)
+            bk.token = r.step_talker(slots, text, talk, r.max_seq_len)
 
-        return [cp, talker]
+        def cp() -> None:
+            bk.frame, bk.decode = r.step_cp(slots)
+
+        return [talker, cp]
 
     def _decoder(self, bk: _Bucket):
         def decoder() -> None:
@@ -140,6 +142,7 @@ class DecodeGraphs:
             bk = _Bucket(b, r.device)
             bk.inputs[0].fill_(r.scratch_slot)
             bk.inputs[1].fill_(self._pad_text)
+            bk.inputs[2].fill_(1)
             bk.graphs = capture_graphs(self._parts(bk), self.pool, warmups=2)
             self.pool = bk.graphs[-1].pool()
             [bk.decoder] = capture_graphs([self._decoder(bk)], self._decoder_pool, warmups=2)
@@ -181,10 +184,10 @@ class DecodeGraphs:
             self.runner.decoder_slots.reset(slots)
         slots.record_stream(self.stream)
 
-    def launch(self, slots: list[int], text_ids: list[int]
+    def launch(self, slots: list[int], text_ids: list[int], talk: list[bool]
                ) -> tuple[Callable[[], list[int]], Callable[[], tuple]]:
-        """Launch one step for these n rows -> (tokens(): codebook 0 of each row's next
-        frame, audio(): (codes (n, 16), pcm (n, frame_samples), part times in ms)). Read
+        """Launch one step for these n rows -> (tokens(): codebook 0 of the frame each row
+        made, audio(): (codes (n, 16), pcm (n, frame_samples), part times in ms)). Read
         tokens before launching the next step, audio before the one after."""
         n = len(slots)
         b = self.bucket(n)
@@ -194,20 +197,23 @@ class DecodeGraphs:
         host.audio_ready.synchronize()  # its last step was read (long done: two back)
         pad = b - n
         ids = torch.tensor([slots + [self.runner.scratch_slot] * pad,
-                            text_ids + [self._pad_text] * pad], dtype=torch.long)
+                            text_ids + [self._pad_text] * pad,
+                            talk + [True] * pad], dtype=torch.long)
         main = torch.cuda.current_stream()
         main.wait_event(self._consumed)  # the last step's decoder has its inputs
         bk.inputs.copy_(ids, non_blocking=True)
         marks = host.marks
         marks[0].record()
-        for g, e in zip(bk.graphs, marks[1:3], strict=True):
-            g.replay()
-            e.record()
+        talker, cp = bk.graphs
+        talker.replay()
+        marks[1].record()
         host.tokens[:n].copy_(bk.token[:n], non_blocking=True)
         host.tokens_ready.record()
+        cp.replay()
+        marks[2].record()
         with torch.cuda.stream(self.stream):
-            self.stream.wait_event(marks[1])  # the code predictor's frame
-            self._dec_slots[:b].copy_(bk.inputs[0])
+            self.stream.wait_event(marks[2])  # the code predictor's frame
+            self._dec_slots[:b].copy_(bk.decode)
             self._dec_frame[:b].copy_(bk.frame)
             self._consumed.record()
             marks[3].record()

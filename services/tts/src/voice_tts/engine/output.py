@@ -5,7 +5,9 @@ ends of the rows it touched, so the other sessions keep being served.
 
 On CUDA with graphs a step's audio is read one iteration after its launch (its speech
 decoder runs beside the next step): the step waits as an `InFlight`, and an utterance
-that the scheduler marked `ending` ends when that last audio is out.
+that the scheduler marked `ending` ends when that last audio is out. A step that sampled
+codec EOS made no frame: the packet before it may have gone out without `final` (the
+end is known one step after the last frame), so the `UtteranceEnd` is what closes it.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ class Guard:
 
 
 class Output:
-    def __init__(self, settings: EngineSettings, fail: Callable[[BaseException], None]) -> None:
+    def __init__(self, settings: EngineSettings, fail: Callable[[BaseException], None],
+                 codebook_size: int) -> None:
         self.settings = settings
+        self.codebook_size = codebook_size  # a step's token past the codes (EOS): no frame
         self._fail = fail  # a fault that poisons the device: the engine stops for good
         self.faults = 0  # engine work that raised (each ended the utterances it touched)
 
@@ -89,12 +93,14 @@ class Output:
         t0 = 0.0
         with self.guard("audio", flight.rows) as g:
             codes, pcm = flight.step.audio()
+            tokens = flight.step.tokens()
             t0 = time.perf_counter()
             for i, row in enumerate(flight.rows):
                 utt = row.utt
                 if utt.cancelled or utt.ended:
                     continue
-                utt.pending.append((codes[i], pcm[i]))
+                if tokens[i] < self.codebook_size:
+                    utt.pending.append((codes[i], pcm[i]))
                 self._packets(row, final=utt.ending is not None)
                 if utt.ending is not None:
                     self.end(row, utt.ending)

@@ -1,18 +1,23 @@
 """The model runner: tensors, caches and the steps. It never decides who runs.
 
 Everything a session needs between steps lives on the device, one row per engine slot
-(`SlotState`: last codebook-0 token, talker hidden state, position, frame counter, seed,
-sampling parameters, the repetition-penalty "seen" mask; the talker KV cache; the speech
-decoder's streaming state, `DecoderSlots`). So a decode step takes only two small host
-lists (slots, next text-track ids) and is three pure functions of tensors:
+(`SlotState`: newest codebook-0 token, talker hidden state, the codec track of the last
+completed frame, position, frame counter, seed, sampling parameters, the
+repetition-penalty "seen" mask; the talker KV cache; the speech decoder's streaming state,
+`DecoderSlots`). So a decode step takes only small host lists (slots, next text-track
+ids, whether each row talks) and is three pure functions of tensors:
 
-- `step_cp(slots)`: the code predictor completes the frame of each row's last codebook-0
-  token (15 codes, `predict_frame`);
-- `step_talker(slots, text_ids, track)`: the 16 codec embeddings plus the next text-track
-  embedding feed the talker, which samples codebook 0 of the next frame (`talker_step`),
-  and writes the rows' state back;
+- `step_talker(slots, text_ids, talk)`: rows that talk feed their last frame's codec
+  track plus the next text-track embedding to the talker, which samples codebook 0 of a
+  new frame (`talker_step`) and writes the rows' state back. A row's first step does not
+  talk: the prompt already sampled codebook 0 of its frame 0, which needs only the first
+  text id, so frame 0 is spoken before the second text id has arrived;
+- `step_cp(slots)`: the code predictor completes the frame of each row's newest
+  codebook-0 token (15 codes, `predict_frame`) and keeps its codec track for the next
+  talker step;
 - `step_decoder(slots, frame)`: the speech decoder turns the completed frame into 1920
-  samples, streaming from each row's own decoder state.
+  samples, streaming from each row's own decoder state. A row whose codebook 0 is no code
+  (codec EOS: the utterance is over) decodes nothing (its row reads the scratch slot).
 
 No host sync, no branch on tensor values, fixed trip counts: `graphs.py` captures each
 part as a CUDA graph per batch-size bucket; `launch` returns a `Step` whose tokens come
@@ -60,9 +65,10 @@ class PrefillRequest:
 
 
 class Step:
-    """One launched decode step. `tokens()`: codebook 0 of each row's next frame (codec EOS
-    ends the utterance), from the talker. `audio()`: (codes (B, 16) of the frame each row
-    completed, its PCM (B, frame_samples) float32), from the speech decoder. Pipelined
+    """One launched decode step. `tokens()`: codebook 0 of the frame each row made (the
+    prompt's, for a row's first step; codec EOS: the utterance is over, no frame), from
+    the talker. `audio()`: (codes (B, 16) of that frame, its PCM (B, frame_samples)
+    float32; garbage for a row whose token is EOS), from the speech decoder. Pipelined
     (CUDA graphs), the decoder is still running when the tokens are ready: the engine
     launches the next step before it reads this one's audio. `timing`: the part times
     (ms), set once the audio is read."""
@@ -122,8 +128,9 @@ class SlotState:
         def zeros(*shape, dt=torch.long):
             return torch.zeros(shape, dtype=dt, device=device)
 
-        self.last_token = zeros(n)
-        self.past_hidden = zeros(n, hidden, dt=dtype)
+        self.last_token = zeros(n)  # codebook 0 of the newest frame
+        self.past_hidden = zeros(n, hidden, dt=dtype)  # the talker's, at that token
+        self.track = zeros(n, hidden, dt=dtype)  # codec track of the last completed frame
         self.position = zeros(n)  # talker position of the next step's input row
         self.n_generated = zeros(n)  # codebook-0 tokens sampled in this utterance
         self.seed = zeros(n)
@@ -283,11 +290,34 @@ class Runner:
         bucket), and a codec EOS it sampled became codebook 0 of its next frame, out of
         the speech decoder's codebooks. Graph-safe: fills at a fixed index."""
         s, k = self.state, self.scratch_slot
-        for t in (s.last_token, s.position, s.n_generated, s.past_hidden, s.seen):
+        for t in (s.last_token, s.position, s.n_generated, s.past_hidden, s.track, s.seen):
             t[k].zero_()  # a kernel (`t[k] = 0` copies a host scalar: not capturable)
 
+    def step_talker(self, slots: torch.Tensor, text_ids: torch.Tensor, talk: torch.Tensor,
+                    kv_len: int) -> torch.Tensor:
+        """Rows with talk (B,) 1: the talker steps from the codec track of their last
+        frame and the next text id to codebook 0 of a new frame, and their state moves
+        on. Rows with 0 (a first step) keep their state: their KV row at `position` is
+        written and rewritten by their first real step before any query reads it.
+        -> each row's newest codebook 0 (B,)."""
+        s = self.state
+        pos, n = s.position[slots], s.n_generated[slots]
+        token, hidden = talker_step(self.model, s.track[slots][:, None], text_ids, slots, pos,
+                                    kv_len, partial(self._sample_talker, slots, n))
+        yes = talk.bool()
+        token = torch.where(yes, token, s.last_token[slots])
+        hidden = torch.where(yes[:, None], hidden, s.past_hidden[slots])
+        s.last_token.index_copy_(0, slots, token)
+        s.past_hidden.index_copy_(0, slots, hidden)
+        s.position.index_copy_(0, slots, pos + talk)
+        s.n_generated.index_copy_(0, slots, n + talk)
+        s.seen.index_put_((slots, token), self._true)  # a device scalar: graph-safe
+        return token
+
     def step_cp(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> (frames (B, 16), codec track (B, 1, H)) of each row's pending frame."""
+        """-> (frames (B, 16) of each row's newest codebook-0 token, the slots the decoder
+        reads: the scratch slot for a row whose token is no code (EOS), its frame zeros).
+        Keeps each frame's codec track for the row's next talker step."""
         s = self.state
         if self.fused:  # the frame being completed is n_generated - 1
             def sample(i: int, logits: torch.Tensor) -> torch.Tensor:
@@ -299,22 +329,12 @@ class Runner:
 
             def sample(i: int, logits: torch.Tensor) -> torch.Tensor:
                 return warp_and_sample(logits.float(), p, noise[:, i])
-        return predict_frame(self.model, s.last_token[slots], s.past_hidden[slots], sample)
-
-    def step_talker(self, slots: torch.Tensor, text_ids: torch.Tensor,
-                    codec_track: torch.Tensor, kv_len: int) -> torch.Tensor:
-        """-> codebook 0 of each row's next frame (B,); advances the rows' state."""
-        s = self.state
-        pos, n = s.position[slots], s.n_generated[slots]
-        token, hidden = talker_step(self.model, codec_track, text_ids, slots, pos, kv_len,
-                                    partial(self._sample_talker, slots, n))
-        s.last_token.index_copy_(0, slots, token)
-        s.past_hidden.index_copy_(0, slots, hidden)
-        s.position.index_copy_(0, slots, pos + 1)
-        s.n_generated.index_copy_(0, slots, n + 1)
-        s.seen.index_put_((slots, token), self._true)  # a device scalar: graph-safe
+        first = s.last_token[slots]
+        code = first < self.cfg.speech_decoder.codebook_size
+        frame, track = predict_frame(self.model, first, s.past_hidden[slots], sample)
+        s.track.index_copy_(0, slots, track[:, 0])
         self.reset_scratch()
-        return token
+        return frame * code[:, None], torch.where(code, slots, self.scratch_slot)
 
     def step_decoder(self, slots: torch.Tensor, frame: torch.Tensor) -> torch.Tensor:
         """frames (B, 16) -> float32 PCM (B, frame_samples), streamed per slot."""
@@ -426,19 +446,20 @@ class Runner:
                                      device=self.device)
 
     @torch.no_grad()
-    def launch(self, slots: list[int], text_ids: list[int]) -> Step:
+    def launch(self, slots: list[int], text_ids: list[int], talk: list[bool]) -> Step:
         """One decode step for the sessions in `slots` (continuous batching: any subset,
-        any order), each fed its next text-track id."""
+        any order), each fed its next text-track id; rows with `talk` False take their
+        first step (frame 0, made by their prompt: no talker)."""
         t0 = time.perf_counter()
         b = self.graphs.bucket(len(slots)) if self.graphs is not None else None
-        step = (Step(*self.graphs.launch(slots, text_ids), pipelined=True) if b is not None
-                else self._eager(slots, text_ids))
+        step = (Step(*self.graphs.launch(slots, text_ids, talk), pipelined=True)
+                if b is not None else self._eager(slots, text_ids, talk))
         step.launched_at = t0
-        for slot in slots:
-            self._positions[slot] += 1
+        for slot, yes in zip(slots, talk, strict=True):
+            self._positions[slot] += yes
         return step
 
-    def _eager(self, slots: list[int], text_ids: list[int]) -> Step:
+    def _eager(self, slots: list[int], text_ids: list[int], talk: list[bool]) -> Step:
         if self.graphs is not None:  # decoder state: after the graphed steps in flight
             self.graphs.join()
         n = len(slots)
@@ -447,14 +468,15 @@ class Runner:
             pad = fit(self.eager_buckets, n) - n
             slots = slots + [self.scratch_slot] * pad
             text_ids = text_ids + [self.cfg.tts_pad_token_id] * pad
-        idx = torch.tensor([slots, text_ids], dtype=torch.long, device=self.device)
+            talk = talk + [True] * pad
+        idx = torch.tensor([slots, text_ids, talk], dtype=torch.long, device=self.device)
         self._check_step(slots, text_ids, idx[0])
         marks = [time.perf_counter()]
-        frame, track = self.step_cp(idx[0])
+        token = self.step_talker(idx[0], idx[1], idx[2], kv_len)
         marks.append(time.perf_counter())
-        token = self.step_talker(idx[0], idx[1], track, kv_len)
+        frame, decode = self.step_cp(idx[0])
         marks.append(time.perf_counter())
-        pcm = self.step_decoder(idx[0], frame)
+        pcm = self.step_decoder(decode, frame)
         marks.append(time.perf_counter())
         timing = {name: (b - a) * 1e3 for name, (a, b) in zip(PARTS, pairwise(marks),
                                                                strict=True)}
@@ -476,7 +498,3 @@ class Runner:
         if max(pos) >= self.max_seq_len or min(pos) < 0:
             raise IndexError(f"positions {pos} of slots {slots} outside the KV cache "
                              f"(max_seq_len {self.max_seq_len})")
-        codes = s.last_token[idx].tolist()  # codebook 0 of the frame the decoder will read
-        if not all(0 <= c < t.speech_decoder.codebook_size for c in codes):
-            raise IndexError(f"codebook-0 tokens {codes} of slots {slots} outside the "
-                             f"speech decoder's {t.speech_decoder.codebook_size} codes")

@@ -8,12 +8,15 @@ that end with it (codec EOS, frame cap). Policy:
 
 - prompts first (they start audio: TTFA), at most `max_prefills_per_step`, oldest text
   first; a prompt is ready once its first text token is *stable* (a word followed by
-  another character, or flush) and some non-whitespace text has arrived; offline
-  (`non_streaming_mode`) prompts wait for the flush;
-- then ONE batched talker step over every running utterance whose next text-track token
-  is known or flushed (continuous batching: sessions join and leave between steps), up
-  to `max_batch` rows, least recently stepped first so nobody starves; fresh prompts
-  that are ready for a step join it at once (TTFA) while there is room;
+  a space or punctuation, or flush: `text.TextStream`) and some non-whitespace text has
+  arrived; offline (`non_streaming_mode`) prompts wait for the flush;
+- then ONE batched step over every running utterance that can make its next frame
+  (continuous batching: sessions join and leave between steps), up to `max_batch` rows,
+  least recently stepped first so nobody starves. A fresh prompt joins the step of its
+  own iteration while there is room: its first step only completes and decodes the
+  frame its prompt began (no talker, no text: speech from the first word). Every later
+  step feeds the talker the next text-track id, so it waits until that id is known or
+  the text is flushed;
 - paused sessions (their reader is behind) and utterances whose last audio is still
   being decoded wait.
 
@@ -60,16 +63,18 @@ class SchedulerOutput:
     # The batched step: running rows, then fresh prompts (of `prefill`) joining it.
     decode: list[Row] = field(default_factory=list)
     text_ids: list[int] = field(default_factory=list)  # each decode row's next text id
+    talk: list[bool] = field(default_factory=list)  # False: the row's first step
 
     @property
     def idle(self) -> bool:
         return not (self.prefill or self.decode or self.end_empty)
 
-    def launchable(self) -> tuple[list[Row], list[int]]:
-        """The decode rows that can step: a fresh prompt that failed or did not fit its
-        slot drops out."""
+    def launchable(self) -> tuple[list[Row], list[int], list[bool]]:
+        """The decode rows that can step (a fresh prompt that failed or did not fit its
+        slot drops out), their text ids and talk flags."""
         keep = [i for i, row in enumerate(self.decode) if row.utt.running]
-        return [self.decode[i] for i in keep], [self.text_ids[i] for i in keep]
+        return ([self.decode[i] for i in keep], [self.text_ids[i] for i in keep],
+                [self.talk[i] for i in keep])
 
 
 class Scheduler:
@@ -131,9 +136,9 @@ class Scheduler:
         prompts, steps = prompts[:self.settings.max_prefills_per_step], steps[:self.max_batch]
         out.prefill = [row for row, _ in prompts]
         # Fresh prompts take their first step now, not one iteration later (TTFA).
-        joining = [(row, text) for row, text in prompts if self._ready_to_step(row, text, 0)]
-        for row, text in steps + joining[:self.max_batch - len(steps)]:
+        for row, text in steps + prompts[:self.max_batch - len(steps)]:
             out.decode.append(row)
+            out.talk.append(row.utt.steps > 0)
             out.text_ids.append(self.next_text_id(row, text))
         return out
 
@@ -152,16 +157,18 @@ class Scheduler:
             else Need.NOTHING
 
     def _ready_to_step(self, row: Row, text: TextIds, steps: int) -> bool:
-        """Its next step's text-track id is known (or flushed), after `steps` steps."""
-        if row.session.params.non_streaming_mode or text.finished:
+        """It can make its next frame after `steps` steps: the first needs no text (its
+        prompt began the frame); step k feeds text-track id k, known or flushed."""
+        if steps == 0 or row.session.params.non_streaming_mode or text.finished:
             return True
-        return steps + 1 < len(text.text)
+        return steps < len(text.text)
 
     def next_text_id(self, row: Row, text: TextIds) -> int:
-        """The text-track id of the row's next step: the next text id, tts_eos right after
-        the last one, then tts_pad (offline prompts hold the whole text: pad only)."""
-        n_text, idx = len(text.text), row.utt.steps + 1
-        if row.session.params.non_streaming_mode or idx > n_text:
+        """The text-track id of the row's next talker step (its frame k: id k; the prompt
+        fed id 0): the next text id, tts_eos right after the last one, then tts_pad
+        (offline prompts hold the whole text: pad only; a first step: unused, pad)."""
+        n_text, idx = len(text.text), row.utt.steps
+        if row.session.params.non_streaming_mode or idx > n_text or idx == 0:
             return self.cfg.tts_pad_token_id
         if idx == n_text:
             return self.cfg.tts_eos_token_id
@@ -186,8 +193,9 @@ class Scheduler:
             utt.timings = {"queue_ms": (t0 - first) * 1e3, "prefill_ms": (t1 - t0) * 1e3}
 
     def update(self, rows: list[Row], tokens: list[int]) -> None:
-        """A step's codebook-0 tokens: count the frame, and mark the utterances that end
-        with it (`ending`: they end once its audio is out)."""
+        """A step's codebook-0 tokens, one per row: the frame it made (counted), or codec
+        EOS (no frame: the utterance is over); mark the utterances that end with it
+        (`ending`: they end once its audio is out)."""
         eos = self.cfg.talker.codec_eos_token_id
         codes = self.cfg.speech_decoder.codebook_size
         # The graphed step indexes without checks: a sampled id past the speech decoder's

@@ -44,7 +44,7 @@ class Utterance:
     # --- engine-thread state ---
     running: bool = False
     prompt_len: int = 0
-    steps: int = 0  # talker decode steps == frames completed
+    steps: int = 0  # decode steps (the first: frame 0, no talker) == frames made
     ending: str | None = None  # why it ends ("eos", "max_frames") once its last audio is out
     ended: bool = False  # its UtteranceEnd is out
     # decoded frames not yet sent: (codes (16,), pcm (frame_samples,)) each

@@ -29,6 +29,10 @@ waiting for their time. An utterance is over (its reason counted) once its last 
 written: a STOP before that counts it as cancelled. On a drain the writer stops pacing
 (`hurry`), so that in-flight utterances end within the drain timeout.
 
+An utterance's newest frame is held back until the next packet or its end: the engine
+learns that a frame was the last one step later (codec EOS), and exactly one frame of
+each utterance carries `last_in_utterance`. The packet's other frames go out at once.
+
 This module knows the protocol's streaming rules; validation is in `protocol.py`, frame
 cutting in `framing.py`, the engine behind the `Session` API.
 """
@@ -138,6 +142,9 @@ class _Utterance:
     text_chars: int = 0
     has_speech: bool = False  # any non-whitespace text: worth flushing to the engine
     framer: UtteranceFramer | None = None
+    # Its newest frame, held back until the next packet or its end says whether it is the
+    # last (codec EOS comes one engine step after the last frame: engine.output).
+    held: bytes | None = None
     made: int = 0                  # frames framed (the next one's index)
     t0: float = -math.inf          # loop time its first frame was written (pacing)
     ttfa_s: float | None = None    # first text -> its first audio on the loop
@@ -425,11 +432,15 @@ class SynthesizeStream:
         u = st.utt(p.utterance_id)
         if u.framer is None:
             u.framer = UtteranceFramer(st.cfg.sample_rate, st.cfg.frame_ms)
+        frames = [u.held] if u.held is not None else []
+        u.held = None
         if p.final:  # the last packet: drain the resampler, pad, flag the last frame
-            frames = u.framer.push(p.pcm) + u.framer.finish()
+            frames += u.framer.push(p.pcm) + u.framer.finish()
             u.framer = None  # drained: UtteranceEnd has nothing left to flush
         else:
-            frames = u.framer.push(p.pcm)
+            frames += u.framer.push(p.pcm)
+            if frames:  # the packet's other frames go out now, this one with what follows
+                u.held = frames.pop()
         self._frames(p.utterance_id, u, frames, last=p.final)
         self._maybe_resume()
 
@@ -449,9 +460,13 @@ class SynthesizeStream:
                                 "see server logs")
             return
         u = st.utt(uid)
+        frames = [u.held] if u.held is not None else []
         if u.framer is not None:
-            self._frames(uid, u, u.framer.finish(), last=True)
+            frames += u.framer.finish()
             u.framer = None
+        if frames:
+            self._frames(uid, u, frames, last=True)
+        u.held = None
         kinds: list[int] = []
         if e.reason == "max_frames":
             kinds.append(tts_pb2.Event.TRUNCATED)

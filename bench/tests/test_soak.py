@@ -16,10 +16,10 @@ import pytest
 import torch
 from voice.tts.v1 import tts_pb2
 
-ROOT = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(ROOT))
+from bench import soak
+from bench.soak.plan import words
 
-from bench import soak  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the bench's cwd
 
 
 def run_soak(tmp_path: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess,
@@ -107,6 +107,8 @@ def test_sentences_and_plans() -> None:
     assert min(lengths) >= 20 and max(lengths) <= 220
     text = soak.sentence(rng, 20, 220)
     assert "".join(soak.pieces(rng, text)) == text
+    cut = words("Hello there,  streaming world. ")
+    assert cut == ["Hello ", "there,  ", "streaming ", "world. "]
     a = soak.parse_args(["--rate", "50", "--duration", "20", "--seed", "3"])
     plans = soak.make_plans(a, [("vivian", ["auto", "english"]), ("ryan", ["auto"])])
     assert 800 < len(plans) < 1200  # Poisson: 1000 expected

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(ROOT))
+from bench.prompts import make_prompts
+from bench.soak.report import peak_inflight
 
-from bench.prompts import make_prompts  # noqa: E402
-from bench.soak.report import peak_inflight  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the bench's cwd
 
 
 def test_prompt_set_is_the_documented_one() -> None:
@@ -27,6 +26,9 @@ def test_prompt_set_is_the_documented_one() -> None:
     assert len(lens) == 1088 and 70 <= statistics.median(lens) <= 90
     assert sum(40 <= n <= 150 for n in lens) / len(lens) >= 0.8
     assert all(s[-1] in ".?!" for s in shipped if len(s) < make_prompts.HI)
+    one_token = make_prompts.OUT_ONE_TOKEN.read_text().splitlines()
+    assert one_token == make_prompts.first_word_one_token(shipped)
+    assert {s.split(" ")[0] for s in one_token} == {"The", "A"}
 
 
 def test_peak_inflight_sweeps_dispatch_and_end() -> None:
