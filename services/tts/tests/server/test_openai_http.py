@@ -84,9 +84,10 @@ def test_sdk_streaming_response_delivers_pcm_in_pieces(server, reference: bytes)
             chunks.append(chunk)
             times.append(time.perf_counter() - t0)
     assert b"".join(chunks) == reference
-    # Streamed as made, a write per packet: the first (one codec frame, 80 ms) alone.
+    # Streamed as made, a write per packet: the first (one codec frame, 80 ms) alone, but
+    # for its last 20 ms, held until the next packet shows it was not the utterance's last.
     assert len(chunks) >= 3, [len(c) for c in chunks]
-    assert len(chunks[0]) == 3840, [len(c) for c in chunks]
+    assert len(chunks[0]) == 3840 - 960, [len(c) for c in chunks]
 
 
 def test_sse_deltas_decode_to_the_same_audio(server, reference: bytes) -> None:

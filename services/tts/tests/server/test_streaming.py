@@ -244,8 +244,9 @@ async def test_frames_per_message_packs_the_same_audio(server, per_message: int)
     assert [f.seq for f in packed] == seqs and [f.start_ms for f in packed] == [
         20 * s for s in seqs]
     assert [f.last_in_utterance for f in packed] == [False] * (len(packed) - 1) + [True]
-    # A packet's frames are never held for the next one: the first (80 ms) is one message.
-    assert packed[0].frames == min(4, per_message)
+    # A packet's frames are not held for the next one, but for its newest (until the next
+    # packet shows it was not the last): the first 80 ms is one message of 60 ms.
+    assert packed[0].frames == min(3, per_message)
 
 
 async def test_frames_per_message_over_the_limit_is_refused(server) -> None:
