@@ -4,7 +4,7 @@ It is not a model: it implements the engine surface the server uses (`open_sessi
 `voices`, `languages`, `on_step`, `start`, `shutdown`, the fault hooks; sessions with
 `push_text`, `flush`, `cancel`, `reset`, `pause`, `resume`, `utterance_id`, `close`) and
 emits noise
-`AudioPacket`s and `UtteranceEnd`s from one thread, so that the gRPC front (servicer,
+`AudioPacket`s and `UtteranceEnd`s from one thread, so that the gRPC front (Synthesis,
 stream.py, framing, grpc.aio) can be driven at a chosen packet rate with no model in the
 way. Used by bench/front_bench.py only.
 
@@ -107,7 +107,7 @@ class FakeFastEngine:
         self.bucket_step_ms: dict[int, float] = {}  # no warm-up timing: learned online
         self.default_frames = default_frames
         self.model_name = "fake-fast-engine (stand-in, noise)"
-        self.sample_rate = 24000
+        self.sample_rate, self.frame_samples = 24000, FRAME_SAMPLES
         self.device = SimpleNamespace(type="cpu")
         self.on_step = None
         self.fatal = None  # the real engine's fault surface (server.py): never set here

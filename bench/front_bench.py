@@ -1,7 +1,7 @@
 """The TTS server front under load, with no model: can one asyncio process write one gRPC
 message per 20 ms frame of every stream, and does admission say no in time?
 
-The real front (servicer, admission, stream.py, framing, grpc.aio on localhost: server.py's
+The real front (Synthesis, admission, stream.py, framing, grpc.aio on localhost: server.py's
 `start_server`) runs in its own process on CPU 0, fed at the engine boundary by
 `FakeFastEngine` (bench/fake_engine.py: a STAND-IN that emits noise packets at a modelled
 step rate). Clients are grpc.aio processes on the other CPUs (`--client-procs`), reading
@@ -86,7 +86,7 @@ async def _serve(args: argparse.Namespace) -> None:
             lags.append((loop.time() - t - 0.01) * 1e3)
 
     monitor = asyncio.create_task(lag_monitor())
-    metrics = running.servicer.metrics
+    metrics = running.calls.metrics
     prof = None
     if args.profile:
         import cProfile
@@ -130,12 +130,12 @@ async def _serve(args: argparse.Namespace) -> None:
                 "loop_lag_ms_p99": lag[int(len(lag) * 0.99)], "loop_lag_ms_max": lag[-1],
                 "rejected": rej, "pace_lead_s": settings.pace_lead_s,
                 "model_points": [(round(b, 1), round(p, 2)) for b, p in
-                                 running.servicer.admission.model.points()],
+                                 running.calls.admission.model.points()],
             }), flush=True)
         else:
             break
     monitor.cancel()
-    running.servicer.draining = True
+    running.calls.draining = True
     await running.server.stop(0)
     engine.shutdown()
 

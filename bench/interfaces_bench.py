@@ -1,7 +1,7 @@
 """Time to first audio byte through each of the service's three interfaces, in one run
 against one running server: gRPC `Synthesize`, OpenAI's `POST /v1/audio/speech` (pcm,
-streamed) and the WebSocket `/v1/audio/speech/stream`. All three are fronts of one
-servicer call, so what differs is the front's cost (framing, event loop, transport).
+streamed) and the WebSocket `/v1/audio/speech/stream`. All three are adapters over one
+synthesis call, so what differs is the front's cost (framing, event loop, transport).
 
 Method, per concurrency c: a warm-up round of each protocol (not counted; it also opens
 the HTTP keep-alive connections), then `--rounds` rounds of each, the protocols in turn

@@ -93,14 +93,14 @@ def test_h100_capacity_from_measured_steps() -> None:
 def admission(margin: float = 0.7, max_sessions: int = 1000,
               grace: float = 2.0) -> tuple[Admission, FramePeriodModel]:
     m = FramePeriodModel(alpha=1.0)
-    return Admission(m, max_sessions, margin * 80.0, grace), m
+    return Admission(m, max_sessions, margin * 80.0, grace, 80.0), m
 
 
 def test_frame_budget_keeps_an_utterances_start_real_time() -> None:
-    assert frame_budget_ms(0.7, 1, 1) == pytest.approx(56.0)  # margin x 80 ms
-    assert frame_budget_ms(0.7, 1, 4) == pytest.approx(20.0)  # 4 P <= 80 ms
-    assert frame_budget_ms(0.7, 2, 4) == pytest.approx(40.0)
-    assert frame_budget_ms(0.0, 1, 4) == 0.0  # off
+    assert frame_budget_ms(0.7, 1, 1, 80.0) == pytest.approx(56.0)  # margin x 80 ms
+    assert frame_budget_ms(0.7, 1, 4, 80.0) == pytest.approx(20.0)  # 4 P <= 80 ms
+    assert frame_budget_ms(0.7, 2, 4, 80.0) == pytest.approx(40.0)
+    assert frame_budget_ms(0.0, 1, 4, 80.0) == 0.0  # off
 
 
 class FakeSession:
@@ -244,7 +244,7 @@ def test_paced_streams_are_counted_while_they_write_not_only_while_the_engine_sp
     calls; per open stream, the next call is within the limit."""
     st = Streams()
     front = FrontModel(open_streams=lambda: st.open, alpha=1.0)
-    adm = Admission(FramePeriodModel(), 256, 20.0, 2.0, front, front_share=0.7)
+    adm = Admission(FramePeriodModel(), 256, 20.0, 2.0, 80.0, front, front_share=0.7)
     st.open = 120
     now = time.monotonic()  # admit() samples the front on the real clock
     front.sample(now=now - 2.0, cpu_s=0.0)
@@ -257,7 +257,7 @@ def test_front_rule_rejects_when_the_loop_would_saturate() -> None:
     m = FramePeriodModel(alpha=1.0)
     st = Streams()
     front = FrontModel(open_streams=lambda: st.open, alpha=1.0)
-    adm = Admission(m, 1000, 56.0, 2.0, front, front_share=0.7)
+    adm = Admission(m, 1000, 56.0, 2.0, 80.0, front, front_share=0.7)
     feed(m, 300, 15.0)  # the engine alone would take ~1100 streams
     st.open = 100
     now = time.monotonic()  # admit() samples the front on the real clock
@@ -325,8 +325,8 @@ def test_fresh_steps_override_their_bucket_and_fall_back_to_the_seed_when_stale(
 def test_a_server_back_from_idle_takes_a_burst_the_gpu_can_carry() -> None:
     """After an idle pause only the batch-1 point is fresh: unseeded, the model
     extrapolates in proportion and refuses a burst the GPU carries at ~8 ms a step."""
-    cold, m = admission(margin=0.7)  # budget 20 ms (frame_budget_ms(0.7, 1, 4))
-    cold.budget_ms = frame_budget_ms(0.7, 1, 4)
+    cold, m = admission(margin=0.7)  # budget 20 ms (frame_budget_ms(0.7, 1, 4, 80.0))
+    cold.budget_ms = frame_budget_ms(0.7, 1, 4, 80.0)
     feed(m, 1, 6.2)  # the last steps before the pause, at batch 1
     seeded, m2 = admission(margin=0.7)
     seeded.budget_ms = cold.budget_ms

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import io
 import json
+import signal
 import time
 import wave
 
@@ -184,6 +185,28 @@ async def test_at_capacity_429_with_retry_after_then_served(make_server) -> None
         assert status == 200
     assert srv.metric('tts_admission_rejected_total{protocol="http"}') == 1
     assert srv.metric('tts_requests_total{protocol="websocket"}') == 1
+
+
+async def test_bursts_at_capacity_get_429_and_during_a_drain_503(make_server) -> None:
+    """Requests that come together get the status a retrying client needs, every one:
+    429 while the server is full, 503 while it drains (never 500), with Retry-After."""
+    srv = make_server(TTS_MAX_SESSIONS="1", TTS_DRAIN_TIMEOUT_S="30")
+    ws_url = f"http://127.0.0.1:{srv.http_port}/v1/audio/speech/stream"
+    body = {"input": "Hi there.", "voice": "vivian"}
+    # The socket holds the one slot, and the drain open.
+    async with aiohttp.ClientSession() as s, s.ws_connect(ws_url) as ws:
+        await ws.send_json({"type": "config", "voice": "vivian"})
+        assert (await ws.receive_json())["type"] == "started"
+        got = await asyncio.gather(*(post(srv, body) for _ in range(40)))
+        assert {(st, h.get("Retry-After"), e["error"]["code"]) for st, h, e in got} == {
+            (429, "1", "resource_exhausted")}
+        srv.proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        got = await asyncio.gather(*(post(srv, body) for _ in range(40)))
+        assert {(st, h.get("Retry-After"), e["error"]["code"]) for st, h, e in got} == {
+            (503, "1", "unavailable")}
+        assert "draining" in got[0][2]["error"]["message"]
+    assert srv.proc.wait(30) == 0
 
 
 async def post_audio(server, body: dict) -> tuple[int, bytes]:

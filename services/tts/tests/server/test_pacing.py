@@ -28,7 +28,7 @@ from .test_streaming import (
 )
 
 LEAD = 0.2
-SLACK = 0.1  # stream.PACE_SLACK_S (capped at lead / 2): frames due this soon go together
+SLACK = 0.1  # pacing.PACE_SLACK_S (capped at lead / 2): frames due this soon go together
 TOL = 0.05   # scheduling on a shared 2-core CPU
 GAP_TOL = 0.03  # a frame this late is an audible gap; measured: every frame ahead of time
 TEXT = "Hello there, streaming world, how are you today? " * 3
@@ -211,14 +211,16 @@ async def test_a_writer_sleeping_for_its_next_frame_wakes_for_stop(monkeypatch) 
 
     import numpy as np
     from voice_tts.engine import AudioPacket
+    from voice_tts.server import pacing
     from voice_tts.server import stream as stream_mod
     from voice_tts.server.metrics import TTSMetrics
 
-    monkeypatch.setattr(stream_mod, "PACE_SLACK_S", 2.0)
+    monkeypatch.setattr(pacing, "PACE_SLACK_S", 2.0)
     cfg = SimpleNamespace(sample_rate=24000, frame_ms=20, frames_per_message=1, session_id="s",
                           trace_id="t")
     session = _StubSession()
-    s = stream_mod.SynthesizeStream(cfg, session, TTSMetrics().of("grpc"), max_backlog_s=30.0,
+    s = stream_mod.SynthesizeStream(cfg, session, TTSMetrics().of("grpc"),
+                                    stream_mod.Codec(24000, 1920), max_backlog_s=30.0,
                                     pace_lead_s=4.0)
     s.state.utt(0).first_text_at = time.perf_counter()
     got: list[tuple[float, tts_pb2.SynthesizeResponse]] = []

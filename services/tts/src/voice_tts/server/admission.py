@@ -39,7 +39,7 @@ from typing import Any
 import grpc
 
 from voice_tts.engine import UtteranceEnd
-from voice_tts.server.capacity import FRAME_MS, FramePeriodModel, FrontModel
+from voice_tts.server.capacity import FramePeriodModel, FrontModel
 from voice_tts.server.protocol import CallError
 
 RETRY = "retry on another replica"
@@ -51,23 +51,26 @@ class Rejected(CallError):
         self.reason = reason  # label of tts_admission_rejected_total
 
 
-def frame_budget_ms(margin: float, first_packet_frames: int, packet_frames: int) -> float:
-    """The longest engine frame period admission allows: `margin` x 80 ms, and no more
-    than first_packet_frames / packet_frames x 80 ms (20 ms for packets (1, 4)). That was
+def frame_budget_ms(margin: float, first_packet_frames: int, packet_frames: int,
+                    codec_frame_ms: float) -> float:
+    """The longest engine frame period admission allows: `margin` x a codec frame (80 ms:
+    the real-time budget of one step), and no more than first_packet_frames /
+    packet_frames x 80 ms (20 ms for packets (1, 4)). That was
     the start-up bound of packets of 1 then straight 4; the packet ramp (`packet_ramp`)
     now keeps the start real time up to 60 ms, but the budget stays: it also bounds TTFA
     (one step) and the front's load: with the stand-in at 2x capacity (bench README, "The
     start-up rule"), a 56 ms budget with the ramp admitted 639 of 1006 calls at TTFA p50
     84 ms, 259 of them underrunning (a busy 2-core host); raising it needs a GPU
     measurement. (The 0.6B on an H100 keeps 20 ms to ~190 streams.)"""
-    return FRAME_MS * min(margin, first_packet_frames / packet_frames)
+    return codec_frame_ms * min(margin, first_packet_frames / packet_frames)
 
 
 class Admission:
     def __init__(self, model: FramePeriodModel, max_sessions: int, budget_ms: float,
-                 idle_grace_s: float, front: FrontModel | None = None,
+                 idle_grace_s: float, codec_frame_ms: float, front: FrontModel | None = None,
                  front_share: float = 0.0) -> None:
         self.model = model
+        self.codec_frame_ms = codec_frame_ms  # the engine's: only for the refusal's words
         self.front = front
         self.max_sessions = max_sessions
         self.budget_ms = budget_ms  # 0: rules 3 and 4 off
@@ -93,7 +96,7 @@ class Admission:
                     raise Rejected("capacity", (
                         f"server at capacity: {load} streams speaking or starting; with one "
                         f"more the engine would make a frame every {period:.0f} ms (real "
-                        f"time needs one per {FRAME_MS:.0f} ms, the limit is "
+                        f"time needs one per {self.codec_frame_ms:.0f} ms, the limit is "
                         f"{self.budget_ms:.0f} ms); {RETRY}"))
                 share = self._front_share(self._open + 1)
                 if share is not None and share > self.front_share:

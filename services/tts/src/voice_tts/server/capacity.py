@@ -60,8 +60,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-FRAME_MS = 80.0  # one codec frame at 12.5 Hz: the real-time budget of one step
-
 
 def bucket_of(batch: int) -> int:
     """The power of two at or above `batch` (the engine's graph buckets)."""

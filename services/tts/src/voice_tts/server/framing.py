@@ -1,7 +1,7 @@
 """Cuts the engine's PCM packets into fixed frames at the client's rate.
 
-The engine emits float32 mono packets at 24 kHz whose sizes follow the codec (1920
-samples a frame, 1–4 frames a packet). Clients want exactly `frame_ms` of s16le at 16,
+The engine emits float32 mono packets at its native rate (24 kHz) whose sizes follow the
+codec (1920 samples a frame, 1–4 frames a packet). Clients want exactly `frame_ms` of s16le at 16,
 24 or 48 kHz. One `UtteranceFramer` per utterance resamples with soxr's streaming
 resampler (state carried across packets, so there are no seams) and keeps the remainder
 of a frame until the next packet; `finish()` drains the resampler and zero-pads the last
@@ -13,28 +13,26 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
-NATIVE_RATE = 24000
-
 
 def to_s16le(pcm: np.ndarray) -> bytes:
     return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
 
 
 class UtteranceFramer:
-    def __init__(self, sample_rate: int, frame_ms: int) -> None:
+    def __init__(self, native_rate: int, sample_rate: int, frame_ms: int) -> None:
         self.sample_rate = sample_rate
         self.frame_samples = sample_rate * frame_ms // 1000
         self._resampler = (
             None
-            if sample_rate == NATIVE_RATE
-            else soxr.ResampleStream(NATIVE_RATE, sample_rate, 1, dtype="float32", quality="HQ")
+            if sample_rate == native_rate
+            else soxr.ResampleStream(native_rate, sample_rate, 1, dtype="float32", quality="HQ")
         )
         self._rest = np.zeros(0, dtype=np.float32)
         self.samples_in = 0
 
-    def push(self, pcm24k: np.ndarray) -> list[bytes]:
+    def push(self, native: np.ndarray) -> list[bytes]:
         """Returns the whole frames this packet completes (s16le bytes each)."""
-        pcm = np.asarray(pcm24k, dtype=np.float32).reshape(-1)
+        pcm = np.asarray(native, dtype=np.float32).reshape(-1)
         self.samples_in += pcm.size
         if self._resampler is not None:
             pcm = self._resampler.resample_chunk(pcm, last=False)

@@ -1,7 +1,8 @@
 """The service's HTTP side: `/metrics` for Prometheus, `/healthz` for orchestrators, and
 the speech interfaces other TTS servers offer: OpenAI's `POST /v1/audio/speech` (with
 `/v1/models`, `/v1/audio/voices`; `openai_speech.py`) and a live-text WebSocket,
-`/v1/audio/speech/stream` (`ws_speech.py`). Both are fronts of the gRPC servicer's call.
+`/v1/audio/speech/stream` (`ws_speech.py`). Both are adapters over `Synthesis.call`, as
+gRPC is.
 
 `/healthz` answers 200 only once the engine is warm and the server is not draining:
 the same state the gRPC health service reports.
@@ -10,17 +11,18 @@ the same state the gRPC health service reports.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from voice_tts.server.openai_speech import MAX_BODY_BYTES, SpeechAPI
+from voice_tts.server.synthesis import Synthesis
 from voice_tts.server.ws_speech import SpeechSocket
 
 
 async def start_http(host: str, port: int, registry: CollectorRegistry,
-                     is_serving: Callable[[], bool], servicer: Any = None) -> web.AppRunner:
+                     is_serving: Callable[[], bool], calls: Synthesis | None = None
+                     ) -> web.AppRunner:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -33,9 +35,9 @@ async def start_http(host: str, port: int, registry: CollectorRegistry,
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
-    if servicer is not None:
-        SpeechAPI(servicer).add_routes(app)
-        SpeechSocket(servicer).add_routes(app)
+    if calls is not None:
+        SpeechAPI(calls).add_routes(app)
+        SpeechSocket(calls).add_routes(app)
     # A client that goes away cancels its handler: its engine session ends at once.
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()

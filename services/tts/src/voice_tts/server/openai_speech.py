@@ -6,7 +6,7 @@
   `speech.audio.done` with usage); `"stream": false` sends it whole, with its length.
 - `GET /v1/models`, `GET /v1/audio/voices`: what `model` and `voice` may name.
 
-A request is one synthesis call (`TextToSpeechServicer.call`, protocol "http"): the same
+A request is one synthesis call (`Synthesis.call`, protocol "http"): the same
 admission, engine session, metrics and error rules as a gRPC stream that sends its text
 and half-closes. Unpaced (a download, not a live stream): audio leaves as fast as the
 client reads; a slow reader pauses its engine session (flow control). The call runs in
@@ -34,6 +34,7 @@ from aiohttp import web
 from pydantic import ValidationError
 from voice.tts.v1 import tts_pb2
 
+from voice_tts.engine import Engine
 from voice_tts.server.json_schema import (
     UNSUPPORTED_FORMATS,
     SpeechRequest,
@@ -46,6 +47,7 @@ from voice_tts.server.protocol import (
     RETRY_AFTER_S,
     CallError,
 )
+from voice_tts.server.synthesis import Synthesis
 
 log = logging.getLogger("voice_tts.http")
 # Other names a client may send as `model`: OpenAI's speech models (code written for
@@ -88,11 +90,11 @@ def wav_header(sample_rate: int, data_bytes: int | None) -> bytes:
 
 
 class SpeechAPI:
-    def __init__(self, servicer: Any) -> None:
-        self.servicer = servicer
-        engine = servicer.engine
+    def __init__(self, calls: Synthesis) -> None:
+        self.calls = calls
+        engine = calls.engine
         self.model_ids = (engine.model_name, *MODEL_ALIASES)
-        self.max_chars = servicer.settings.max_text_chars
+        self.max_chars = calls.settings.max_text_chars
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/audio/speech", self.speech)
@@ -105,7 +107,7 @@ class SpeechAPI:
             for m in self.model_ids]})
 
     async def voices(self, _: web.Request) -> web.Response:
-        engine = self.servicer.engine
+        engine = self.calls.engine
         return web.json_response({
             "voices": [{"name": v.name, "languages": list(v.languages),
                         "dialect": v.dialect or None} for v in engine.voices()],
@@ -125,12 +127,12 @@ class SpeechAPI:
             yield tts_pb2.SynthesizeRequest(config=cfg)
             yield tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=req.input))
 
-        out = _Body(request, req, self.servicer.engine)
+        out = _Body(request, req, self.calls.engine)
         ready: asyncio.Queue[Any] = asyncio.Queue(READY_MAX)
 
         async def call() -> None:  # its own task: the one a drain or engine fault cuts
             try:
-                async with self.servicer.call("http", requests(), pace_lead_s=0.0) as c:
+                async with self.calls.call("http", requests(), pace_lead_s=0.0) as c:
                     async for resp in c:
                         await ready.put(resp)
                 await ready.put(None)
@@ -212,7 +214,7 @@ class SpeechAPI:
 class _Body:
     """The response of one speech request, fed the call's responses in order."""
 
-    def __init__(self, request: web.Request, req: SpeechRequest, engine: Any) -> None:
+    def __init__(self, request: web.Request, req: SpeechRequest, engine: Engine) -> None:
         self.request, self.req, self.engine = request, req, engine
         self.resp: web.StreamResponse | None = None
         self.rate = req.sample_rate
@@ -297,7 +299,8 @@ class _Body:
             if self.buf:
                 await self._send()
         if self.req.stream_format == "sse":
-            frames = round(self.samples / (self.rate * 0.08))  # codec frames (80 ms)
+            codec_s = self.engine.frame_samples / self.engine.sample_rate  # 80 ms
+            frames = round(self.samples / (self.rate * codec_s))  # codec frames
             tokens = len(self.engine.tokenizer.encode(self.req.input))
             await self._event({"type": "speech.audio.done", "usage": {
                 "input_tokens": tokens, "output_tokens": frames,

@@ -27,6 +27,7 @@ from voice_tts.engine import Engine, EngineSettings
 from voice_tts.server.http import start_http
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.service import SERVICE_NAME, TextToSpeechServicer
+from voice_tts.server.synthesis import Synthesis
 from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.server")
@@ -56,7 +57,7 @@ def load_engine(settings: TTSSettings) -> Engine:
 @dataclass
 class RunningServer:
     server: grpc.aio.Server
-    servicer: TextToSpeechServicer
+    calls: Synthesis  # every protocol's synthesis calls
     health: health.aio.HealthServicer
     grpc_port: int
     http_runner: object | None
@@ -71,7 +72,7 @@ class RunningServer:
             return
         self.failed.set()
         self.serving = False  # /healthz: 503
-        n = self.servicer.fail(message)
+        n = self.calls.fail(message)
         log.critical("%s; %d call(s) end with UNAVAILABLE", message, n)
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -80,7 +81,7 @@ class RunningServer:
         """Let the calls' UNAVAILABLE go out (briefly), then end the process, non-zero.
         No orderly shutdown: the CUDA context is broken, and its teardown can hang."""
         deadline = time.monotonic() + 2.0
-        while self.servicer.active and time.monotonic() < deadline:
+        while self.calls.active and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)  # the statuses leave the transport (stop cancels calls)
         await self.server.stop(grace=1.0)
@@ -90,25 +91,25 @@ class RunningServer:
 
     async def drain(self, timeout: float) -> None:
         """Stop accepting, let in-flight calls finish (bounded), then stop."""
-        self.servicer.draining = True
-        self.servicer.hurry()  # paced audio goes out now: utterances end within the timeout
+        self.calls.draining = True
+        self.calls.hurry()  # paced audio goes out now: utterances end within the timeout
         self.serving = False
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         deadline = time.monotonic() + timeout
-        while self.servicer.active and time.monotonic() < deadline:
+        while self.calls.active and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        if self.servicer.active:
-            n = self.servicer.cut_open_calls()
+        if self.calls.active:
+            n = self.calls.cut_open_calls()
             log.info("drain timeout: %d call(s) still open end with UNAVAILABLE", n)
             deadline = time.monotonic() + 1.0  # for their status to go out
-            while self.servicer.active and time.monotonic() < deadline:
+            while self.calls.active and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
         log.info("drained")
         await self.server.stop(grace=0.5)
         if self.http_runner is not None:
             await self.http_runner.cleanup()  # type: ignore[attr-defined]
-        self.servicer.engine.shutdown()
+        self.calls.engine.shutdown()
 
 
 async def start_server(settings: TTSSettings, engine: Engine | None = None) -> RunningServer:
@@ -126,18 +127,18 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     def on_step(stats: object) -> None:  # called from the engine thread
         metrics.step_seconds.observe(stats.step_ms / 1e3)  # type: ignore[attr-defined]
         metrics.batch_size.observe(stats.batch_size)  # type: ignore[attr-defined]
-        servicer.admission.model.observe(stats)  # admission's capacity model learns
+        calls.admission.model.observe(stats)  # admission's capacity model learns
         if time.monotonic() - gpu_sampled[0] >= 0.5:
             sample_gpu_memory()
 
-    servicer = TextToSpeechServicer(engine, settings, metrics)  # before the first step
+    calls = Synthesis(engine, settings, metrics)  # before the first step
     # Capacity before any traffic: the warm-up's step time per batch bucket (GPU).
-    servicer.admission.model.seed(engine.bucket_step_ms)
+    calls.admission.model.seed(engine.bucket_step_ms)
     engine.on_step = on_step
     sample_gpu_memory()
     engine.start()
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    server.add_generic_rpc_handlers([servicer.handler()])
+    server.add_generic_rpc_handlers([TextToSpeechServicer(calls).handler()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -154,11 +155,11 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     # no longer walks it (7% of the front's time at 128 streams, bench/front_bench.py).
     gc.collect()
     gc.freeze()
-    running = RunningServer(server, servicer, health_servicer, port, None)
+    running = RunningServer(server, calls, health_servicer, port, None)
     if settings.http_port:
         running.http_runner = await start_http(settings.grpc_host, settings.http_port,
                                                metrics.registry, lambda: running.serving,
-                                               servicer)
+                                               calls)
     loop = asyncio.get_running_loop()
 
     def on_fatal(exc: BaseException) -> None:  # engine thread
@@ -181,7 +182,7 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
 
 async def _watch_engine(running: RunningServer, stall_s: float) -> None:
     """A stuck engine (a device sync that never returns) raises nothing: fail it by time."""
-    engine = running.servicer.engine
+    engine = running.calls.engine
     while not running.failed.is_set():
         await asyncio.sleep(min(1.0, stall_s / 4))
         stalled = engine.stalled_for()

@@ -1,70 +1,27 @@
-"""`voice.tts.v1.TextToSpeech`: thin glue between gRPC and the engine's session API,
-and the one place a synthesis call runs (`call`), for gRPC and the HTTP / WebSocket
-fronts (`openai_speech.py`, `ws_speech.py`) alike.
+"""`voice.tts.v1.TextToSpeech` over gRPC: a thin adapter over `Synthesis.call`.
 
-Admission (`admission.py`: open streams, the engine's real-time capacity; draining), the
-first-message rule and the mapping of every failure to one status code happen here; the
-streaming rules are in `stream.py`.
-Requests of `Synthesize` are registered with an identity deserializer and parsed by us,
-so garbage bytes get INVALID_ARGUMENT with a message instead of grpc's generic error.
+`Synthesize` requests are registered with an identity deserializer and parsed here, so
+garbage bytes get INVALID_ARGUMENT with a message instead of grpc's generic error; the
+call's one `CallError` becomes the call's status.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 from voice.tts.v1 import tts_pb2
 
-from voice_tts.engine import Engine, EngineFull, SessionParams, VoiceNames
-from voice_tts.server.admission import Admission, Rejected, TrackedSession, frame_budget_ms
-from voice_tts.server.capacity import FramePeriodModel, FrontModel
-from voice_tts.server.metrics import TTSMetrics
-from voice_tts.server.protocol import (
-    CallError,
-    invalid,
-    parse_request,
-    resolve_config,
-    status_for,
-)
-from voice_tts.server.stream import SynthesizeStream
-from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES, TTSSettings
+from voice_tts.server.protocol import CallError, parse_request
+from voice_tts.server.synthesis import Synthesis
+from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
-log = logging.getLogger("voice_tts.servicer")
 SERVICE_NAME = "voice.tts.v1.TextToSpeech"
-# A call turned away before its stream starts is answered once the client has stopped
-# writing: at its half-close, after this long without a message, or at most this long.
-REFUSAL_QUIET_S = 0.15
-REFUSAL_MAX_WAIT_S = 0.5
-DRAINED = ("server drained: the call was still open when the drain timeout "
-           "(TTS_DRAIN_TIMEOUT_S) ended; retry on another replica")
 
 
 class TextToSpeechServicer:
-    def __init__(self, engine: Engine, settings: TTSSettings, metrics: TTSMetrics) -> None:
-        self.engine = engine
-        self.settings = settings
-        self.metrics = metrics
-        self.draining = False
-        self.active: set[asyncio.Task[Any]] = set()
-        # Calls cut by the server (drain timeout, engine fault): their UNAVAILABLE message.
-        self.cut: dict[asyncio.Task[Any], str] = {}
-        self.streams: dict[asyncio.Task[Any], SynthesizeStream] = {}  # calls past config
-        self.failed: str | None = None  # the engine has stopped: every call is refused
-        self._voice_names = VoiceNames([v.name for v in engine.voices()], engine.languages())
-        # Fed by the engine's steps (server.py's on_step -> `admission.model.observe`) and
-        # this loop's CPU per open call.
-        model = FramePeriodModel()
-        front = FrontModel(open_streams=lambda: self.admission.open)
-        budget = frame_budget_ms(settings.admit_margin, settings.first_packet_frames,
-                                 settings.packet_frames)
-        self.admission = Admission(model, settings.max_sessions, budget,
-                                   settings.admit_idle_grace_s, front, settings.admit_margin)
-        metrics.watch_admission(self.admission)
+    def __init__(self, synthesis: Synthesis) -> None:
+        self.synthesis = synthesis
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {
@@ -82,15 +39,16 @@ class TextToSpeechServicer:
 
     async def list_voices(self, request: tts_pb2.ListVoicesRequest,
                           context: grpc.aio.ServicerContext) -> tts_pb2.ListVoicesResponse:
+        engine = self.synthesis.engine
         return tts_pb2.ListVoicesResponse(
             voices=[tts_pb2.Voice(name=v.name, languages=list(v.languages),
-                                  dialect=v.dialect or "") for v in self.engine.voices()],
-            languages=list(self.engine.languages()),
-            model=self.engine.model_name,
-            native_sample_rate=self.engine.sample_rate,
+                                  dialect=v.dialect or "") for v in engine.voices()],
+            languages=list(engine.languages()),
+            model=engine.model_name,
+            native_sample_rate=engine.sample_rate,
             sample_rates=list(SUPPORTED_RATES),
             frame_ms=list(SUPPORTED_FRAME_MS),
-            max_text_chars=self.settings.max_text_chars,
+            max_text_chars=self.synthesis.settings.max_text_chars,
         )
 
     async def synthesize(self, requests: AsyncIterator[bytes],
@@ -98,147 +56,11 @@ class TextToSpeechServicer:
                          ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
         """gRPC `Synthesize`: the call, its failure as the call's status."""
         try:
-            async with self.call("grpc", _parsed(requests)) as responses:
+            async with self.synthesis.call("grpc", _parsed(requests)) as responses:
                 async for resp in responses:
                     yield resp
         except CallError as e:
             await context.abort(e.code, e.message)
-
-    @contextlib.asynccontextmanager
-    async def call(self, protocol: str, requests: AsyncIterator[tts_pb2.SynthesizeRequest],
-                   pace_lead_s: float | None = None
-                   ) -> AsyncIterator[AsyncIterator[tts_pb2.SynthesizeResponse]]:
-        """One synthesis call, whatever the protocol: admission, the first-message rule,
-        an engine session, the stream. `requests` starts with the SessionConfig. Gives
-        the responses gRPC would send (the stream's own writer: no extra hop per frame);
-        every failure, in here or while they are read, ends it with one `CallError`,
-        which the protocol's front turns into its status, HTTP error or close code. Run
-        it in the task that serves the call: a drain or an engine fault cuts that task."""
-        task = asyncio.current_task()
-        assert task is not None
-        m = self.metrics.of(protocol)
-        session = None
-        ticket = None
-        stream: SynthesizeStream | None = None
-        reader: asyncio.Task[None] | None = None
-        self.active.add(task)
-        m.requests.inc()
-        m.active_sessions.inc()
-        try:
-            it = requests.__aiter__()
-            try:
-                if self.failed is not None:
-                    raise CallError(grpc.StatusCode.UNAVAILABLE, self.failed)
-                if self.draining:
-                    raise CallError(grpc.StatusCode.UNAVAILABLE, "server is draining; retry "
-                                    "on another replica")
-                ticket = self.admission.admit()  # decided at once, before the config
-                cfg = await self._first_config(it)
-                lead = self.settings.pace_lead_s if pace_lead_s is None else pace_lead_s
-                stream = SynthesizeStream(cfg, None, m, self.settings.max_backlog_s,
-                                          0.0 if self.draining else lead)
-                session = self.engine.open_session(
-                    SessionParams(voice=cfg.voice, language=cfg.language,
-                                  instruct=cfg.instruct, seed=cfg.seed, sampling=cfg.sampling,
-                                  max_text_chars=self.settings.max_text_chars,
-                                  max_frames=cfg.max_frames or None),
-                    sink=ticket.sink(stream.sink),
-                )
-            except Exception:
-                if ticket is not None:  # its place is free while the client finishes
-                    ticket.close()
-                    ticket = None
-                await _until_client_stops_writing(it)
-                raise
-            session = TrackedSession(session, ticket)
-            stream.session = session
-            self.streams[task] = stream
-            log.info("session started protocol=%s session=%s trace=%s voice=%s rate=%d "
-                     "frame_ms=%d", protocol, cfg.session_id, cfg.trace_id, cfg.voice,
-                     cfg.sample_rate, cfg.frame_ms)
-            reader = asyncio.create_task(stream.read(it))
-            responses = stream.write(tts_pb2.SynthesizeResponse(event=tts_pb2.Event(
-                type=tts_pb2.Event.SESSION_STARTED, config=cfg.proto)))
-            async with contextlib.aclosing(responses):
-                yield responses
-        except asyncio.CancelledError:
-            if task not in self.cut:
-                log.info("call cancelled by the client protocol=%s", protocol)
-                raise
-            # Cut by the server: tell the client why (else it sees CANCELLED at stop).
-            m.error(grpc.StatusCode.UNAVAILABLE.name).inc()
-            raise CallError(grpc.StatusCode.UNAVAILABLE, self.cut[task]) from None
-        except Exception as e:  # every failure ends the call with one clear status
-            code, message = status_for(e)
-            if code == grpc.StatusCode.INTERNAL:
-                log.exception("synthesis call failed protocol=%s", protocol)
-            m.error(code.name).inc()
-            if isinstance(e, Rejected | EngineFull):
-                m.rejected(e.reason if isinstance(e, Rejected) else "sessions").inc()
-            raise CallError(code, message) from None
-        finally:
-            if reader is not None:
-                reader.cancel()
-            if stream is not None:
-                stream.close()
-            if session is not None:
-                session.close()  # frees the engine slot within one step
-            if ticket is not None:
-                ticket.close()
-            m.active_sessions.dec()
-            self.active.discard(task)
-            self.cut.pop(task, None)
-            self.streams.pop(task, None)
-
-    def hurry(self) -> None:
-        """Draining: open calls stop pacing, so in-flight utterances end in time."""
-        for stream in self.streams.values():
-            stream.hurry()
-
-    def cut_open_calls(self, message: str = DRAINED) -> int:
-        """Every call still open ends with UNAVAILABLE and `message` (each aborts itself
-        when its cancellation lands in the handler): the drain timeout is over, or the
-        engine has failed."""
-        for task in self.active:
-            if task in self.streams:  # its writer raises the status, ahead of its audio
-                self.streams[task].abort(CallError(grpc.StatusCode.UNAVAILABLE, message))
-            else:
-                self.cut[task] = message
-                task.cancel()
-        return len(self.active)
-
-    def fail(self, message: str) -> int:
-        """The engine stopped for good: refuse new calls, cut the open ones."""
-        self.failed = message
-        return self.cut_open_calls(message)
-
-    async def _first_config(self, it: AsyncIterator[tts_pb2.SynthesizeRequest]) -> Any:
-        try:
-            req = await asyncio.wait_for(anext(it), self.settings.config_timeout_s)
-        except StopAsyncIteration:
-            raise invalid("stream closed before a SessionConfig") from None
-        except TimeoutError:
-            raise invalid(f"no SessionConfig within {self.settings.config_timeout_s:g} s") \
-                from None
-        kind = req.WhichOneof("request")
-        if kind != "config":
-            raise invalid(f"the first message must be a SessionConfig, got {kind or 'empty'}")
-        return resolve_config(req.config, self._voice_names)
-
-
-async def _until_client_stops_writing(it: AsyncIterator[object]) -> None:
-    """Reads and drops the client's messages until it half-closes or goes quiet
-    (`REFUSAL_QUIET_S`), at most `REFUSAL_MAX_WAIT_S`. A call turned away before its
-    stream starts is answered only then: a status that races a client's write in flight
-    reaches a grpc.aio client as INTERNAL "Internal error from Core" instead (its failed
-    write overwrites the status, grpc/grpc#36066), and it would not retry elsewhere. Most
-    clients write config, text, FLUSH and half-close at once: they get the status right
-    after."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + REFUSAL_MAX_WAIT_S
-    with contextlib.suppress(Exception):  # the end, a timeout, garbage: all mean stop
-        while (left := deadline - loop.time()) > 0:
-            await asyncio.wait_for(anext(it), min(REFUSAL_QUIET_S, left))
 
 
 async def _parsed(raw: AsyncIterator[bytes]) -> AsyncIterator[tts_pb2.SynthesizeRequest]:

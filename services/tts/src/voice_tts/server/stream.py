@@ -10,24 +10,18 @@ immediate: STOP and RESET move `drop_below` forward *synchronously*, so every fr
 older utterance still queued (or half framed) is dropped before the STOPPED event goes
 out, and nothing of it is written after.
 
-**Pacing** (`pace_lead_s`, TTS_PACE_LEAD_S). The engine makes an utterance far faster
-than real time; written as fast as it comes, each new stream's burst of hundreds of frames
-holds the one event loop while other streams, whose clients have little audio buffered,
-wait. So the writer keeps the frames it has framed in `_out` and writes frame i of an
-utterance no earlier than t0 + i x frame_ms - lead (t0: when its first frame was written):
-the first `lead` of audio goes out at once (TTFA unchanged), the rest in real time, `lead`
-ahead of a player started at the first frame. A writer whose next frame is not due yet
-sleeps until it is, then writes every frame due within the slack (`PACE_SLACK_S`, at most
-lead / 2) in one go: a few wakeups a second per stream. Engine items that come while it
-sleeps wait for that wakeup; markers (STOP, RESET, FLUSH, end of input, failures) wake it
-at once, so STOPPED still goes out at once and no frame of the stopped utterance after it.
-Events keep their place among the frames (`_out` holds both; seq / next_seq are given as
-they are written). What the metrics mean is unchanged: TTFA and RTF are taken when the
-engine's audio reaches the loop (`_enqueue_engine`), not when paced frames are written.
-Flow control counts the audio not yet written: queued engine audio plus framed frames
-waiting for their time. An utterance is over (its reason counted) once its last frame is
-written: a STOP before that counts it as cancelled. On a drain the writer stops pacing
-(`hurry`), so that in-flight utterances end within the drain timeout.
+**Pacing** (`pace_lead_s`, TTS_PACE_LEAD_S; `pacing.py`): frame i of an utterance is
+written no earlier than lead before its time on a player started at the first frame.
+Engine items that come while the writer sleeps wait for its wakeup; markers (STOP, RESET,
+FLUSH, end of input, failures) wake it at once, so STOPPED still goes out at once and no
+frame of the stopped utterance after it. Events keep their place among the frames
+(`_out` holds both; seq / next_seq are given as they are written). What the metrics mean
+is unchanged: TTFA and RTF are taken when the engine's audio reaches the loop
+(`_enqueue_engine`), not when paced frames are written. Flow control counts the audio
+not yet written: queued engine audio plus framed frames waiting for their time. An
+utterance is over (its reason counted) once its last frame is written: a STOP before that
+counts it as cancelled. On a drain the writer stops pacing (`hurry`), so that in-flight
+utterances end within the drain timeout.
 
 An utterance's newest frame is held back until the next packet or its end: the engine
 learns that a frame was the last one step later (codec EOS), and exactly one frame of
@@ -53,18 +47,13 @@ import grpc
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import AudioPacket, UtteranceEnd
-from voice_tts.server.framing import NATIVE_RATE, UtteranceFramer
+from voice_tts.server.framing import UtteranceFramer
 from voice_tts.server.metrics import CallMetrics
+from voice_tts.server.pacing import Inbox, Pacer
 from voice_tts.server.protocol import CallError, ResolvedConfig, invalid
 
 log = logging.getLogger("voice_tts.stream")
 
-# A paced writer, woken for its next frame, also writes the frames due within this much
-# more (at most lead / 2): clients hold lead .. lead + slack of audio; ~5 wakeups/s.
-PACE_SLACK_S = 0.2
-# Paced wakeups are rounded up to this grid of the loop's clock (so up to 10 ms after the
-# frame's time): streams due about the same time wake in one turn of the loop.
-PACE_TICK_S = 0.01
 # Entries of the writer's `_out`, in wire order. Atomic contents only: the garbage
 # collector stops tracking them (a paced stream keeps hundreds waiting).
 # (_FRAME, uid, index in its utterance of its first frame, pcm, last_in_utterance, frames):
@@ -72,46 +61,6 @@ PACE_TICK_S = 0.01
 _FRAME = 0
 _END = 1    # (_END, uid, reason, event kinds after its last frame): the utterance is over
 _EVENT = 2  # (_EVENT, uid, kind, tied): tied to a stopped utterance's audio -> dropped
-
-
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-class _Inbox:
-    """The writer's queue (loop thread only). A writer waiting with a deadline (it has
-    frames not due yet) wakes at it, or at once for an urgent item (a marker: STOP, RESET,
-    FLUSH, end of input, failure); engine items wait for it. A writer with nothing to
-    pace wakes for any item."""
-
-    def __init__(self) -> None:
-        self.items: deque[Any] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-        self._pacing = False
-
-    def put_nowait(self, item: Any, urgent: bool = True) -> None:
-        self.items.append(item)
-        if self._waiter is not None and (urgent or not self._pacing):
-            _wake(self._waiter)
-
-    def wake(self) -> None:
-        if self._waiter is not None:
-            _wake(self._waiter)
-
-    async def wait(self, deadline: float | None) -> None:
-        """Until an item comes (an urgent one, with a deadline) or the loop's clock
-        reaches `deadline`."""
-        loop = asyncio.get_running_loop()
-        self._waiter = fut = loop.create_future()
-        self._pacing = deadline is not None
-        timer = None if deadline is None else loop.call_at(deadline, _wake, fut)
-        try:
-            await fut
-        finally:
-            self._waiter = None
-            if timer is not None:
-                timer.cancel()
 
 
 @dataclass
@@ -154,7 +103,7 @@ class _Utterance:
 @dataclass
 class StreamState:
     cfg: ResolvedConfig
-    queue: _Inbox = field(default_factory=_Inbox)
+    queue: Inbox = field(default_factory=Inbox)
     drop_below: int = 0            # utterances below this id are dropped (STOP/RESET)
     utterances: dict[int, _Utterance] = field(default_factory=dict)
     flushes: set[int] = field(default_factory=set)  # utterance ids awaiting FLUSHED
@@ -167,19 +116,28 @@ class StreamState:
         return self.utterances.setdefault(uid, _Utterance())
 
 
+@dataclass(frozen=True)
+class Codec:
+    """The engine's audio: its sample rate and the samples of one codec frame."""
+
+    sample_rate: int
+    frame_samples: int
+
+
 class SynthesizeStream:
-    def __init__(self, cfg: ResolvedConfig, session: Any, metrics: CallMetrics,
+    def __init__(self, cfg: ResolvedConfig, session: Any, metrics: CallMetrics, codec: Codec,
                  max_backlog_s: float, pace_lead_s: float = 0.0) -> None:
         self.state = StreamState(cfg)
         self.session = session
         self.metrics = metrics
-        self.max_backlog = int(max_backlog_s * NATIVE_RATE)
-        self.lead = max(0.0, pace_lead_s)  # 0: no pacing
-        self._frame_native = NATIVE_RATE * cfg.frame_ms // 1000  # a frame, in backlog units
+        self.codec = codec
+        self.max_backlog = int(max_backlog_s * codec.sample_rate)  # engine samples
+        self._frame_native = codec.sample_rate * cfg.frame_ms // 1000  # a frame, in those
         self._per_message = cfg.frames_per_message
         self._out: deque[tuple] = deque()  # framed, not yet written: frames and events
         self.seq = 0
         self.loop = asyncio.get_running_loop()
+        self.pacer = Pacer(pace_lead_s, cfg.frame_ms / 1e3, self.loop.time)
         self._ending = False
         self._aborted: CallError | None = None
 
@@ -191,7 +149,7 @@ class SynthesizeStream:
 
     def hurry(self) -> None:
         """Stop pacing: what is left goes out as fast as the client reads (drain)."""
-        self.lead = 0.0
+        self.pacer.hurry()
         self.state.queue.wake()
 
     def _backlog(self) -> int:
@@ -231,7 +189,7 @@ class SynthesizeStream:
               and item.reason not in ("cancelled", "invalid", "error")):
             u = st.utterances.get(uid)
             if u is not None and u.first_text_at is not None:
-                audio_s = item.frames * 1920 / NATIVE_RATE
+                audio_s = item.frames * self.codec.frame_samples / self.codec.sample_rate
                 self.metrics.rtf.observe((time.perf_counter() - u.first_text_at) / audio_s)
         st.queue.put_nowait(item, urgent=False)
 
@@ -313,9 +271,8 @@ class SynthesizeStream:
             yield first
         st, inbox, out, loop = self.state, self.state.queue, self._out, self.loop
         frame_ms = st.cfg.frame_ms
-        frame_s = frame_ms / 1e3
+        pacer = self.pacer
         per_message = self._per_message
-        horizon = -math.inf  # frames due before this go out without looking at the clock
         sent = 0
         try:
             while True:
@@ -342,18 +299,13 @@ class SynthesizeStream:
                     idx = entry[2]
                     # Kept until its end is written (else: nothing to pace against).
                     u = st.utterances.get(uid) or _Utterance()
-                    lead = self.lead
-                    if lead > 0.0 and idx:
-                        due = u.t0 + idx * frame_s - lead
-                        if due > horizon:
-                            now = loop.time()
-                            if due > now + 0.002:  # not yet: sleep until it is
-                                if sent:
-                                    self.metrics.frames_sent.inc(sent)
-                                    sent = 0
-                                await inbox.wait(math.ceil(due / PACE_TICK_S) * PACE_TICK_S)
-                                continue
-                            horizon = now + min(PACE_SLACK_S, lead / 2)
+                    wake = pacer.wake_at(u.t0, idx)
+                    if wake is not None:  # not yet: sleep until it is
+                        if sent:
+                            self.metrics.frames_sent.inc(sent)
+                            sent = 0
+                        await inbox.wait(wake)
+                        continue
                     out.popleft()
                     n = entry[5]
                     st.pending_frames -= n
@@ -431,7 +383,8 @@ class SynthesizeStream:
             return
         u = st.utt(p.utterance_id)
         if u.framer is None:
-            u.framer = UtteranceFramer(st.cfg.sample_rate, st.cfg.frame_ms)
+            u.framer = UtteranceFramer(self.codec.sample_rate, st.cfg.sample_rate,
+                                       st.cfg.frame_ms)
         frames = [u.held] if u.held is not None else []
         u.held = None
         if p.final:  # the last packet: drain the resampler, pad, flag the last frame

@@ -1,7 +1,7 @@
 """`GET /v1/audio/speech/stream`: live text in, PCM frames out, over one WebSocket.
 
 One connection is one session: the gRPC `Synthesize` stream in WebSocket clothes
-(`TextToSpeechServicer.call`, protocol "websocket": the same admission, engine session,
+(`Synthesis.call`, protocol "websocket": the same admission, engine session,
 pacing, flow control, metrics and error rules). The messages are in `json_schema.py`:
 a `config` first (within TTS_CONFIG_TIMEOUT_S), then text appends (JSON `text`, or a
 binary message of raw UTF-8 split anywhere), `flush`, `stop`, `reset`, `end`. Out go
@@ -24,7 +24,6 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -39,6 +38,7 @@ from voice_tts.server.json_schema import (
     ws_request,
 )
 from voice_tts.server.protocol import WS_CLOSE, CallError, invalid
+from voice_tts.server.synthesis import Synthesis
 
 log = logging.getLogger("voice_tts.ws")
 # One message's size: text appends are small; the utterance's limit is TTS_MAX_TEXT_CHARS.
@@ -47,8 +47,8 @@ HEARTBEAT_S = 20.0  # pings: a peer that vanished without a close is found withi
 
 
 class SpeechSocket:
-    def __init__(self, servicer: Any) -> None:
-        self.servicer = servicer
+    def __init__(self, calls: Synthesis) -> None:
+        self.calls = calls
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/v1/audio/speech/stream", self.handle)
@@ -81,7 +81,7 @@ class SpeechSocket:
                      requests: AsyncIterator[tts_pb2.SynthesizeRequest]) -> None:
         """The call, its responses out as frames and events (in its own task: the one a
         drain or an engine fault cuts)."""
-        async with self.servicer.call("websocket", requests) as responses:
+        async with self.calls.call("websocket", requests) as responses:
             try:
                 async for r in responses:
                     if r.WhichOneof("response") == "audio":
