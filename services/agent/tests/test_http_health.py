@@ -7,12 +7,14 @@ channel connects. The down backend is a closed port.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from voice_agent import ws_session
 from voice_agent.http import make_app
 from voice_agent.settings import AgentSettings
 
@@ -33,7 +35,8 @@ async def backend_addr() -> AsyncIterator[str]:
 
 
 async def healthz(tts_addr: str, thinker_addr: str, query: str = "") -> tuple[int, dict]:
-    settings = AgentSettings(tts_addr=tts_addr, thinker_addr=thinker_addr, http_port=0)
+    settings = AgentSettings(tts_addr=tts_addr, thinker_addr=thinker_addr, http_port=0,
+                             ws_max_sessions=0)  # no talk route: nothing to prepare
     async with TestClient(TestServer(make_app(settings))) as client:
         r = await client.get("/healthz" + query)
         return r.status, await r.json()
@@ -42,14 +45,36 @@ async def healthz(tts_addr: str, thinker_addr: str, query: str = "") -> tuple[in
 async def test_both_backends_up_is_serving(backend_addr: str) -> None:
     for query in ("", "?strict=1"):
         assert await healthz(backend_addr, backend_addr, query) == (
-            200, {"status": "SERVING", "tts": True, "thinker": True, "degraded": False})
+            200, {"status": "SERVING", "tts": True, "thinker": True, "degraded": False,
+                  "preparing": False})
 
 
 async def test_a_down_backend_is_degraded_and_not_serving_when_strict(
         backend_addr: str) -> None:
     down = f"127.0.0.1:{closed_port()}"
     assert await healthz(backend_addr, down) == (
-        200, {"status": "SERVING", "tts": True, "thinker": False, "degraded": True})
+        200, {"status": "SERVING", "tts": True, "thinker": False, "degraded": True,
+              "preparing": False})
     assert await healthz(down, backend_addr, "?strict=1") == (
-        503, {"status": "NOT_SERVING", "tts": False, "thinker": True, "degraded": True})
+        503, {"status": "NOT_SERVING", "tts": False, "thinker": True, "degraded": True,
+              "preparing": False})
+
+
+async def test_not_serving_until_the_talk_route_is_prepared(backend_addr: str,
+                                                             monkeypatch) -> None:
+    """The starter phrases come before SERVING; a TTS that never answers is given up on
+    (PREPARE_TIMEOUT_S) and the agent serves, degraded: conversations speak them live."""
+    monkeypatch.setattr(ws_session, "PREPARE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(ws_session, "PREPARE_RETRY_S", 0.2)
+    down = f"127.0.0.1:{closed_port()}"
+    settings = AgentSettings(tts_addr=down, thinker_addr=backend_addr, http_port=0)
+    app = make_app(settings)
+    async with TestClient(TestServer(app)) as client:
+        r = await client.get("/healthz")
+        assert (r.status, (await r.json())["preparing"]) == (503, True)
+        await asyncio.wait_for(app[ws_session.TALK_HUB].ready.wait(), 30)
+        r = await client.get("/healthz")
+        assert r.status == 200 and await r.json() == {
+            "status": "SERVING", "tts": False, "thinker": True, "degraded": True,
+            "preparing": False}
 

@@ -21,6 +21,7 @@ import pytest
 from aiohttp import web
 from voice_agent import ws_session
 from voice_agent.http import make_app
+from voice_agent.metrics import REGISTRY
 from voice_agent.settings import AgentSettings
 
 from .backends import Server, espeak
@@ -51,7 +52,9 @@ async def agent(tts_server: Server, thinker: Server) -> AsyncIterator[Agent]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield Agent(runner, port)
+    agent = Agent(runner, port)
+    await asyncio.wait_for(agent.hub.ready.wait(), 120)  # as /healthz: prepared first
+    yield agent
     await runner.cleanup()
 
 
@@ -158,6 +161,78 @@ async def test_conversation_with_barge_in(agent: Agent, thinker: Server, tmp_pat
     assert not [t for t, _ in inbox.audio if clear_at < t < clear_at + 0.1]
     assert ws.close_code == 1000
     await inbox.wait(lambda: not agent.hub.sockets, 10)
+
+
+async def test_a_fresh_agents_first_call_with_the_greeting_as_shipped(
+        tts_server: Server, thinker: Server, tmp_path: Path) -> None:
+    """The first call after a start, greeting on (the default): the agent says SERVING
+    only once its starter phrases are made; the mic streams in real time from the first
+    moment, the greeting plays at once from memory, and the question after it is
+    answered. (It used to end with "too_fast" while the phrases were made.)"""
+    shipped = AgentSettings()
+    settings = settings_for(tts_server, thinker, greeting=shipped.greeting,
+                            tts_max_frames=25, llm_max_tokens=24)
+    runner = web.AppRunner(make_app(settings))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    agent = Agent(runner, port)
+    question = at_48k(espeak("What is the weather like today?", tmp_path))
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with asyncio.timeout(120):  # as `make up` waits: for SERVING
+                while True:
+                    async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                        if r.status == 200:
+                            break
+                    await asyncio.sleep(0.2)
+            assert agent.hub.cache.has(shipped.greeting)
+            assert agent.hub.cache.has(shipped.fallback_reply)
+            async with http.ws_connect(agent.url) as ws:
+                await ws.send_json({"type": "start", "sample_rate": 48000})
+                t0 = time.perf_counter()
+                inbox = Inbox(ws)
+                mic = Mic(ws)  # real time, from the first moment
+                await inbox.wait(lambda: any(audible(p) for _, p in inbox.audio), 10)
+                greeting_at = next(t for t, p in inbox.audio if audible(p)) - t0
+                await inbox.wait(lambda: [e["state"] for e in inbox.of("state")][-2:] ==
+                                 ["speaking", "listening"], 30)  # the greeting is over
+                mic.say(question)
+                await inbox.wait(lambda: inbox.of("latency") and [
+                    e for e in inbox.of("transcript") if e["role"] == "user"], 120)
+                await mic.stop()
+                await ws.send_json({"type": "stop"})
+                await inbox.wait(lambda: ws.closed, 20)
+    finally:
+        await runner.cleanup()
+    assert not inbox.of("error"), inbox.of("error")
+    assert greeting_at < 1.5, greeting_at  # from memory, not synthesized now
+    assert ws.close_code == 1000
+    assert inbox.of("latency")[0]["eot_to_first_audio_ms"] > 0
+
+
+async def test_a_conversation_behind_drops_old_mic_audio_a_fast_client_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mic audio queued past MAX_BACKLOG_S while the conversation does not read: the
+    oldest goes (a metric counts it), the call goes on. Audio sent faster than real
+    time by more than MAX_AHEAD_S: `too_fast`, the client's fault."""
+    clock = [100.0]
+    monkeypatch.setattr(ws_session.time, "monotonic", lambda: clock[0])
+    frame = bytes(640)  # 20 ms at 16 kHz
+    mic = ws_session.SocketInput(16000)
+    before = REGISTRY.get_sample_value("agent_mic_frames_dropped_total") or 0.0
+    for _ in range(350):  # 7 s in real time, nobody reading
+        mic.push(frame)
+        clock[0] += 0.02
+    assert mic._queue.qsize() == 250  # the newest 5 s
+    after = REGISTRY.get_sample_value("agent_mic_frames_dropped_total")
+    assert after - before == 100
+    fast = ws_session.SocketInput(16000)
+    with pytest.raises(ws_session.ProtocolError) as e:
+        for _ in range(300):  # 6 s at once
+            fast.push(frame)
+    assert e.value.code == "too_fast" and "ahead of the clock" in e.value.message
 
 
 async def expect_error(url: str, *send: object, code: str, close: int,

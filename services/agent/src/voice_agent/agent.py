@@ -38,6 +38,11 @@ from .settings import AgentSettings
 log = logging.getLogger("voice_agent.agent")
 
 
+def starter_phrases(settings: AgentSettings) -> list[str]:
+    """The fixed phrases a session may speak: the greeting and the fallback."""
+    return [x for x in (settings.greeting, settings.fallback_reply) if x]
+
+
 class PhraseCache:
     """Synthesized audio of fixed phrases (greeting, fallback), made once per process.
 
@@ -214,7 +219,8 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     vad = load_vad(s)
     stt_ = STT(addr=s.thinker_addr, instruction=s.stt_instruction, max_tokens=s.stt_max_tokens,
                backend=s.stt_backend, fallback=s.stt_fallback, vad=vad,
-               sphinx_workers=s.stt_workers, early_pass=s.stt_early_pass,
+               sphinx_workers=s.stt_workers, offline_model=s.stt_offline_model,
+               early_pass=s.stt_early_pass,
                utterances=utterances, tracker=tracker)
     llm_ = LLM(addr=s.thinker_addr, max_tokens=s.llm_max_tokens, temperature=s.llm_temperature,
                max_messages=s.max_context_messages, seed=s.llm_seed, utterances=utterances,

@@ -1,7 +1,9 @@
 """The agent's HTTP side: /metrics (Prometheus), /healthz and the WebSocket transport
 GET /v1/talk (ws_session.py, AGENT_WS_MAX_SESSIONS > 0), on AGENT_HTTP_PORT.
 
-/healthz answers 200 `{"status": "SERVING", ...}` while the process runs and says whether
+/healthz answers 503 `{"status": "NOT_SERVING", "preparing": true}` until the talk route
+has prepared what conversations share (`TalkHub.prepare`: the starter phrases, the
+recogniser), then 200 `{"status": "SERVING", ...}` while the process runs and says whether
 each backend's gRPC channel connects (`tts`, `thinker`, `degraded`: the agent keeps
 sessions alive with a fallback when one is down, so a down backend is reported, not
 fatal); `/healthz?strict=1` answers 503 `{"status": "NOT_SERVING", ...}` then, for a
@@ -42,20 +44,23 @@ def make_app(settings: AgentSettings) -> web.Application:
         tts_ok, thinker_ok = await asyncio.gather(
             _reachable(settings.tts_addr), _reachable(settings.thinker_addr))
         ok = tts_ok and thinker_ok
-        serving = ok or req.query.get("strict") != "1"
+        ready = hub is None or hub.ready.is_set()
+        serving = ready and (ok or req.query.get("strict") != "1")
         return web.json_response(
             {"status": "SERVING" if serving else "NOT_SERVING", "tts": tts_ok,
-             "thinker": thinker_ok, "degraded": not ok},
+             "thinker": thinker_ok, "degraded": not ok, "preparing": not ready},
             status=200 if serving else 503)
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    hub = None
     if settings.ws_max_sessions > 0:
         from .ws_session import PATH, TALK_HUB, TalkHub
 
         hub = app[TALK_HUB] = TalkHub(settings)
         app.router.add_get(PATH, hub.handle)
+        app.on_startup.append(hub.start)
         app.on_shutdown.append(hub.close_all)
     return app
 

@@ -84,7 +84,12 @@ class AgentSettings(BaseSettings):
     # clearly marked "[untranscribed speech, N.N s]" turn (a test mode, never production);
     # "none" = an STT error (the fallback phrase is spoken).
     stt_fallback: Literal["pocketsphinx", "placeholder", "none"] = "pocketsphinx"
-    # PocketSphinx worker processes of this agent process (one per concurrent utterance).
+    # The offline ear's model ("pocketsphinx" above): "moonshine" (Moonshine tiny-en,
+    # in the moonshine-voice wheel) or "pocketsphinx". Chosen by bench/ear.py on 2 cores,
+    # espeak-ng speech in 5 voices x 3 rates: WER 0.15 vs 0.59 (services/agent/README).
+    stt_offline_model: Literal["moonshine", "pocketsphinx"] = "moonshine"
+    # Offline recogniser worker processes of this agent process (one per concurrent
+    # utterance).
     stt_workers: int = Field(2, ge=1, le=64)
     # PocketSphinx runs its final pass early, once the user has been quiet for 30 % of
     # the VAD's hangover (redone if they go on), so the transcript is ready when the

@@ -1,14 +1,19 @@
-"""Offline speech recognition with PocketSphinx, for setups whose thinker takes no audio.
+"""Offline speech recognition, for setups whose thinker takes no audio: the offline ear.
 
-The PyPI wheel ships an English acoustic model, dictionary and trigram language model
-(no download), so the local mesh and the compose `cpu` profile recognise real speech.
-It is a small, old recogniser: on espeak-ng speech its word error rate is high (see the
-agent README for the measured figure); a GPU thinker with an audio path is the real STT.
+Two models, each shipped inside its PyPI wheel (no download), so the local mesh and the
+compose `cpu` profile recognise real speech (`AGENT_STT_OFFLINE_MODEL`):
+- `moonshine` (default): Moonshine tiny-en in `moonshine-voice==0.1.0` (later versions
+  dropped the weights from the wheel). One pass over the utterance at its end (or early,
+  below). On espeak-ng speech (`bench/ear.py`): WER 0.15, PocketSphinx's 0.59.
+- `pocketsphinx`: a small, old streaming decoder (English acoustic model, dictionary,
+  trigram language model), fed while the user speaks.
+A GPU thinker with an audio path is the real STT.
 
-The decoder holds the GIL for its whole run (a 1.8 s utterance stalls a Python thread
-~0.5 s), so it runs in worker processes (`python -m voice_agent.sphinx`), fed
-while the user speaks. What is left at the end is the search's final pass over the
-whole utterance (75-120 ms for 2 s of speech on an idle core, more on a busy host).
+A decoder holds the GIL for its whole run (a 1.8 s utterance stalls a Python thread
+~0.5 s), so it runs in worker processes (`python -m voice_agent.sphinx MODEL`), fed
+while the user speaks. What is left at the end is PocketSphinx's final pass over the
+whole utterance (75-120 ms for 2 s of speech on an idle core, more on a busy host), or
+Moonshine's one pass (~60 ms a second of speech).
 That pass is run early, speculatively: once the user has been quiet for part of the
 VAD's silence hangover (`prepare()`), so the transcript is usually ready when the
 hangover ends. If the user speaks again, `resume()` decodes the utterance anew from its
@@ -29,7 +34,7 @@ import contextlib
 import logging
 import struct
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -47,6 +52,9 @@ END_TIMEOUT_S = 10.0
 EARLY_PASS_MAX_S = 6.0
 _BYTES_PER_S = 32000  # 16 kHz s16le
 EARLY_PASS_MAX_RESUMES = 2
+
+
+MODELS = ("moonshine", "pocketsphinx")
 
 
 class SphinxError(RuntimeError):
@@ -84,9 +92,9 @@ class _Worker:
         self.proc = proc
 
     @classmethod
-    async def start(cls) -> _Worker:
+    async def start(cls, model: str) -> _Worker:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "voice_agent.sphinx",
+            sys.executable, "-m", "voice_agent.sphinx", model,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         w = cls(proc)
         try:
@@ -128,7 +136,10 @@ class _Worker:
 class SphinxPool:
     """Up to `max_workers` recogniser processes, started on demand, reused across turns."""
 
-    def __init__(self, max_workers: int = 2) -> None:
+    def __init__(self, max_workers: int = 2, model: str = "pocketsphinx") -> None:
+        if model not in MODELS:
+            raise ValueError(f"offline recogniser must be one of {MODELS}, not {model!r}")
+        self.model = model
         self._idle: list[_Worker] = []
         self._slots = asyncio.Semaphore(max_workers)
         self._all: set[_Worker] = set()
@@ -154,7 +165,7 @@ class SphinxPool:
                 self._keep(w)
 
     async def _spawn(self) -> _Worker:
-        w = await _Worker.start()
+        w = await _Worker.start(self.model)
         self._all.add(w)
         return w
 
@@ -177,14 +188,14 @@ class SphinxPool:
         self._idle.clear()
 
 
-_POOLS: dict[tuple[int, int], SphinxPool] = {}
+_POOLS: dict[tuple[int, int, str], SphinxPool] = {}
 
 
-def shared_pool(max_workers: int) -> SphinxPool:
-    """One pool per event loop (sessions of one process share the workers)."""
-    key = (id(asyncio.get_running_loop()), max_workers)
+def shared_pool(max_workers: int, model: str = "moonshine") -> SphinxPool:
+    """One pool per event loop and model (sessions of one process share the workers)."""
+    key = (id(asyncio.get_running_loop()), max_workers, model)
     if key not in _POOLS:
-        _POOLS[key] = SphinxPool(max_workers)
+        _POOLS[key] = SphinxPool(max_workers, model)
     return _POOLS[key]
 
 
@@ -232,10 +243,60 @@ class _Decoding:
         return hyp.hypstr if hyp is not None else ""
 
 
-def _serve() -> None:
-    """The worker process: one decoder, utterances one after another."""
-    from pocketsphinx import Decoder
+class _WholeDecoding:
+    """The worker's one utterance for a model that hears it whole (Moonshine): the audio,
+    and the transcript of a pass run early (`prepare`) on what had come by then. Audio
+    after it (the hangover's silence) is kept, not heard; `resume` forgets the pass."""
 
+    def __init__(self, transcribe: Callable[[bytes], str]) -> None:
+        self.transcribe = transcribe
+        self.audio: bytearray | None = None
+        self.prepared: str | None = None
+
+    def feed(self, pcm: bytes) -> None:
+        if self.audio is None:
+            self.audio = bytearray()
+        self.audio += pcm
+
+    def prepare(self) -> None:
+        if self.audio is not None and self.prepared is None:
+            self.prepared = self.transcribe(bytes(self.audio))
+
+    def resume(self) -> None:
+        self.prepared = None
+
+    def end(self) -> str:
+        if self.audio is None:
+            return ""
+        text = self.prepared if self.prepared is not None else \
+            self.transcribe(bytes(self.audio))
+        self.audio, self.prepared = None, None
+        return text
+
+
+def _moonshine() -> Callable[[bytes], str]:
+    """Moonshine tiny-en from the moonshine-voice wheel: 16 kHz s16le -> text."""
+    import os
+
+    import numpy as np
+    from moonshine_voice import get_assets_path
+    from moonshine_voice.moonshine_api import ModelArch
+    from moonshine_voice.transcriber import Transcriber
+
+    tr = Transcriber(os.path.join(get_assets_path(), "tiny-en"), ModelArch.TINY)
+
+    def transcribe(pcm: bytes) -> str:
+        audio = np.frombuffer(pcm, np.int16).astype(np.float32) / 32768.0
+        if len(audio) < 1600:  # under 0.1 s: nothing to hear
+            return ""
+        out = tr.transcribe_without_streaming(audio.tolist(), 16000)
+        return " ".join(line.text.strip() for line in out.lines).strip()
+
+    return transcribe
+
+
+def _serve(model: str) -> None:
+    """The worker process: one decoder, utterances one after another."""
     src, out = sys.stdin.buffer, sys.stdout.buffer
 
     def reply(text: str) -> None:
@@ -243,7 +304,12 @@ def _serve() -> None:
         out.write(_LEN.pack(len(data)) + data)
         out.flush()
 
-    utt = _Decoding(Decoder(samprate=16000, loglevel="FATAL"))
+    if model == "moonshine":
+        utt: _Decoding | _WholeDecoding = _WholeDecoding(_moonshine())
+    else:
+        from pocketsphinx import Decoder
+
+        utt = _Decoding(Decoder(samprate=16000, loglevel="FATAL"))
     reply("ready")
     while True:
         hdr = src.read(_HDR.size)
@@ -264,4 +330,4 @@ def _serve() -> None:
 
 
 if __name__ == "__main__":
-    _serve()
+    _serve(sys.argv[1] if len(sys.argv) > 1 else "pocketsphinx")

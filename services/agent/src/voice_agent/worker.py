@@ -26,7 +26,7 @@ import threading
 
 from livekit.agents import AgentServer, JobContext, JobExecutorType, JobProcess, cli
 
-from .agent import PhraseCache, attach_duplex, build_pipeline, load_vad
+from .agent import PhraseCache, attach_duplex, build_pipeline, load_vad, starter_phrases
 from .autortc_marks import AutoRTCMarks
 from .http import start_http
 from .marks import encode_latency
@@ -73,8 +73,7 @@ async def entrypoint(ctx: JobContext) -> None:
     log.info("joined room %s", ctx.room.name)
     warm_stt = asyncio.ensure_future(p.stt.prewarm_async())
     if settings.starter_cache:
-        phrases = [x for x in (settings.greeting, settings.fallback_reply) if x]
-        await _CACHE.warm(p.tts, phrases, timeout_s=10.0)
+        await _CACHE.warm(p.tts, starter_phrases(settings), timeout_s=10.0)
     await warm_stt
     await p.session.start(agent=p.agent, room=ctx.room)
 

@@ -48,7 +48,7 @@ from livekit.agents.voice import io
 from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
 from prometheus_client import Counter, Gauge
 
-from .agent import PhraseCache, attach_duplex, build_pipeline
+from .agent import PhraseCache, attach_duplex, build_pipeline, starter_phrases
 from .audio_io import PacedOutput
 from .duplex import DuplexState
 from .metrics import REGISTRY, TurnTracker
@@ -62,13 +62,20 @@ INPUT_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 VAD_RATE = 16000  # what the VAD and the STT take
 MAX_MESSAGE_MS = 500  # audio in one binary message (browsers send 3-100 ms)
 HELLO_TIMEOUT_S = 10.0
-MAX_BACKLOG_S = 5.0  # mic audio the session may lag behind the client
+MAX_BACKLOG_S = 5.0  # mic audio the session may lag behind the client (older is dropped)
+MAX_AHEAD_S = 5.0  # mic audio a client may send ahead of real time (else: too_fast)
+PREPARE_TIMEOUT_S = 120.0  # the starter phrases: retried until the TTS answers, this long
+PREPARE_RETRY_S = 2.0
 MAX_OUTBOX_S = 10.0  # reply audio waiting for a client that does not read
 
 SESSIONS = Gauge("agent_ws_sessions", "Open /v1/talk WebSocket conversations",
                  registry=REGISTRY)
 REFUSED = Counter("agent_ws_refused_total", "/v1/talk connections refused, by reason",
                   ["reason"], registry=REGISTRY)
+MIC_DROPPED = Counter("agent_mic_frames_dropped_total",
+                      "Mic frames dropped because the conversation fell behind reading them "
+                      f"(over {MAX_BACKLOG_S:.0f} s queued): the agent was busy, not the "
+                      "client too fast", registry=REGISTRY)
 
 
 class ProtocolError(Exception):
@@ -149,7 +156,13 @@ class Outbox:
 
 
 class SocketInput(io.AudioInput):
-    """The client's mic: PCM at its rate -> 20 ms frames at 16 kHz, as they arrive."""
+    """The client's mic: PCM at its rate -> 20 ms frames at 16 kHz, as they arrive.
+
+    Two limits, two causes. A client that sends audio faster than real time (more than
+    MAX_AHEAD_S ahead of the clock since its first message) is refused: `too_fast`. A
+    conversation that falls behind reading (its pipeline busy: starting, or an overloaded
+    host) keeps the newest MAX_BACKLOG_S and drops the oldest, with a log line and
+    `agent_mic_frames_dropped_total`: the call goes on."""
 
     def __init__(self, input_rate: int, frame_ms: int = 20) -> None:
         super().__init__(label="SocketInput")
@@ -160,18 +173,36 @@ class SocketInput(io.AudioInput):
         self._framer = AudioByteStream(VAD_RATE, 1, samples_per_channel=VAD_RATE * frame_ms // 1000)
         self._queue: asyncio.Queue[rtc.AudioFrame | None] = asyncio.Queue(
             maxsize=int(MAX_BACKLOG_S * 1000 / frame_ms))
+        self._t0: float | None = None  # monotonic time of the first audio
+        self._received_s = 0.0  # audio received, seconds
+        self.dropped = 0  # frames dropped since the last log line
 
     def push(self, pcm: bytes) -> None:
+        now = time.monotonic()
+        if self._t0 is None:
+            self._t0 = now
+        self._received_s += len(pcm) / 2 / self._input_rate
+        if self._received_s - (now - self._t0) > MAX_AHEAD_S:
+            raise ProtocolError("too_fast", "mic audio arrives faster than real time "
+                                f"(over {MAX_AHEAD_S:.0f} s ahead of the clock)")
         if self._resampler is not None:
             frame = rtc.AudioFrame(data=pcm, sample_rate=self._input_rate, num_channels=1,
                                    samples_per_channel=len(pcm) // 2)
             pcm = b"".join(bytes(f.data) for f in self._resampler.push(frame))
         for f in self._framer.push(pcm):
-            try:
-                self._queue.put_nowait(f)
-            except asyncio.QueueFull:
-                raise ProtocolError("too_fast", "mic audio arrives faster than real time "
-                                    f"(over {MAX_BACKLOG_S:.0f} s ahead)") from None
+            if self._queue.full():  # the conversation is behind: the oldest goes
+                self._queue.get_nowait()
+                MIC_DROPPED.inc()
+                if not self.dropped:
+                    log.warning("the conversation fell behind reading the mic (over %.0f s "
+                                "queued: the agent is busy); dropping its oldest audio",
+                                MAX_BACKLOG_S)
+                self.dropped += 1
+            elif self.dropped:
+                log.info("the conversation caught up; %d mic frames (%d ms) were dropped",
+                         self.dropped, self.dropped * 20)
+                self.dropped = 0
+            self._queue.put_nowait(f)
 
     def close(self) -> None:
         with contextlib.suppress(asyncio.QueueFull):
@@ -216,10 +247,9 @@ class SocketOutput(PacedOutput):
 class TalkSession:
     """One conversation on one socket: the pipeline, its I/O and its events."""
 
-    def __init__(self, settings: AgentSettings, cache: PhraseCache, cache_lock: asyncio.Lock,
+    def __init__(self, settings: AgentSettings, cache: PhraseCache,
                  ws: web.WebSocketResponse, input_rate: int) -> None:
         self.id = uuid.uuid4().hex[:12]
-        self._cache_lock = cache_lock  # sessions starting together synthesize a phrase once
         self.settings = settings
         self.ws = ws
         self.outbox = Outbox(ws, settings.tts_frame_ms / 1000)
@@ -251,11 +281,7 @@ class TalkSession:
         p = self.pipeline
         sender = asyncio.create_task(self.outbox.run(), name=f"talk-{self.id}-send")
         receiver = asyncio.create_task(self._receive(), name=f"talk-{self.id}-recv")
-        try:
-            if self.settings.starter_cache:
-                phrases = [x for x in (self.settings.greeting, self.settings.fallback_reply) if x]
-                async with self._cache_lock:
-                    await p.cache.warm(p.tts, phrases, timeout_s=10.0)
+        try:  # listening at once: the starter phrases are the hub's (`TalkHub.prepare`)
             p.session.input.audio = self.mic
             p.session.output.audio = self._sync.audio_output
             p.session.output.transcription = self._sync.text_output
@@ -311,13 +337,49 @@ def check_audio(data: bytes, rate: int) -> None:
 
 
 class TalkHub:
-    """The route: admission (AGENT_WS_MAX_SESSIONS), the hello, one TalkSession each."""
+    """The route: admission (AGENT_WS_MAX_SESSIONS), the hello, one TalkSession each.
+
+    Before its first conversation the hub prepares what every conversation shares
+    (`prepare`, started with the HTTP server; /healthz answers 503 until it is done):
+    the starter phrases synthesized once (the greeting plays from memory, and the
+    fallback plays even when the TTS is down), the recogniser's process, the VAD. A
+    conversation never waits for it: one that starts earlier speaks its greeting live."""
 
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
         self.cache = PhraseCache()  # one per process: the greeting is the same for all
-        self.cache_lock = asyncio.Lock()
         self.sockets: set[web.WebSocketResponse] = set()
+        self.ready = asyncio.Event()  # prepared (or given up on: see the log)
+        self._prepare: asyncio.Task[None] | None = None
+
+    async def start(self, _app: web.Application | None = None) -> None:
+        self._prepare = asyncio.create_task(self.prepare(), name="talk-prepare")
+
+    async def prepare(self) -> None:
+        s = self.settings
+        t0 = time.perf_counter()
+        p = build_pipeline(s, cache=self.cache)  # the VAD and the shared recogniser too
+        try:
+            await p.stt.prewarm_async()
+            phrases = starter_phrases(s) if s.starter_cache else []
+            while True:
+                await self.cache.warm(p.tts, phrases, timeout_s=30.0)
+                missing = [x for x in phrases if not self.cache.has(x)]
+                if not missing or time.perf_counter() - t0 > PREPARE_TIMEOUT_S:
+                    break
+                await asyncio.sleep(PREPARE_RETRY_S)  # the TTS may still be starting
+            if missing:
+                log.warning("talk: starter phrases %s not synthesized in %.0f s (is the TTS "
+                            "at %s up?): conversations speak them live", missing,
+                            PREPARE_TIMEOUT_S, s.tts_addr)
+            log.info("talk: ready in %.1f s (%d starter phrases cached)",
+                     time.perf_counter() - t0, len(phrases) - len(missing))
+        except Exception:
+            log.exception("talk: preparing failed; conversations start unprepared")
+        finally:
+            self.ready.set()
+            for comp in (p.stt, p.llm, p.tts):
+                await comp.aclose()
 
     async def handle(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4 * 48000 * MAX_MESSAGE_MS // 1000)
@@ -334,7 +396,7 @@ class TalkHub:
         session: TalkSession | None = None
         try:
             rate = await self._hello(ws)
-            session = TalkSession(self.settings, self.cache, self.cache_lock, ws, rate)
+            session = TalkSession(self.settings, self.cache, ws, rate)
             log.info("talk %s: start, mic %d Hz, from %s", session.id, rate, request.remote)
             await session.run()
             await ws.close()
@@ -372,6 +434,8 @@ class TalkHub:
 
     async def close_all(self, _app: web.Application | None = None) -> None:
         """On shutdown: every conversation ends with 1001 (going away)."""
+        if self._prepare is not None:
+            self._prepare.cancel()
         for ws in list(self.sockets):
             with contextlib.suppress(Exception):
                 await ws.close(code=1001, message=b"agent shutting down")

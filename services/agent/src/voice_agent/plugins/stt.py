@@ -4,7 +4,8 @@ Two recognisers:
 - the thinker (`AGENT_STT_BACKEND=thinker`, the default): the whole utterance goes to
   Thinker.Chat as a 16 kHz PCM audio part with a "transcribe" instruction (seed:
   OmniSTT, P50 104 ms on Qwen3-Omni), temperature 0: a transcript, not a reply;
-- PocketSphinx (`pocketsphinx`, sphinx.py): offline, in worker processes, fed while the
+- the offline ear (`pocketsphinx`, sphinx.py; its model `offline_model`: Moonshine
+  tiny-en by default, or PocketSphinx): offline, in worker processes, fed while the
   user speaks, and its final pass run early, once the user has been quiet for
   `PREPARE_AFTER` of the VAD's silence hangover (undone if they speak again), so the
   transcript is usually ready when the hangover ends.
@@ -77,6 +78,7 @@ class STT(stt.STT):
         fallback: str = "pocketsphinx",
         vad: VAD | None = None,
         sphinx_workers: int = 2,
+        offline_model: str = "moonshine",
         early_pass: bool = True,
         utterances: UtteranceStore | None = None,
         tracker: TurnTracker | None = None,
@@ -96,6 +98,7 @@ class STT(stt.STT):
         self._fallback = fallback
         self._vad = vad
         self._sphinx_workers = sphinx_workers
+        self._offline_model = offline_model
         self.early_pass = early_pass
         self._channels = ChannelCache(addr)
         self._tracker = tracker
@@ -108,14 +111,15 @@ class STT(stt.STT):
 
     @property
     def model(self) -> str:
-        return "pocketsphinx" if self.backend == "pocketsphinx" else "voice.llm.v1/transcribe"
+        return self._offline_model if self.backend == "pocketsphinx" \
+            else "voice.llm.v1/transcribe"
 
     @property
     def provider(self) -> str:
         return "local" if self.backend == "pocketsphinx" else self._addr
 
     def sphinx(self) -> SphinxPool:
-        return shared_pool(self._sphinx_workers)
+        return shared_pool(self._sphinx_workers, self._offline_model)
 
     def may_use_sphinx(self) -> bool:
         """Until the thinker has shown it takes audio, the recogniser listens too, so a
