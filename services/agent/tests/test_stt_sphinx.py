@@ -18,7 +18,13 @@ from livekit.agents import APIConnectionError, APIConnectOptions, stt
 from voice_agent.agent import load_vad
 from voice_agent.plugins import STT
 from voice_agent.settings import AgentSettings
-from voice_agent.sphinx import EARLY_PASS_MAX_RESUMES, EARLY_PASS_MAX_S, SphinxError, SphinxPool
+from voice_agent.sphinx import (
+    EARLY_PASS_MAX_RESUMES,
+    EARLY_PASS_MAX_S,
+    SphinxError,
+    SphinxPool,
+    _trim_silence,
+)
 
 from .backends import espeak, start_thinker
 
@@ -36,6 +42,29 @@ def frames(pcm: np.ndarray, ms: int = 20) -> list[rtc.AudioFrame]:
     return [rtc.AudioFrame(data=pcm[i:i + n].tobytes(), sample_rate=16000, num_channels=1,
                            samples_per_channel=len(pcm[i:i + n]))
             for i in range(0, len(pcm) - n + 1, n)]
+
+
+async def test_moonshine_hears_speech_and_invents_nothing_in_its_silence(
+        tmp_path: Path) -> None:
+    """The default ear, in its worker: real words, its early pass kept, and no "You" for
+    the digital silence around the speech (it wrote one for 0.5 s of it)."""
+    speech = espeak("Tell me something nice.", tmp_path)
+    quiet = np.zeros(8000, np.int16)  # 0.5 s
+    pool = SphinxPool(max_workers=1, model="moonshine")
+    try:
+        async with pool.utterance() as utt:
+            utt.feed(np.concatenate([quiet, speech]).tobytes())
+            utt.prepare()  # the early pass; the hangover's silence after it is not heard
+            utt.feed(quiet.tobytes())
+            text = await utt.finish()
+        heard = re.findall(r"[a-z']+", text.lower())
+        assert heard[:3] == ["tell", "me", "something"], text
+        async with pool.utterance() as utt:  # silence alone: nothing
+            utt.feed(np.concatenate([quiet, quiet]).tobytes())
+            assert await utt.finish() == ""
+    finally:
+        await pool.aclose()
+    assert len(_trim_silence(np.concatenate([quiet, speech, quiet]))) < len(speech) + 2 * 1600 + 320
 
 
 async def test_the_pool_recognises_speech_and_replaces_a_dead_worker(tmp_path: Path) -> None:

@@ -37,6 +37,8 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from pocketsphinx import Decoder
 
@@ -274,11 +276,23 @@ class _WholeDecoding:
         return text
 
 
+def _trim_silence(pcm: np.ndarray, floor: int = 64, keep: int = 1600) -> np.ndarray:
+    """The utterance without its near-silent head and tail (10 ms blocks under `floor`,
+    about -54 dBFS), less `keep` samples each side: Moonshine writes "You" for half a
+    second of digital silence before speech (bench/ear.py's padding check)."""
+    n = len(pcm) // 160
+    if n == 0:
+        return pcm
+    loud = np.flatnonzero(np.abs(pcm[:n * 160].reshape(n, 160)).max(axis=1) >= floor)
+    if len(loud) == 0:
+        return pcm[:0]
+    return pcm[max(0, loud[0] * 160 - keep):min(len(pcm), (loud[-1] + 1) * 160 + keep)]
+
+
 def _moonshine() -> Callable[[bytes], str]:
     """Moonshine tiny-en from the moonshine-voice wheel: 16 kHz s16le -> text."""
     import os
 
-    import numpy as np
     from moonshine_voice import get_assets_path
     from moonshine_voice.moonshine_api import ModelArch
     from moonshine_voice.transcriber import Transcriber
@@ -286,7 +300,7 @@ def _moonshine() -> Callable[[bytes], str]:
     tr = Transcriber(os.path.join(get_assets_path(), "tiny-en"), ModelArch.TINY)
 
     def transcribe(pcm: bytes) -> str:
-        audio = np.frombuffer(pcm, np.int16).astype(np.float32) / 32768.0
+        audio = _trim_silence(np.frombuffer(pcm, np.int16)).astype(np.float32) / 32768.0
         if len(audio) < 1600:  # under 0.1 s: nothing to hear
             return ""
         out = tr.transcribe_without_streaming(audio.tolist(), 16000)

@@ -51,20 +51,36 @@ def _pieces(text: str, rng: random.Random) -> list[str | bytes]:
     return result
 
 
-def _stream(engine, case, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    _, text, speaker, language, instruct, _, max_new = case
-    done, packets = threading.Event(), []
+class _Sink:
+    """A session's packets, and events for its first packet and its end."""
 
-    def sink(ev) -> None:
+    def __init__(self) -> None:
+        self.packets: list[AudioPacket] = []
+        self.first, self.done = threading.Event(), threading.Event()
+
+    def __call__(self, ev) -> None:
         if isinstance(ev, AudioPacket):
-            packets.append(ev)
+            self.packets.append(ev)
+            self.first.set()
         elif isinstance(ev, UtteranceEnd):
-            done.set()
+            self.done.set()
 
+
+def _open(engine, case, sink: _Sink):
+    """A greedy session of the threaded engine for a case (its cap: max_new_tokens - 1)."""
+    _, _, speaker, language, instruct, _, max_new = case
     engine.start()
-    s = engine.open_session(SessionParams(voice=speaker, language=language, instruct=instruct,
-                                          sampling=SamplingParams.greedy(),
-                                          max_frames=max_new - 1), sink)
+    return engine.open_session(SessionParams(voice=speaker, language=language,
+                                             instruct=instruct,
+                                             sampling=SamplingParams.greedy(),
+                                             max_frames=max_new - 1), sink)
+
+
+def _stream(engine, case, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    text = case[1]
+    sink = _Sink()
+    done, packets = sink.done, sink.packets
+    s = _open(engine, case, sink)
     try:
         for piece in _pieces(text, random.Random(seed)):
             s.push_text(piece)
@@ -141,22 +157,11 @@ def test_speech_from_the_first_word_matches_official(config, engines, oracle):
     second word is sent (the prompt needs only the first stable text id), and the codes
     still equal the official code's for the whole text, frame by frame."""
     engine, case = engines[config], CASES[0]
-    _, text, speaker, language, instruct, _, max_new = case
     ref = oracle[f"codes_{CONFIGS.index(config)}_0"]
-    first, done, packets = threading.Event(), threading.Event(), []
-
-    def sink(ev) -> None:
-        if isinstance(ev, AudioPacket):
-            packets.append(ev)
-            first.set()
-        elif isinstance(ev, UtteranceEnd):
-            done.set()
-
-    engine.start()
-    s = engine.open_session(SessionParams(voice=speaker, language=language, instruct=instruct,
-                                          sampling=SamplingParams.greedy(),
-                                          max_frames=max_new - 1), sink)
-    words = [w + " " for w in text.split(" ")]  # "Hello ", "there, ", ...
+    sink = _Sink()
+    first, done, packets = sink.first, sink.done, sink.packets
+    s = _open(engine, case, sink)
+    words = [w + " " for w in case[1].split(" ")]  # "Hello ", "there, ", ...
     words[-1] = words[-1].rstrip()
     try:
         s.push_text(words[0])
