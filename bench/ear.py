@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.stats import pct
+
 SENTENCES = [
     "Hello, can you tell me what the weather is like today?",
     "What time does the train to Boston leave tomorrow morning?",
@@ -138,11 +140,6 @@ def whisper() -> Recognise:
 
 RECOGNISERS: dict[str, Callable[[], Recognise]] = {
     "pocketsphinx": pocketsphinx, "moonshine": moonshine, "whisper": whisper}
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, round(q / 100 * len(xs) + 0.5) - 1))]
 
 
 def main() -> None:

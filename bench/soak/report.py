@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import Any, Protocol
 
 from bench.soak.server import Server
+from bench.stats import pct
 
 
 class SoakState(Protocol):
@@ -19,14 +19,6 @@ class SoakState(Protocol):
     server: Server
     interrupted: bool
     server_died: bool
-
-
-def pct(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    v = sorted(values)
-    return v[min(len(v) - 1, max(0, math.ceil(q / 100 * len(v)) - 1))]
 
 
 def dist(values: list[float], qs: tuple[float, ...] = (50, 95, 99)) -> dict[str, Any]:

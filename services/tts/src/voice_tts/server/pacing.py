@@ -3,21 +3,12 @@
 **Pacing** (`pace_lead_s`, TTS_PACE_LEAD_S). The engine makes an utterance far faster
 than real time; written as fast as it comes, each new stream's burst of hundreds of frames
 holds the one event loop while other streams, whose clients have little audio buffered,
-wait. So the writer keeps the frames it has framed in `_out` and writes frame i of an
-utterance no earlier than t0 + i x frame_ms - lead (t0: when its first frame was written):
-the first `lead` of audio goes out at once (TTFA unchanged), the rest in real time, `lead`
-ahead of a player started at the first frame. A writer whose next frame is not due yet
-sleeps until it is, then writes every frame due within the slack (`PACE_SLACK_S`, at most
-lead / 2) in one go: a few wakeups a second per stream. Engine items that come while it
-sleeps wait for that wakeup; markers (STOP, RESET, FLUSH, end of input, failures) wake it
-at once, so STOPPED still goes out at once and no frame of the stopped utterance after it.
-Events keep their place among the frames (`_out` holds both; seq / next_seq are given as
-they are written). What the metrics mean is unchanged: TTFA and RTF are taken when the
-engine's audio reaches the loop (`_enqueue_engine`), not when paced frames are written.
-Flow control counts the audio not yet written: queued engine audio plus framed frames
-waiting for their time. An utterance is over (its reason counted) once its last frame is
-written: a STOP before that counts it as cancelled. On a drain the writer stops pacing
-(`hurry`), so that in-flight utterances end within the drain timeout.
+wait. So a stream's writer (`stream.py`) writes frame i of an utterance no earlier than
+t0 + i x frame_ms - lead (t0: when its first frame was written): the first `lead` of audio
+goes out at once (TTFA unchanged), the rest in real time, `lead` ahead of a player started
+at the first frame. A writer whose next frame is not due yet sleeps until it is, then
+writes every frame due within the slack (`PACE_SLACK_S`, at most lead / 2) in one go: a
+few wakeups a second per stream. What wakes it earlier is the `Inbox`'s rule.
 """
 
 from __future__ import annotations

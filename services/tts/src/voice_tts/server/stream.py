@@ -123,6 +123,11 @@ class Codec:
     sample_rate: int
     frame_samples: int
 
+    @property
+    def frame_s(self) -> float:
+        """Audio seconds of one codec frame (80 ms)."""
+        return self.frame_samples / self.sample_rate
+
 
 class SynthesizeStream:
     def __init__(self, cfg: ResolvedConfig, session: Any, metrics: CallMetrics, codec: Codec,
@@ -189,7 +194,7 @@ class SynthesizeStream:
               and item.reason not in ("cancelled", "invalid", "error")):
             u = st.utterances.get(uid)
             if u is not None and u.first_text_at is not None:
-                audio_s = item.frames * self.codec.frame_samples / self.codec.sample_rate
+                audio_s = item.frames * self.codec.frame_s
                 self.metrics.rtf.observe((time.perf_counter() - u.first_text_at) / audio_s)
         st.queue.put_nowait(item, urgent=False)
 

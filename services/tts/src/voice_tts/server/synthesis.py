@@ -59,7 +59,7 @@ class Synthesis:
         # this loop's CPU per open call.
         model = FramePeriodModel()
         front = FrontModel(open_streams=lambda: self.admission.open)
-        codec_ms = 1e3 * engine.frame_samples / engine.sample_rate
+        codec_ms = 1e3 * self.codec.frame_s
         budget = frame_budget_ms(settings.admit_margin, settings.first_packet_frames,
                                  settings.packet_frames, codec_ms)
         self.admission = Admission(model, settings.max_sessions, budget,
