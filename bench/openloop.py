@@ -111,6 +111,7 @@ def row(rate: float, s: dict[str, Any]) -> dict[str, Any]:
                       "utterances": u["utterances_with_underrun"], "max_late_ms": u["max_late_ms"],
                       "frames": u["frames"]},
         "by_code": s["by_code"], "rejected": s["rejections"]["n"],
+        "rejection_examples": s["rejections"]["examples"],
         # the server's counter: every run so far, by reason (capacity, front, sessions)
         "admission_rejected_total": s["server_metrics_end"]["admission_rejected"],
         "peak_inflight": s["peak_inflight"], "audio_s_per_wall_s": s["audio_s_per_wall_s"],

@@ -126,6 +126,9 @@ def main() -> None:
     p.add_argument("--packet-frames", type=int, default=4)
     p.add_argument("--decoder-precision", default="auto",
                    choices=["auto", "fp32", "tf32", "bf16"])
+    p.add_argument("--max-prefills", type=int, default=EngineSettings.max_prefills_per_step,
+                   help="prompts prefilled per engine iteration (a burst of c prompts takes "
+                        "c / this iterations)")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
@@ -139,6 +142,7 @@ def main() -> None:
                                     packet_frames=args.packet_frames,
                                     decoder_precision=args.decoder_precision,
                                     max_seq_len=args.frames + 256,
+                                    max_prefills_per_step=args.max_prefills,
                                     # Fixed-length streams: never sample codec EOS (the
                                     # peer's min_new_tokens = max_new_tokens).
                                     ignore_eos=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any, Protocol
 
 from bench.soak.server import Server
@@ -42,6 +43,19 @@ def peak_inflight(recs: list[dict[str, Any]]) -> int:
 
 def _r(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(x, nd)
+
+
+def rejection_examples(rejected: list[dict[str, Any]], per_kind: int = 4) -> list[str]:
+    """A few of the server's refusal messages, spread over the run, per kind of message
+    (the words before the first digit): what the admission saw when it refused."""
+    kinds: dict[str, list[str]] = {}
+    for r in rejected:
+        kinds.setdefault(re.split(r"\d", r["message"], maxsplit=1)[0], []).append(r["message"])
+    out = []
+    for msgs in kinds.values():
+        step = max(1, len(msgs) // per_kind)
+        out += msgs[::step][:per_kind]
+    return out
 
 
 def summarize(soak: SoakState, load: dict[str, Any], model: str, planned: int,
@@ -186,7 +200,8 @@ def summarize(soak: SoakState, load: dict[str, Any], model: str, planned: int,
             "call_max_late_ms": dist([r["max_late_ms"] for r in recs if r["frames"]]),
         },
         "rejections": {"n": len(rejected),
-                       "latency_ms": dist([r["end_ms"] for r in rejected], (50, 95))},
+                       "latency_ms": dist([r["end_ms"] for r in rejected], (50, 95)),
+                       "examples": rejection_examples(rejected)},
         "capacity_gate": capacity,
         "client": {
             "dispatch_late_ms": dist(dl, (50, 99)),

@@ -35,6 +35,19 @@ class TTSSettings(BaseSettings):
     # Open streams at once (the engine's slots, idle ones included); the next call gets
     # RESOURCE_EXHAUSTED at once.
     max_sessions: int = Field(32, ge=1, le=4096)
+    # Rows one decode step advances at most (its largest CUDA-graph bucket; the rest wait
+    # their turn, least recently stepped first); the engine uses min(this, max_sessions).
+    # Open streams can outnumber it by far: a paced stream stays open while its audio
+    # plays, long after the engine made it (0.6B on an H100: 256 rows step in ~42 ms).
+    max_batch: int = Field(256, ge=1, le=4096)
+    # Talker KV-cache rows per slot: one utterance's prompt + frames (1024: ~80 s of
+    # speech; a longer utterance ends at its cap). Every slot holds this many rows on the
+    # device whether it speaks or not: halve it to double TTS_MAX_SESSIONS in the same memory.
+    max_seq_len: int = Field(2048, ge=64, le=32768)
+    # Prompts prefilled per engine iteration (a burst of n new calls starts in n / this
+    # iterations). 256 cut a burst of 256 calls' TTFA p50 from 83-92 to 78-80 ms (0.6B,
+    # H100, bench.run) at the cost of prefill graphs up to that batch.
+    max_prefills: int = Field(64, ge=1, le=4096)
     # Admission by capacity (server/admission.py): a call is admitted only while, with one
     # more speaking stream, the engine's measured frame period stays under admit_margin x
     # 80 ms (the audio one codec frame holds; also at most first_packet_frames /

@@ -144,3 +144,14 @@ def test_a_sampled_id_past_the_codebooks_fails_the_step() -> None:
     assert b.head().ending == "eos"
     with pytest.raises(IndexError, match=rf"\({a.slot}, {codes}\)"):
         sched.update(rows, [codes, 5])
+
+
+def test_more_ready_sessions_than_the_batch_take_turns() -> None:
+    """Open streams may outnumber the rows one step advances (TTS_MAX_BATCH): the least
+    recently stepped go first, so every session gets its turn."""
+    sched = make(max_sessions=6, max_batch=2)
+    a, b, c = (running(open_session(sched, f"Sentence number {i} to say."), 1, t)
+               for i, t in enumerate((3.0, 1.0, 2.0)))
+    assert ids(sched.schedule().decode) == [b.id, c.id]
+    b.head().last_active, c.head().last_active = 4.0, 5.0  # stepped
+    assert ids(sched.schedule().decode) == [a.id, b.id]

@@ -130,3 +130,18 @@ def test_help_and_bad_env() -> None:
     r = subprocess.run([sys.executable, "-m", "voice_tts.server"], capture_output=True,
                        text=True, timeout=60, env={"TTS_MAX_SESSIONS": "zero", "PATH": "/usr/bin"})
     assert r.returncode != 0 and "max_sessions" in r.stderr.lower()
+
+
+def test_slots_batch_kv_rows_and_prefills_come_from_the_env() -> None:
+    """TTS_MAX_SESSIONS (slots), TTS_MAX_BATCH (rows a step advances, never more than the
+    slots), TTS_MAX_SEQ_LEN (KV rows a slot holds) and TTS_MAX_PREFILLS reach the engine."""
+    from voice_tts.server.server import load_engine
+    from voice_tts.settings import TTSSettings
+
+    engine = load_engine(TTSSettings(model="preset:tiny", max_sessions=3, max_batch=8,
+                                     max_seq_len=200, max_prefills=2))
+    s = engine.settings
+    assert (s.max_sessions, s.max_batch, s.max_seq_len, s.max_prefills_per_step) == (3, 3, 200, 2)
+    assert engine.runner.max_seq_len == 200
+    assert load_engine(TTSSettings(model="preset:tiny", max_sessions=9,
+                                   max_batch=4)).settings.max_batch == 4

@@ -37,7 +37,10 @@ EXIT_ENGINE_FAULT = 3
 
 def load_engine(settings: TTSSettings) -> Engine:
     """The engine the settings name: a checkpoint directory or a random-weight preset."""
-    es = EngineSettings(max_sessions=settings.max_sessions, max_batch=settings.max_sessions,
+    es = EngineSettings(max_sessions=settings.max_sessions,
+                        max_batch=min(settings.max_batch, settings.max_sessions),
+                        max_seq_len=settings.max_seq_len,
+                        max_prefills_per_step=settings.max_prefills,
                         first_packet_frames=settings.first_packet_frames,
                         packet_frames=settings.packet_frames,
                         decoder_precision=(settings.decoder_precision
