@@ -97,6 +97,16 @@ def test_early_reply_measures_agent_audio_before_the_eot() -> None:
     assert early.verdict == FAIL
 
 
+def test_the_suite_counts_false_cutoffs() -> None:
+    case = CASES["endpoint_short_hello"]
+    turns = [_turn(case.id), _turn(case.id, agent_audio_during_user=99.5), _turn(case.id),
+             _turn(case.id, agent_audio_during_user=99.9)]
+    agg = judge_suite([judge_case(case, t, GATES) for t in turns], GATES)[1]
+    assert (agg["false_cutoffs"], agg["false_cutoff_rate"]) == (2.0, 0.5)
+    agg = judge_suite([judge_case(case, _ok_capture(case.id, 300), GATES)], GATES)[1]
+    assert agg["false_cutoff_rate"] is None  # no user speech onset: not measured
+
+
 def test_xfail_case_reports_but_does_not_fail_the_suite() -> None:
     case = CASES["stutter_long_pause"]
     assert case.xfail

@@ -154,6 +154,12 @@ def suite_aggregates(results: list[CaseResult],
         "stt_ms_p95": p95(vals("stt_ms")),
         "stt_wer_mean": round(float(np.mean(vals("stt_wer"))), 4) if vals("stt_wer") else None,
         "inter_arrival_p95_ms": p95(vals("inter_arrival_p95_ms")),
+        # Turn-taking as the field counts it: P0 turns the agent took while the user had
+        # more to say (audible before the user's last word), over the turns measured.
+        "false_cutoffs": float(sum(1 for v in vals("early_reply_ms") if v > 0)),
+        "false_cutoff_rate": round(sum(1 for v in vals("early_reply_ms") if v > 0)
+                                   / len(vals("early_reply_ms")), 4)
+        if vals("early_reply_ms") else None,
         "p0_valid_rate": round(sum(1 for r in p0 if r.metrics.get("audio_valid") == 1.0)
                                / len(p0), 4) if p0 else None,
         "p0_cases": float(len(p0)),
