@@ -37,12 +37,14 @@ from bench.stats import pct
 # name -> the agent's env. The VAD ends speech after AGENT_VAD_SILENCE_MS of silence; the
 # turn ends AGENT_MIN_ENDPOINTING_DELAY_S later ("vad"), or, with the framework's audio
 # end-of-turn model ("model", livekit-local-inference's v1-mini), then only if the model
-# finds the end likely, else up to AGENT_MAX_ENDPOINTING_DELAY_S.
+# finds the end likely, else up to AGENT_MAX_ENDPOINTING_DELAY_S; "text" the same with the
+# transcript's last word (voice_agent/turn_words.py).
 SETTINGS: dict[str, dict[str, str]] = {
     "vad-0.3": {"AGENT_TURN_DETECTION": "vad", "AGENT_MIN_ENDPOINTING_DELAY_S": "0.3"},
     "vad-0.6": {"AGENT_TURN_DETECTION": "vad", "AGENT_MIN_ENDPOINTING_DELAY_S": "0.6"},
     "vad-0.9": {"AGENT_TURN_DETECTION": "vad", "AGENT_MIN_ENDPOINTING_DELAY_S": "0.9"},
     "vad-1.2": {"AGENT_TURN_DETECTION": "vad", "AGENT_MIN_ENDPOINTING_DELAY_S": "1.2"},
+    "text": {"AGENT_TURN_DETECTION": "text", "AGENT_MIN_ENDPOINTING_DELAY_S": "0.3"},
     "model": {"AGENT_TURN_DETECTION": "model", "AGENT_VAD_SILENCE_MS": "250",
               "AGENT_MIN_ENDPOINTING_DELAY_S": "0.3"},
 }

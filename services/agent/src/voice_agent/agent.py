@@ -34,6 +34,7 @@ from .metrics import TurnTracker
 from .plugins import LLM, STT, TTS
 from .plugins.utterances import UtteranceStore
 from .settings import AgentSettings
+from .turn_words import TrailingWordTurnDetector
 
 log = logging.getLogger("voice_agent.agent")
 
@@ -210,6 +211,13 @@ def turn_detector() -> TurnDetector:
     return TurnDetector(version="v1-mini", local_fallback=True)
 
 
+def turn_detection(mode: str) -> TurnDetector | TrailingWordTurnDetector | str:
+    """AGENT_TURN_DETECTION as the session takes it: a detector behind the VAD, or "vad"."""
+    if mode == "model":
+        return turn_detector()
+    return TrailingWordTurnDetector() if mode == "text" else "vad"
+
+
 def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = None,
                    cache: PhraseCache | None = None) -> Pipeline:
     tracker = tracker or TurnTracker()
@@ -237,7 +245,7 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     session: AgentSession = AgentSession(
         stt=stt_, llm=llm_, tts=tts_, vad=vad,
         turn_handling={
-            "turn_detection": turn_detector() if s.turn_detection == "model" else "vad",
+            "turn_detection": turn_detection(s.turn_detection),
             "endpointing": {"mode": "fixed", "min_delay": s.min_endpointing_delay_s,
                             "max_delay": s.max_endpointing_delay_s},
             "interruption": {"enabled": s.allow_interruptions, "mode": "vad",

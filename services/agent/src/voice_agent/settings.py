@@ -126,12 +126,14 @@ class AgentSettings(BaseSettings):
     vad_silence_ms: int = Field(200, ge=32, le=5000)
     # Speech needed before the VAD starts an utterance.
     vad_min_speech_ms: int = Field(64, ge=32, le=2000)
-    # End of turn: "vad" = the VAD's silence plus the endpointing delay below; "model" =
-    # livekit-agents' local audio turn detector (turn-detector-v1-mini, offline) behind the
-    # VAD: an unlikely end waits up to max_endpointing_delay_s. Not the default: on
-    # espeak-ng speech it does not separate ends of sentences (p 0.19-0.41) from pauses
-    # inside them (0.08-0.27) at its 0.36 threshold, so half of finished turns waited 3 s.
-    turn_detection: Literal["model", "vad"] = "vad"
+    # End of turn: "vad" = the VAD's silence plus the endpointing delay below; "text" =
+    # behind the VAD, the transcript's last word (turn_words.py: a turn rarely ends on
+    # "to", "the", "and", "is" ...): an unlikely end waits up to max_endpointing_delay_s;
+    # "model" = livekit-agents' local audio turn detector (turn-detector-v1-mini, offline)
+    # in the same place. On espeak-ng speech "model" does not separate ends of sentences
+    # (p 0.19-0.41) from pauses inside them (0.08-0.27) at its 0.36 threshold, so half of
+    # finished turns waited 3 s. bench/turns.py compares them (services/agent/README.md).
+    turn_detection: Literal["model", "text", "vad"] = "vad"
     # Extra wait after the VAD end of speech before the turn ends (seed: 0.3 s);
     # with the 200 ms hangover that is the whole endpointing budget.
     min_endpointing_delay_s: float = Field(0.3, ge=0.0, le=10.0)

@@ -1,0 +1,71 @@
+"""A text end-of-turn detector: the transcript's last word says whether the user is done.
+
+A silence-only policy ends the turn after a fixed silence, so a pause inside a sentence
+("I want to ... book a table") is taken for its end. The framework asks a turn detector,
+once the VAD's silence has ended an utterance and its transcript is in, how likely the
+turn is over; below the detector's threshold it waits `max_endpointing_delay_s` instead of
+`min_endpointing_delay_s` (and a user who speaks again cancels the wait). LiveKit's text
+model does this with a small LLM whose weights are downloaded at run time; this one
+needs nothing: an English turn rarely ends on an article, a preposition, a conjunction,
+an auxiliary verb, a possessive or a filler ("to", "the", "and", "is", "my", "um"), or on a
+comma. Measured on AutoRTC's paused turns (bench/turns.py; services/agent/README.md).
+
+It implements livekit-agents' `_TurnDetector` protocol (voice/turn.py: `model`,
+`provider`, `unlikely_threshold`, `supports_language`, `predict_end_of_turn`); English only:
+other languages get the silence policy.
+"""
+
+from __future__ import annotations
+
+import re
+
+from livekit.agents import llm
+
+# Words an English turn rarely ends on: the speaker has more to say. Words that often
+# end one ("in", "on", "that", "so", "do", "can" ...) are left out: a wrong hold costs the
+# user up to max_endpointing_delay_s of waiting, a wrong end only the chance to go on.
+HOLD_WORDS = frozenset({
+    "a", "an", "the", "my", "your", "his", "her", "its", "our", "their", "every",
+    "to", "of", "at", "for", "with", "from", "by", "into", "onto", "between", "through",
+    "than", "as", "like",
+    "and", "but", "or", "nor", "because", "if", "although", "though", "whether",
+    "is", "are", "was", "were", "am", "wanna", "gonna", "want",
+    "um", "uh", "er", "erm",
+})
+LIKELY, UNLIKELY = 0.9, 0.05
+_WORD = re.compile(r"[a-z']+")
+
+
+def end_of_turn_probability(text: str) -> float:
+    """How likely a turn whose transcript so far is `text` is over."""
+    text = text.strip().lower()
+    if not text:
+        return LIKELY  # nothing heard: nothing to wait for
+    if text.endswith((",", "-", "...", "…")):
+        return UNLIKELY
+    words = _WORD.findall(text)
+    return UNLIKELY if words and words[-1] in HOLD_WORDS else LIKELY
+
+
+class TrailingWordTurnDetector:
+    """livekit-agents' turn detector protocol over `end_of_turn_probability`."""
+
+    @property
+    def model(self) -> str:
+        return "trailing-words"
+
+    @property
+    def provider(self) -> str:
+        return "voice_agent"
+
+    async def unlikely_threshold(self, language: str | None) -> float | None:
+        return 0.5
+
+    async def supports_language(self, language: str | None) -> bool:
+        # The offline ears report no language (None) and hear English only.
+        return language is None or str(language).lower().startswith("en")
+
+    async def predict_end_of_turn(self, chat_ctx: llm.ChatContext, *,
+                                  timeout: float | None = None) -> float:
+        users = [m for m in chat_ctx.messages() if m.role == "user"]
+        return end_of_turn_probability((users[-1].text_content or "") if users else "")

@@ -1,0 +1,48 @@
+"""The text end-of-turn detector: the transcript's last word, through the framework's
+turn detector protocol and the session's turn handling."""
+
+from __future__ import annotations
+
+import pytest
+from livekit.agents import llm
+from voice_agent.turn_words import (
+    LIKELY,
+    UNLIKELY,
+    TrailingWordTurnDetector,
+    end_of_turn_probability,
+)
+
+from .test_settings import load_settings
+
+
+@pytest.mark.parametrize(("text", "p"), [
+    ("I want to", UNLIKELY), ("My name is", UNLIKELY), ("I would like", UNLIKELY),
+    ("Book me a table for two and", UNLIKELY), ("Well, um", UNLIKELY), ("So,", UNLIKELY),
+    ("I want to book a table for two.", LIKELY), ("What is the weather like today?", LIKELY),
+    ("Can you do that", LIKELY), ("Come in", LIKELY), ("", LIKELY), ("Thank you!", LIKELY),
+])
+def test_the_last_word_says_whether_more_is_coming(text: str, p: float) -> None:
+    assert end_of_turn_probability(text) == p
+
+
+async def test_the_framework_asks_it_about_the_newest_user_words() -> None:
+    d = TrailingWordTurnDetector()
+    ctx = llm.ChatContext()
+    ctx.add_message(role="user", content="Hello there.")
+    ctx.add_message(role="assistant", content="Hi, how can I help?")
+    ctx.add_message(role="user", content="I want to")
+    threshold = await d.unlikely_threshold(None)
+    assert threshold is not None
+    assert await d.predict_end_of_turn(ctx) < threshold  # -> max_endpointing_delay_s
+    ctx.add_message(role="user", content="book a table.")
+    assert await d.predict_end_of_turn(ctx) > threshold  # -> min_endpointing_delay_s
+    assert await d.supports_language(None) and await d.supports_language("en-US")
+    assert not await d.supports_language("zh")  # the silence policy there
+
+
+async def test_agent_turn_detection_text_puts_it_behind_the_vad() -> None:
+    from voice_agent.agent import build_pipeline
+
+    p = build_pipeline(load_settings(turn_detection="text"))
+    assert isinstance(p.session.options.turn_handling["turn_detection"],
+                      TrailingWordTurnDetector)
