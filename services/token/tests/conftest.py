@@ -1,5 +1,6 @@
 """Shared fixtures: settings with known test credentials, the app on a real localhost
-port (aiohttp's test server), and a real `python -m voice_token` subprocess.
+port (aiohttp's test server), a real `python -m voice_token` subprocess, and the page's
+headless browser (Debian's chromium, driven by playwright).
 
 No LiveKit server runs here (no binary installs on these machines): LIVEKIT_URL points at
 a closed localhost port, which is exactly the "cannot reach server" case the page must
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
 from voice_testkit import free_port, stop_process
 from voice_token.app import build_app
 from voice_token.settings import Settings, load_settings
@@ -28,6 +31,14 @@ API_KEY = "APItestkey123"
 API_SECRET = "s3cr3t-SENTINEL-0123456789abcdefghijklmnop"
 REPO = Path(__file__).resolve().parents[3]
 ARTIFACTS = REPO / "artifacts" / "token"
+CHROMIUM = "/usr/bin/chromium"
+# Without the background-networking flags chromium floods this machine's closed network.
+# The fake media flags: a synthetic microphone, granted without a prompt.
+FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -116,3 +127,41 @@ def server_factory(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
     yield make
     for s in started:
         stop_server(s)
+
+
+# Per module, not per session: playwright's sync API holds an event loop while it runs,
+# and the aiohttp tests of later modules need theirs.
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: run services/token/setup.sh (apt chromium)")
+    # Rebuild the bundle if web/src changed since setup.sh ran (a no-op otherwise).
+    subprocess.run(["bash", str(REPO / "services/token/web/build.sh")], check=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        # launch() gives every run a fresh temporary profile (its own --user-data-dir).
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    ctx = browser.new_context(viewport={"width": 1000, "height": 720})
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    # The page's CSP must not block anything the page itself does.
+    pg.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text
+          else None)
+    yield pg
+    ctx.close()
+    assert errors == [], f"uncaught errors / CSP violations in the page: {errors}"
+
+
+def shot(page: Page, name: str) -> None:
+    """Keep a screenshot as a test artifact (artifacts/token/NAME.png), checked to be a PNG."""
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000, path

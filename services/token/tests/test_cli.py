@@ -81,6 +81,7 @@ def test_serves_and_stops_gracefully_on_sigterm(server_factory) -> None:  # type
     assert status == 200 and "<title>Voice agent</title>" in page
     assert "script-src 'self'" in csp and "<script>" not in page  # no inline script
     assert 'data-connect-timeout-ms="15000"' in page  # filled from the settings
+    assert 'data-agent-timeout-ms="10000"' in page
     status, js = _get(srv.url + "/static/dist/app.js")
     assert status == 200 and len(js) > 100_000  # the bundled LiveKit client
     assert _get(srv.url + "/static/../settings.py")[0] == 404

@@ -1,68 +1,31 @@
 """The page in a real headless browser (Debian's chromium, driven by playwright).
 
-It loads, asks this service for a token, and shows its states. No LiveKit server can run
+It loads, tells a first-time user what to do, asks this service for a token, and shows
+its states. No LiveKit server can run
 here (named boundary): a closed localhost port stands for "server down" and a TCP
 listener that accepts and never answers stands for "server hangs". In both the page must
 end in a clear "Cannot reach server" state within its connect timeout, not hang.
 Latency figures are fed through the page's own data-message handler
 (`window.voiceDemo.receiveData`, the function LiveKit's DataReceived event calls), since
-no agent can publish here. Screenshots go to artifacts/token/.
+no agent can publish here. The page in a call, over the agent's WebSocket, is
+test_page_call.py. Screenshots go to artifacts/token/.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
-from conftest import API_KEY, API_SECRET, ARTIFACTS, REPO
+from conftest import API_KEY, API_SECRET, shot
 from livekit.api import TokenVerifier
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 from voice_testkit import free_port
-
-CHROMIUM = "/usr/bin/chromium"
-# Without the background-networking flags chromium floods this machine's closed network.
-FLAGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not shutil.which(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: run services/token/setup.sh (apt chromium)")
-    # Rebuild the bundle if web/src changed since setup.sh ran (a no-op otherwise).
-    subprocess.run(["bash", str(REPO / "services/token/web/build.sh")], check=True)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        # launch() gives every run a fresh temporary profile (its own --user-data-dir).
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    ctx = browser.new_context(viewport={"width": 1000, "height": 720})
-    pg = ctx.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    # The page's CSP must not block anything the page itself does.
-    pg.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text
-          else None)
-    yield pg
-    ctx.close()
-    assert errors == [], f"uncaught errors / CSP violations in the page: {errors}"
 
 
 @contextlib.contextmanager
@@ -130,14 +93,6 @@ def fake_livekit_auth(api_key: str, api_secret: str) -> Iterator[tuple[int, list
         httpd.server_close()
 
 
-def _shot(page: Page, name: str) -> None:
-    """Keep a screenshot as a test artifact (artifacts/token/NAME.png), checked to be a PNG."""
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path))
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000, path
-
-
 def test_page_loads_asks_for_a_token_and_shows_cannot_reach_server(
     server_factory, page: Page  # type: ignore[no-untyped-def]
 ) -> None:
@@ -148,10 +103,17 @@ def test_page_loads_asks_for_a_token_and_shows_cannot_reach_server(
     expect(page.locator("#state-label")).to_have_text("Ready")
     expect(page.locator("#room")).to_have_value("test-room")
     expect(page.locator("#mute")).to_be_disabled()
+    # before joining, the page says what to do
+    howto = page.locator("#howto")
+    expect(howto).to_be_visible()
+    expect(howto).to_contain_text("Press Join")
+    expect(howto).to_contain_text("Allow the microphone when the browser asks")
+    expect(howto).to_contain_text("To interrupt it, just talk")
+    expect(page.locator("#state-detail")).to_contain_text("allow the microphone")
     identity = page.locator("#identity").inner_text()
     assert identity.startswith("web-")
     page.fill("#name", "Tester")
-    _shot(page, "page_idle")
+    shot(page, "page_idle")
 
     t0 = time.monotonic()
     with page.expect_response("**/api/token") as resp_info:
@@ -170,7 +132,7 @@ def test_page_loads_asks_for_a_token_and_shows_cannot_reach_server(
     expect(page.locator("#join")).to_be_enabled()
     expect(page.locator("#join")).to_have_text("Retry")
     expect(page.locator("#mute")).to_be_disabled()
-    _shot(page, "page_cannot_reach_server")
+    shot(page, "page_cannot_reach_server")
     # A refused port is reported at once, well before the 15 s connect timeout.
     assert elapsed < 8, f"took {elapsed:.1f} s to report a refused connection"
     print(f"refused LiveKit port reported in {elapsed:.2f} s")
@@ -189,7 +151,7 @@ def test_page_shows_connecting_then_gives_up_on_a_hanging_server(
         expect(page.locator("#state-label")).to_have_text("Connecting…")
         expect(page.locator("#leave")).to_be_enabled()
         expect(page.locator("#join")).to_be_disabled()
-        _shot(page, "page_connecting")
+        shot(page, "page_connecting")
         expect(page.locator("#state")).to_have_attribute("data-state", "unreachable",
                                                          timeout=8_000)
         elapsed = time.monotonic() - t0
@@ -211,7 +173,7 @@ def test_page_shows_refused_when_livekit_rejects_the_token(
         expect(page.locator("#state-label")).to_have_text("Server refused to connect")
         expect(page.locator("#state-detail")).to_contain_text("rejected the token")
         expect(page.locator("#state-detail")).to_contain_text("LIVEKIT_API_SECRET")
-        _shot(page, "page_refused")
+        shot(page, "page_refused")
     # The page did present the token: on the signal socket, then on the validate probe.
     assert seen and all(not s["valid"] for s in seen)
     assert any(s["path"].endswith("/validate") for s in seen), seen
@@ -240,7 +202,7 @@ def test_page_shows_the_services_error_message(server_factory, page: Page) -> No
     expect(page.locator("#state")).to_have_attribute("data-state", "token-error")
     expect(page.locator("#state-label")).to_have_text("Could not get a token")
     expect(page.locator("#state-detail")).to_contain_text("invalid room 'bad room!'")
-    _shot(page, "page_token_error")
+    shot(page, "page_token_error")
 
 
 def test_page_shows_latency_from_agent_data_messages(server_factory, page: Page) -> None:  # type: ignore[no-untyped-def]
@@ -272,4 +234,11 @@ def test_page_shows_latency_from_agent_data_messages(server_factory, page: Page)
     assert cells("tts_ttfa_ms") == ("150 ms", "165 ms")  # two values: mean of the middle
     expect(page.locator("#latency")).to_have_attribute("data-count", "3")
     expect(page.locator("#latency-empty")).to_be_hidden()
-    _shot(page, "page_latency")
+    # each record is a turn of the list, newest first (no transcripts here: LiveKit's
+    # come over a real room; the list with words is in test_page_call.py)
+    expect(page.locator("#turns li")).to_have_count(3)
+    expect(page.locator("#turns li").first.locator(".turn-latency")).to_have_text(
+        "530 ms to first audio")
+    expect(page.locator("#turns li").last.locator(".turn-latency")).to_have_text(
+        "612 ms to first audio")
+    shot(page, "page_latency")

@@ -23,6 +23,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.livekit_url == "ws://localhost:7880"
     assert s.token_cors_origins == []
     assert s.token_agent_name == ""
+    assert s.token_agent_timeout_seconds == 10.0
     assert s.credentials() == (API_KEY, API_SECRET)
 
 
@@ -91,6 +92,7 @@ def test_empty_secret_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
         ("TOKEN_RATE_LIMIT_PER_MINUTE", "0", "TOKEN_RATE_LIMIT_PER_MINUTE"),
         ("TOKEN_TRUST_PROXY", "maybe", "TOKEN_TRUST_PROXY: Input should be a valid boolean"),
         ("TOKEN_LOG_LEVEL", "LOUD", "TOKEN_LOG_LEVEL: Value error, must be one of"),
+        ("TOKEN_AGENT_TIMEOUT_SECONDS", "0", "TOKEN_AGENT_TIMEOUT_SECONDS: Input should be"),
     ],
 )
 def test_bad_values_fail_fast_without_echoing_secrets(

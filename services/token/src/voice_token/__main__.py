@@ -36,6 +36,7 @@ environment (see services/token/README.md):
   TOKEN_TRUST_PROXY            take the client address from X-Forwarded-For (default false)
   TOKEN_AGENT_NAME             agent to dispatch into the room (default: none)
   TOKEN_CONNECT_TIMEOUT_SECONDS  page's wait for LiveKit before "cannot reach" (15)
+  TOKEN_AGENT_TIMEOUT_SECONDS  page's wait, once connected, for an agent to answer (10)
   TOKEN_LOG_LEVEL              DEBUG, INFO, WARNING, ERROR (default INFO)
 """
 

@@ -214,6 +214,8 @@ async def _index(request: web.Request) -> web.Response:
     page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
     page = page.replace(
         "{{CONNECT_TIMEOUT_MS}}", str(int(settings.token_connect_timeout_seconds * 1000))
+    ).replace(
+        "{{AGENT_TIMEOUT_MS}}", str(int(settings.token_agent_timeout_seconds * 1000))
     ).replace("{{VERSION}}", html.escape(__version__)).replace(
         "{{TRANSPORT}}", settings.transport
     ).replace("{{AGENT_WS_URL}}", html.escape(settings.token_agent_ws_url, quote=True))

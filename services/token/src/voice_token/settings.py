@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     token_agent_name: str = Field("", max_length=128)
     # How long the page waits for the LiveKit server before showing "cannot reach server".
     token_connect_timeout_seconds: float = Field(15.0, gt=0, le=120)
+    # How long the page, once connected, waits for an agent to answer (LiveKit: join the
+    # room; WebSocket: say "ready") before showing "No agent answered".
+    token_agent_timeout_seconds: float = Field(10.0, gt=0, le=300)
     # Log level of the JSON logs (DEBUG, INFO, WARNING, ERROR).
     token_log_level: str = "INFO"
 

@@ -1,13 +1,15 @@
 // The voice page: get a token from this service, join the LiveKit room, publish the
-// microphone, play the agent, show the conversation state and the agent's latency
+// microphone, play the agent, show the conversation state, each turn (what the agent
+// heard, what it answered, the turn's latency; turns.js) and the agent's latency
 // figures. Bundled with the LiveKit client by esbuild (web/build.sh); nothing is
 // fetched from a CDN at run time. Without LiveKit (the server says data-transport=
 // "websocket", LIVEKIT_URL empty) the same page talks to the agent's own WebSocket
 // (agent_socket.js) and shows the same states, transcripts and latency.
 //
 // It never hangs: every step that waits on the network has a bound (the token fetch,
-// and room.connect raced against TOKEN_CONNECT_TIMEOUT_SECONDS), and its failure lands
-// in a named state with a sentence saying what to check.
+// room.connect raced against TOKEN_CONNECT_TIMEOUT_SECONDS, and the agent's answer once
+// connected, TOKEN_AGENT_TIMEOUT_SECONDS), and its failure lands in a named state with a
+// sentence saying what to check.
 
 import {
   ConnectionError,
@@ -19,11 +21,15 @@ import {
 
 import { AgentSocket } from './agent_socket.js';
 import { formatMs, LATENCY_FIELDS, LATENCY_TOPIC, LatencyStats, parseLatency } from './latency.js';
-import { conversationState, IN_CALL, STATES } from './states.js';
+import {
+  conversationState, IN_CALL, micNotice, noAgentDetail, noAgentState, settleState, STATES,
+} from './states.js';
 import { pageState } from './talk.js';
+import { eotToFirstAudioMs, liveKitTranscript, TRANSCRIPTION_TOPIC, TurnLog } from './turns.js';
 
 const $ = (id) => document.getElementById(id);
 const connectTimeoutMs = Number(document.body.dataset.connectTimeoutMs) || 15000;
+const agentTimeoutMs = Number(document.body.dataset.agentTimeoutMs) || 10000;
 const transport = document.body.dataset.transport === 'websocket' ? 'websocket' : 'livekit';
 const agentWsUrl = document.body.dataset.agentWsUrl || '';
 const identity = `web-${[...crypto.getRandomValues(new Uint8Array(4))]
@@ -33,10 +39,15 @@ let state = 'loading';
 let room = null;
 let socket = null; // AgentSocket, when transport is "websocket"
 let attempt = 0; // bumps on every join/leave so late events of an old room are ignored
+let where = ''; // the room name or the agent's URL of the current call, for messages
+let agentTimer = null; // runs while "waiting": the bound for an agent to answer
 const latency = new LatencyStats();
+const turns = new TurnLog();
 
 function setState(next, detail = '') {
+  const prev = state;
   state = next;
+  watchForAgent(prev, next);
   const el = $('state');
   el.dataset.state = next;
   $('state-label').textContent = STATES[next] ?? next;
@@ -48,6 +59,20 @@ function setState(next, detail = '') {
     .includes(next) ? 'Retry' : 'Join';
   $('leave').disabled = !(busy || inCall);
   $('mute').disabled = !inCall;
+}
+
+// Entering "waiting" starts the agent's bound; leaving it stops it. When it runs out
+// while still waiting, the page says so ("no-agent") and what to check.
+function watchForAgent(prev, next) {
+  if (next === 'waiting' && prev === 'waiting') return;
+  clearTimeout(agentTimer);
+  agentTimer = null;
+  if (next !== 'waiting') return;
+  const my = attempt;
+  agentTimer = setTimeout(() => {
+    if (my !== attempt || noAgentState(state) === state) return;
+    setState(noAgentState(state), noAgentDetail(transport, where, agentTimeoutMs));
+  }, agentTimeoutMs);
 }
 
 function notice(text) {
@@ -94,6 +119,7 @@ async function join(event) {
   const roomName = $('room').value.trim();
   const name = $('name').value.trim();
   notice('');
+  where = transport === 'websocket' ? agentWsUrl : roomName;
   if (transport === 'websocket') {
     joinSocket(my);
     return;
@@ -131,7 +157,7 @@ async function join(event) {
   try {
     await room.localParticipant.setMicrophoneEnabled(true);
   } catch (err) {
-    notice(`Microphone unavailable: ${err.message}. You can still hear the agent.`);
+    notice(micNotice(err, window.isSecureContext));
   }
   refreshMute();
 }
@@ -141,10 +167,9 @@ async function joinSocket(my) {
   const s = new AgentSocket(agentWsUrl, {
     onOpen: (micError) => {
       if (my !== attempt) return;
-      setState('listening');
-      if (micError) {
-        notice(`Microphone unavailable: ${micError.message}. You can still hear the agent.`);
-      }
+      // the socket is open; the agent answers with "ready" (then its states)
+      setState('waiting', `connected to ${agentWsUrl}`);
+      if (micError) notice(micNotice(micError, window.isSecureContext));
       refreshMute();
     },
     onEvent: (ev) => my === attempt && onAgentEvent(ev),
@@ -162,11 +187,18 @@ async function joinSocket(my) {
 
 function onAgentEvent(ev) {
   if (ev.type === 'state' && IN_CALL.has(state)) setState(pageState(ev.state));
-  else if (ev.type === 'transcript') {
-    $(ev.role === 'user' ? 'user-text' : 'agent-text').textContent =
-      ev.text + (ev.interrupted ? ' …(interrupted)' : '');
-    $('transcript').dataset.count = String(Number($('transcript').dataset.count || 0) + 1);
-  } else if (ev.type === 'latency') onData(JSON.stringify(ev), LATENCY_TOPIC);
+  else if (ev.type === 'ready' && ['waiting', 'no-agent'].includes(state)) setState('listening');
+  else if (ev.type === 'transcript') onTranscript(ev.role, ev.text, !!ev.interrupted);
+  else if (ev.type === 'latency') onData(JSON.stringify(ev), LATENCY_TOPIC);
+}
+
+function onTranscript(role, text, interrupted = false) {
+  $(role === 'user' ? 'user-text' : 'agent-text').textContent =
+    text + (interrupted ? ' …(interrupted)' : '');
+  $('transcript').dataset.count = String(Number($('transcript').dataset.count || 0) + 1);
+  if (role === 'user') turns.user(text);
+  else turns.agent(text, interrupted);
+  renderTurns();
 }
 
 function wireRoom(r, my) {
@@ -194,10 +226,27 @@ function wireRoom(r, my) {
       room = null;
       setState('disconnected', reason ? `reason: ${reason}` : 'the connection ended');
     });
+  // livekit-agents sends both sides' words as text streams; a final one is a transcript
+  r.registerTextStreamHandler(TRANSCRIPTION_TOPIC, async (reader, from) => {
+    let text;
+    try {
+      text = await reader.readAll();
+    } catch {
+      return; // a stream the agent aborted: nothing final to show
+    }
+    const t = liveKitTranscript({
+      attributes: reader.info.attributes, sender: from.identity,
+      self: r.localParticipant.identity, text,
+    });
+    if (t && live()) onTranscript(t.role, t.text);
+  });
 }
 
 function refreshConversation() {
-  if (room) setState(conversationState(room.remoteParticipants.values()));
+  if (room) {
+    const next = settleState(state, conversationState(room.remoteParticipants.values()));
+    if (next !== state) setState(next);
+  }
   refreshMute();
 }
 
@@ -238,10 +287,17 @@ async function leave() {
 
 function onData(payload, topic) {
   if (topic !== LATENCY_TOPIC) return false;
-  const ok = latency.add(parseLatency(payload));
+  const ok = onLatency(parseLatency(payload));
   if (!ok) console.warn('dropped a malformed latency message');
   renderLatency();
   return ok;
+}
+
+function onLatency(parsed) {
+  if (!latency.add(parsed)) return false;
+  turns.latency(parsed);
+  renderTurns();
+  return true;
 }
 
 function renderLatency() {
@@ -253,6 +309,43 @@ function renderLatency() {
     row.querySelector('.median').textContent = n ? `${formatMs(latency.median(f))}` : '–';
     row.title = n ? `median of the last ${n} turns` : '';
   }
+}
+
+// Newest first, rebuilt whole (at most MAX_TURNS items); text goes in as text, never HTML.
+function renderTurns() {
+  const list = $('turns');
+  list.dataset.count = String(turns.count);
+  list.replaceChildren(...turns.newestFirst().map((t) => {
+    const li = document.createElement('li');
+    li.className = 'turn';
+    li.dataset.turn = String(t.n);
+    const head = document.createElement('div');
+    head.className = 'turn-head';
+    const eot = eotToFirstAudioMs(t);
+    const ms = span('turn-latency', eot === null ? '' : `${formatMs(eot)} to first audio`);
+    ms.title = "from the end of your turn to the agent's first audio";
+    head.append(span('turn-n', `Turn ${t.n}`), ms);
+    li.append(head);
+    if (t.user !== null) li.append(said('turn-user', 'You', t.user));
+    if (t.agent !== null) {
+      li.append(said('turn-agent', 'Agent', t.agent + (t.interrupted ? ' …(interrupted)' : '')));
+    }
+    return li;
+  }));
+}
+
+function span(cls, text) {
+  const el = document.createElement('span');
+  el.className = cls;
+  el.textContent = text;
+  return el;
+}
+
+function said(cls, who, text) {
+  const p = document.createElement('p');
+  p.className = cls;
+  p.append(span('who', who), ' ', span('text', text));
+  return p;
 }
 
 function init() {
@@ -270,7 +363,7 @@ function init() {
     await socket?.ctx?.resume();
     $('enable-audio').hidden = true;
   });
-  setState('idle', 'Pick a room and press Join; allow the microphone when asked.');
+  setState('idle', 'Press Join, then allow the microphone when the browser asks.');
 }
 
 // A small handle for the browser console and the page test: read the state, and feed a
@@ -282,6 +375,7 @@ window.voiceDemo = {
   socket: null, // the AgentSocket of the current call: .stats = received audio
   receiveData: (text, topic = LATENCY_TOPIC) => onData(new TextEncoder().encode(text), topic),
   latency,
+  turns, // TurnLog: the list of turns shown
 };
 
 init();

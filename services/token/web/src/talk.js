@@ -48,8 +48,9 @@ export function endState(url, { opened, code, error }) {
     return [st, `the agent ended the call: ${error.message} (${error.code})`];
   }
   if (!opened) {
-    return ['unreachable', `${url} did not answer. Is the agent running (python -m ` +
-      'voice_agent serve-direct), and is TOKEN_AGENT_WS_URL reachable from this browser?'];
+    return ['unreachable', `${url} did not answer. Is the agent running (make up starts ` +
+      'it, or python -m voice_agent serve-direct), and is TOKEN_AGENT_WS_URL reachable ' +
+      'from this browser?'];
   }
   if (code === 1000) return ['disconnected', 'the agent ended the call'];
   if (code === 1001) return ['disconnected', 'the agent is shutting down'];

@@ -33,6 +33,7 @@ test('endState says why the call ended', () => {
   assert.equal(st, 'unreachable');
   assert.match(detail, /ws:\/\/127\.0\.0\.1:8003\/v1\/talk did not answer/);
   assert.match(detail, /TOKEN_AGENT_WS_URL/);
+  assert.match(detail, /make up starts it/);
   const busy = endState(url, { opened: true, code: 1013,
     error: { code: 'busy', message: 'the agent is at capacity' } });
   assert.deepEqual(busy, ['refused', 'the agent ended the call: the agent is at capacity (busy)']);

@@ -1,0 +1,206 @@
+"""The page in a call over the agent's WebSocket (LIVEKIT_URL empty), in headless chromium.
+
+No agent runs here (named boundary): `fake_agent` is a WebSocket endpoint on localhost
+that speaks the agent's /v1/talk protocol only as far as each test scripts it. Silent, it
+is an agent that accepted the call and never answers (stuck before "ready", or another
+service on its port): the page must say "No agent answered" and what to check, and give
+way to an agent that answers late. Scripted, it sends the events a real agent sends in a
+conversation, through the page's real transport code (AgentSocket, talk.js): the page
+lists each turn, what was heard, the answer and the turn's latency. The real agent is
+tests/mesh/test_mesh_page.py. Screenshots go to artifacts/token/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+
+from aiohttp import WSMsgType, web
+from conftest import CHROMIUM, FLAGS, shot
+from playwright.sync_api import Browser, Page, expect
+
+READY = {"type": "ready", "protocol": 1, "session_id": "fake", "input_rate": 48000,
+         "output_rate": 24000, "frame_ms": 20, "encoding": "s16le"}
+
+
+class FakeAgent:
+    """FAKE (named boundary): the agent's /v1/talk, answering only what the test scripts."""
+
+    def __init__(self, on_start: list[dict]) -> None:
+        self.on_start = on_start  # events sent when the page's "start" arrives
+        self.started: list[dict] = []  # the page's start messages
+        self.mic_bytes = 0
+        self.sockets: list[web.WebSocketResponse] = []
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        self.url = ""
+
+    async def talk(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.sockets.append(ws)
+        async for msg in ws:
+            if msg.type == WSMsgType.BINARY:
+                self.mic_bytes += len(msg.data)
+            elif msg.type == WSMsgType.TEXT and json.loads(msg.data).get("type") == "start":
+                self.started.append(json.loads(msg.data))
+                for event in self.on_start:
+                    await ws.send_str(json.dumps(event))
+        return ws
+
+    def send(self, *events: dict) -> None:
+        """Send events to every open call, now (from the test's thread)."""
+        async def go() -> None:
+            for ws in self.sockets:
+                for event in events:
+                    await ws.send_str(json.dumps(event))
+
+        asyncio.run_coroutine_threadsafe(go(), self.loop).result(5)
+
+
+@contextlib.contextmanager
+def fake_agent(on_start: list[dict] | None = None) -> Iterator[FakeAgent]:
+    agent = FakeAgent(on_start or [])
+    app = web.Application()
+    app.router.add_get("/v1/talk", agent.talk)
+    runner = web.AppRunner(app)
+    # its own loop in its own thread: playwright's sync API holds this thread's loop
+    thread = threading.Thread(target=agent.loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+
+    async def stop() -> None:
+        for ws in agent.sockets:
+            await ws.close()
+        await runner.cleanup()
+
+    try:
+        asyncio.run_coroutine_threadsafe(start(), agent.loop).result(10)
+        agent.port = runner.addresses[0][1]
+        agent.url = f"ws://127.0.0.1:{agent.port}/v1/talk"
+        yield agent
+    finally:
+        asyncio.run_coroutine_threadsafe(stop(), agent.loop).result(10)
+        agent.loop.call_soon_threadsafe(agent.loop.stop)
+        thread.join(5)
+        agent.loop.close()
+
+
+def test_page_says_when_no_agent_answers(server_factory, page: Page) -> None:  # type: ignore[no-untyped-def]
+    with fake_agent() as agent:
+        srv = server_factory(LIVEKIT_URL="", TOKEN_AGENT_WS_URL=agent.url,
+                             TOKEN_AGENT_TIMEOUT_SECONDS="1")
+        page.goto(srv.url + "/")
+        expect(page.locator("body")).to_have_attribute("data-agent-timeout-ms", "1000")
+        page.click("#join")
+        # connected, the agent has not said "ready": waiting, then after 1 s, no agent
+        expect(page.locator("#state")).to_have_attribute("data-state", "waiting")
+        expect(page.locator("#state-label")).to_have_text("Waiting for the agent…")
+        expect(page.locator("#state")).to_have_attribute("data-state", "no-agent",
+                                                         timeout=5_000)
+        expect(page.locator("#state-label")).to_have_text("No agent answered")
+        detail = page.locator("#state-detail")
+        expect(detail).to_contain_text(f"{agent.url} accepted the call, but no agent "
+                                       "answered within 1 s")
+        expect(detail).to_contain_text("make up starts it")
+        expect(detail).to_contain_text(f"http://127.0.0.1:{agent.port}/healthz")
+        expect(page.locator("#leave")).to_be_enabled()  # still in the call
+        expect(page.locator("#join")).to_be_disabled()
+        shot(page, "page_no_agent")
+        assert agent.started and agent.started[0]["type"] == "start"
+        # an agent that answers late takes over
+        agent.send(READY, {"type": "state", "state": "listening"})
+        expect(page.locator("#state")).to_have_attribute("data-state", "listening")
+        page.click("#leave")
+        expect(page.locator("#state")).to_have_attribute("data-state", "idle")
+
+
+def test_page_lists_each_turn_what_was_heard_and_its_latency(server_factory, page: Page) -> None:  # type: ignore[no-untyped-def]
+    greeting = [
+        READY, {"type": "state", "state": "speaking"},
+        {"type": "latency", "trace_id": "g1", "eot_to_first_audio_ms": None,
+         "llm_ttft_ms": None, "tts_ttfa_ms": 95.0},
+        {"type": "transcript", "role": "assistant", "text": "Hello! How can I help?",
+         "interrupted": False},
+        {"type": "state", "state": "listening"},
+    ]
+    with fake_agent(on_start=greeting) as agent:
+        srv = server_factory(LIVEKIT_URL="", TOKEN_AGENT_WS_URL=agent.url)
+        page.goto(srv.url + "/")
+        expect(page.locator("#turns-empty")).to_be_visible()
+        page.click("#join")
+        expect(page.locator("#state")).to_have_attribute("data-state", "listening")
+        expect(page.locator("#turns li")).to_have_count(1)
+        # two user turns, as the agent sends them: words heard, latency, the answer
+        for heard, ms, answer, cut in (
+            ("what is the weather like today", 512.3, "Sunny and warm.", False),
+            ("<b>and tomorrow?</b>", 431.0, "Rain, I", True),
+        ):
+            agent.send(
+                {"type": "state", "state": "thinking"},
+                {"type": "transcript", "role": "user", "text": heard, "interrupted": False},
+                {"type": "latency", "trace_id": "t", "eot_to_first_audio_ms": ms,
+                 "llm_ttft_ms": 80.0, "tts_ttfa_ms": 120.0},
+                {"type": "state", "state": "speaking"},
+                {"type": "transcript", "role": "assistant", "text": answer, "interrupted": cut},
+                {"type": "state", "state": "listening"},
+            )
+        items = page.locator("#turns li")
+        expect(items).to_have_count(3)
+        newest, middle, first = items.nth(0), items.nth(1), items.nth(2)
+        expect(newest).to_have_attribute("data-turn", "3")
+        # transcripts are text, never markup
+        expect(newest.locator(".turn-user .text")).to_have_text("<b>and tomorrow?</b>")
+        assert newest.locator("b").count() == 0
+        expect(newest.locator(".turn-agent .text")).to_have_text("Rain, I …(interrupted)")
+        expect(newest.locator(".turn-latency")).to_have_text("431 ms to first audio")
+        expect(middle.locator(".turn-user .text")).to_have_text("what is the weather like today")
+        expect(middle.locator(".turn-agent .text")).to_have_text("Sunny and warm.")
+        expect(middle.locator(".turn-latency")).to_have_text("512 ms to first audio")
+        # the greeting: the agent spoke first, no end of turn to measure from
+        expect(first.locator(".turn-agent .text")).to_have_text("Hello! How can I help?")
+        assert first.locator(".turn-user").count() == 0
+        expect(first.locator(".turn-latency")).to_have_text("")
+        expect(page.locator("#turns-empty")).to_be_hidden()
+        # the latest lines and the last/median table still show
+        expect(page.locator("#user-text")).to_have_text("<b>and tomorrow?</b>")
+        eot = page.locator('[data-metric="eot_to_first_audio_ms"]')
+        expect(eot.locator(".last")).to_have_text("431 ms")
+        expect(eot.locator(".median")).to_have_text("472 ms")
+        shot(page, "page_turns")
+        assert agent.mic_bytes > 0  # the fake microphone streamed meanwhile
+        page.click("#leave")
+
+
+def test_page_says_how_to_fix_a_blocked_microphone(server_factory, browser: Browser) -> None:  # type: ignore[no-untyped-def]
+    # A browser of its own without the flag that grants the microphone: headless chromium
+    # then refuses it, as a person pressing "Block" does.
+    blocking = browser.browser_type.launch(
+        executable_path=CHROMIUM, headless=True,
+        args=[f for f in FLAGS if f != "--use-fake-ui-for-media-stream"])
+    try:
+        with fake_agent(on_start=[READY, {"type": "state", "state": "listening"}]) as agent:
+            srv = server_factory(LIVEKIT_URL="", TOKEN_AGENT_WS_URL=agent.url)
+            page = blocking.new_page(viewport={"width": 1000, "height": 720})
+            page.goto(srv.url + "/")
+            expect(page.locator("#notice")).to_be_hidden()
+            page.click("#join")
+            # the call goes on (the agent can still be heard); the notice says how to fix it
+            expect(page.locator("#state")).to_have_attribute("data-state", "listening")
+            notice = page.locator("#notice")
+            expect(notice).to_be_visible()
+            expect(notice).to_contain_text("The microphone is blocked for this page")
+            expect(notice).to_contain_text("Allow it")
+            expect(notice).to_contain_text("then press Leave and Join again")
+            expect(notice).to_contain_text("the agent cannot hear you")
+            shot(page, "page_microphone_blocked")
+            assert agent.mic_bytes == 0
+            page.click("#leave")
+    finally:
+        blocking.close()
