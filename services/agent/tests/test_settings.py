@@ -65,4 +65,5 @@ async def test_the_turn_model_loads_offline_behind_the_vad() -> None:  # the ses
     p = build_pipeline(load_settings(turn_detection="model", vad_silence_ms=250))
     detector = p.session.options.turn_handling["turn_detection"]
     assert isinstance(detector, TurnDetector) and detector._model == "turn-detector-v1-mini"
-    assert build_pipeline(load_settings()).session.options.turn_handling["turn_detection"] == "vad"
+    vad = load_settings(turn_detection="vad")
+    assert build_pipeline(vad).session.options.turn_handling["turn_detection"] == "vad"

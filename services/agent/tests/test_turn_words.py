@@ -40,9 +40,9 @@ async def test_the_framework_asks_it_about_the_newest_user_words() -> None:
     assert not await d.supports_language("zh")  # the silence policy there
 
 
-async def test_agent_turn_detection_text_puts_it_behind_the_vad() -> None:
+async def test_by_default_it_sits_behind_the_vad() -> None:
     from voice_agent.agent import build_pipeline
 
-    p = build_pipeline(load_settings(turn_detection="text"))
+    p = build_pipeline(load_settings())  # the default
     assert isinstance(p.session.options.turn_handling["turn_detection"],
                       TrailingWordTurnDetector)

@@ -5,10 +5,11 @@ it guards:
 - barge_in_cut: with interruptions on, the reply falls silent soon after the user's
   "Stop." begins (PASS); the same case with AGENT_ALLOW_INTERRUPTIONS=false plays on
   over the user, and the gate FAILs.
-- early_reply: a 600 ms pause inside the user's sentence; today the agent answers in
-  the pause, and the gate FAILs (the case is a marked known issue: XFAIL, the suite
-  still passes). When the agent learns to wait, this test says to drop the marks.
-Two runs, three short cases, ~70 s on 2 cores.
+- early_reply: a 600 ms pause inside the user's sentence ("I want to ... book a table").
+  With the agent's default turn detection (AGENT_TURN_DETECTION=text: "to" does not end
+  a turn) it waits for the end (PASS); with the VAD's silence alone
+  (AGENT_TURN_DETECTION=vad: 200 ms + 300 ms) it answers in the pause, and the gate FAILs.
+Three runs, four short cases, ~100 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import e2e_output_root, sender_made_the_gaps
+from conftest import e2e_output_root
 
 CASES = Path(__file__).parent / "cases" / "turn_taking.json"
 
@@ -47,6 +48,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         "clean": _run(out, "turn-taking", ["barge_short", "stutter_short"], env),
         "no_interruptions": _run(out, "turn-taking-no-interruptions", ["barge_short"],
                                  {"AGENT_ALLOW_INTERRUPTIONS": "false"}),
+        "vad_only": _run(out, "turn-taking-vad-only", ["stutter_short"],
+                         {"AGENT_TURN_DETECTION": "vad"}),
     }
 
 
@@ -71,19 +74,18 @@ def test_barge_in_gate_fails_without_interruptions(runs: dict[str, dict[str, Any
     assert c["verdict"] == "FAIL" and runs["no_interruptions"]["_verdict"] == "FAIL"
 
 
-def test_mid_sentence_reply_fails_early_reply(runs: dict[str, dict[str, Any]]) -> None:
+def test_the_agent_waits_through_a_pause_inside_the_turn(
+        runs: dict[str, dict[str, Any]]) -> None:
     c = runs["clean"]["stutter_short"]
     g = _gate(c, "early_reply")
     assert c["capture_status"] == "OK", (c["error"], c["notes"])
-    if c["verdict"] == "XPASS":
-        pytest.fail("the agent no longer answers inside a 600 ms pause: drop the `xfail` "
-                    "of stutter_long_pause (all_cases.json) and stutter_short (tests/cases)")
-    # Today: the agent is audible before the user's last word, the gate FAILs; the
-    # known-issue mark keeps the suite green without weakening the gate.
+    assert g["status"] == "PASS" and g["value"] == 0, (g, c["metrics"])
+
+
+def test_mid_sentence_reply_fails_early_reply(runs: dict[str, dict[str, Any]]) -> None:
+    c = runs["vad_only"]["stutter_short"]
+    g = _gate(c, "early_reply")
+    assert c["capture_status"] == "OK", (c["error"], c["notes"])
+    # The VAD's silence alone takes the pause for the end: audible before the last word.
     assert g["status"] == "FAIL" and g["value"] > 0, (g, c["metrics"])
-    assert c["verdict"] == "XFAIL"
-    # the suite is green but for underruns the agent's own speaker made (see conftest)
-    barge = runs["clean"]["barge_short"]
-    failed = {g["name"] for g in barge["gates"] if g["status"] == "FAIL"}
-    assert runs["clean"]["_verdict"] == "PASS" or sender_made_the_gaps(
-        failed, barge["metrics"]), (failed, barge["metrics"])
+    assert c["verdict"] == "FAIL" and runs["vad_only"]["_verdict"] == "FAIL"

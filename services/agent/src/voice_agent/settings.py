@@ -132,8 +132,10 @@ class AgentSettings(BaseSettings):
     # "model" = livekit-agents' local audio turn detector (turn-detector-v1-mini, offline)
     # in the same place. On espeak-ng speech "model" does not separate ends of sentences
     # (p 0.19-0.41) from pauses inside them (0.08-0.27) at its 0.36 threshold, so half of
-    # finished turns waited 3 s. bench/turns.py compares them (services/agent/README.md).
-    turn_detection: Literal["model", "text", "vad"] = "vad"
+    # finished turns waited 3 s. bench/turns.py compares them (services/agent/README.md):
+    # "text" cut off 1 of 8 paused turns at end of turn -> first audio p50 515 ms, "vad"
+    # 6 of 8 at 505 ms (0 of 8 needs min_endpointing_delay_s 0.9: p50 1,112 ms).
+    turn_detection: Literal["model", "text", "vad"] = "text"
     # Extra wait after the VAD end of speech before the turn ends (seed: 0.3 s);
     # with the 200 ms hangover that is the whole endpointing budget.
     min_endpointing_delay_s: float = Field(0.3, ge=0.0, le=10.0)
