@@ -78,10 +78,9 @@ def summarize(cases: list[dict[str, Any]]) -> dict[str, Any]:
     cut = [c for c in measured if c["metrics"]["early_reply_ms"] > 0]
     by_pause: dict[str, list[int]] = {}
     for c in measured:
-        ms = c["case_id"].split("_")[1]
-        by_pause.setdefault(ms, [0, 0])
-        by_pause[ms][0] += c["metrics"]["early_reply_ms"] > 0
-        by_pause[ms][1] += 1
+        counts = by_pause.setdefault(c["case_id"].split("_")[1], [0, 0])
+        counts[0] += c in cut
+        counts[1] += 1
     waited = [c["metrics"]["eot_to_first_audio_ms"] for c in cases
               if c["metrics"].get("eot_to_first_audio_ms") is not None
               and not (c["metrics"].get("early_reply_ms") or 0) > 0]

@@ -3,8 +3,9 @@
 `build_pipeline(settings)` makes everything one conversation needs; the LiveKit
 worker and the direct mode both start it, with a room or with our own audio I/O.
 
-Turn handling is the framework's, configured for a voice call: VAD turn detection
-(no cloud turn detector), VAD interruptions (no adaptive detector), no false-
+Turn handling is the framework's, configured for a voice call: the VAD's end of speech
+with our text end-of-turn detector behind it (turn_words.py; no cloud turn detector),
+VAD interruptions (no adaptive detector), no false-
 interruption resume (a barge-in is final, as the issue asks), and
 `max_unrecoverable_errors` raised so that a backend outage never closes the session:
 `FallbackSpeaker` answers an STT/LLM/TTS failure with the short fallback phrase (from
@@ -206,15 +207,12 @@ def load_vad(settings: AgentSettings) -> silero.VAD:
     return _VAD[key]
 
 
-def turn_detector() -> TurnDetector:
-    """The framework's local end-of-turn model (weights in livekit-local-inference)."""
-    return TurnDetector(version="v1-mini", local_fallback=True)
-
-
 def turn_detection(mode: str) -> TurnDetector | TrailingWordTurnDetector | str:
-    """AGENT_TURN_DETECTION as the session takes it: a detector behind the VAD, or "vad"."""
+    """AGENT_TURN_DETECTION as the session takes it: a detector behind the VAD (the
+    framework's local audio model, weights in livekit-local-inference, or ours on the
+    transcript's last word), or "vad"."""
     if mode == "model":
-        return turn_detector()
+        return TurnDetector(version="v1-mini", local_fallback=True)
     return TrailingWordTurnDetector() if mode == "text" else "vad"
 
 

@@ -143,6 +143,7 @@ def suite_aggregates(results: list[CaseResult],
     def vals(key: str) -> list[float]:
         return [float(v) for r in p0 if (v := r.metrics.get(key)) is not None and v >= 0]
 
+    early = [v > 0 for v in vals("early_reply_ms")]  # the agent spoke before the user ended
     agg: dict[str, float | None] = {
         "eot_to_first_audio_p50_ms": round(float(np.percentile(vals(
             "eot_to_first_audio_ms"), 50)), 2) if vals("eot_to_first_audio_ms") else None,
@@ -156,10 +157,8 @@ def suite_aggregates(results: list[CaseResult],
         "inter_arrival_p95_ms": p95(vals("inter_arrival_p95_ms")),
         # Turn-taking as the field counts it: P0 turns the agent took while the user had
         # more to say (audible before the user's last word), over the turns measured.
-        "false_cutoffs": float(sum(1 for v in vals("early_reply_ms") if v > 0)),
-        "false_cutoff_rate": round(sum(1 for v in vals("early_reply_ms") if v > 0)
-                                   / len(vals("early_reply_ms")), 4)
-        if vals("early_reply_ms") else None,
+        "false_cutoffs": float(sum(early)),
+        "false_cutoff_rate": round(sum(early) / len(early), 4) if early else None,
         "p0_valid_rate": round(sum(1 for r in p0 if r.metrics.get("audio_valid") == 1.0)
                                / len(p0), 4) if p0 else None,
         "p0_cases": float(len(p0)),

@@ -193,8 +193,7 @@ function onAgentEvent(ev) {
 }
 
 function onTranscript(role, text, interrupted = false) {
-  $(role === 'user' ? 'user-text' : 'agent-text').textContent =
-    text + (interrupted ? ' …(interrupted)' : '');
+  $(role === 'user' ? 'user-text' : 'agent-text').textContent = answerText(text, interrupted);
   $('transcript').dataset.count = String(Number($('transcript').dataset.count || 0) + 1);
   if (role === 'user') turns.user(text);
   else turns.agent(text, interrupted);
@@ -328,10 +327,14 @@ function renderTurns() {
     li.append(head);
     if (t.user !== null) li.append(said('turn-user', 'You', t.user));
     if (t.agent !== null) {
-      li.append(said('turn-agent', 'Agent', t.agent + (t.interrupted ? ' …(interrupted)' : '')));
+      li.append(said('turn-agent', 'Agent', answerText(t.agent, t.interrupted)));
     }
     return li;
   }));
+}
+
+function answerText(text, interrupted) {
+  return text + (interrupted ? ' …(interrupted)' : '');
 }
 
 function span(cls, text) {
