@@ -5,7 +5,8 @@ it guards:
 - barge_in_cut: with interruptions on, the reply falls silent soon after the user's
   "Stop." begins (PASS); the same case with AGENT_ALLOW_INTERRUPTIONS=false plays on
   over the user, and the gate FAILs.
-- early_reply: a 600 ms pause inside the user's sentence ("I want to ... book a table").
+- early_reply: a 900 ms pause inside the user's sentence ("I want to ... book a table";
+  with 600 ms the silence rule answered in the pause on most runs, not all).
   With the agent's default turn detection (AGENT_TURN_DETECTION=text: "to" does not end
   a turn) it waits for the end (PASS); with the VAD's silence alone
   (AGENT_TURN_DETECTION=vad: 200 ms + 300 ms) it answers in the pause, and the gate FAILs.
