@@ -219,7 +219,8 @@ async def test_a_pause_shorter_than_the_hangover_keeps_one_utterance(tmp_path: P
     await reader
     await s.sphinx().aclose()
     assert len(finals) == 1, finals
-    assert {"how", "you", "what", "is"} <= words(finals[0]), finals
+    # a word from each half; the first half's "you" is misheard on some runs ("how to pay")
+    assert {"how", "what", "is"} <= words(finals[0]), finals
 
 
 async def test_a_dead_recogniser_is_an_stt_error_and_the_stream_goes_on(
