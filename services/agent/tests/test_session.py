@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from voice.llm.v1.thinker_pb2 import ROLE_ASSISTANT, ROLE_USER
+from voice_agent.audio_io import OutputTap
 from voice_agent.direct import DirectSession
 from voice_agent.duplex import DuplexState
 from voice_agent.metrics import ERRORS
@@ -135,7 +136,10 @@ async def test_barge_in_stops_within_a_frame_and_cancels_the_thinker(
     states = [s for _, s in res.transitions]
     assert DuplexState.INTERRUPTING in states
     i = states.index(DuplexState.INTERRUPTING)
-    assert states[i - 1] == DuplexState.SPEAKING and states[i + 1] == DuplexState.LISTENING
+    # the user's speech paused the reply; their words ("stop") cut it
+    assert states[i - 2:i + 2] == [DuplexState.SPEAKING, DuplexState.PAUSED,
+                                   DuplexState.INTERRUPTING, DuplexState.LISTENING]
+    assert ds.duplex.backchannels == 0
     # the interrupted reply is recorded as far as it was heard
     interrupted = [m for m in res.chat if m["role"] == "assistant" and m["interrupted"]]
     assert len(interrupted) == 1
@@ -143,8 +147,58 @@ async def test_barge_in_stops_within_a_frame_and_cancels_the_thinker(
     assert heard and received_before and len(heard) < len(live[0].text)
     assert live[0].text.strip().startswith(heard[: max(1, len(heard) // 2)])
     print(f"\ncancel->silence {b.cancel_to_silence_s * 1000:.2f} ms, cascade "
-          f"{(b.cleared_at - b.decided_at) * 1000:.3f} ms; heard {len(heard)} of "
+          f"{(b.cleared_at - b.cut_at) * 1000:.3f} ms; heard {len(heard)} of "
           f"{len(live[0].text)} chars")
+
+
+class _Frames(OutputTap):
+    """Counts the agent audio each playback segment took in and played out."""
+
+    def __init__(self) -> None:
+        self.taken: dict[int, int] = {}
+        self.played_: dict[int, int] = {}
+
+    def captured(self, at: float, pcm: bytes, segment: int) -> None:
+        self.taken[segment] = self.taken.get(segment, 0) + len(pcm)
+
+    def played(self, at: float, pcm: bytes, segment: int) -> None:
+        self.played_[segment] = self.played_.get(segment, 0) + len(pcm)
+
+
+async def test_a_backchannel_pauses_the_reply_and_it_resumes_where_it_paused(
+        tts_server: Server, thinker: Server, tmp_path: Path) -> None:
+    first = espeak("Tell me a long story about the sea.", tmp_path)
+    backchannel = espeak("Yeah.", tmp_path)
+    frames = _Frames()
+    async with DirectSession(long_reply(tts_server, thinker), greet=False) as ds:
+        ds.speaker.tap = frames
+        await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
+        await ds.say_user(first)
+        await ds.wait_state(DuplexState.SPEAKING, timeout=30)
+        await asyncio.sleep(0.6)
+        segment = ds.speaker.segment
+        said_at, _ = await ds.say_user(backchannel)
+        await ds.wait_state(DuplexState.PAUSED, timeout=5)
+        paused_at = time.perf_counter()
+        await ds.wait_until_quiet(timeout=90)
+        res = ds.result()
+    states = [s for _, s in res.transitions]
+    i = states.index(DuplexState.PAUSED)
+    assert states[i - 1:i + 2] == [DuplexState.SPEAKING, DuplexState.PAUSED,
+                                   DuplexState.SPEAKING], states
+    assert ds.duplex.backchannels == 1 and not res.barge_ins
+    # silent while paused, audible again after
+    resumed_at = res.transitions[i + 1][0]
+    held = [t for t in ds.speaker.ticks if paused_at + 0.03 <= t.at <= resumed_at - 0.03]
+    assert held and not any(t.audible for t in held)
+    assert audible_after(ds, resumed_at) > 0.5
+    # where it paused: the whole reply played (nothing dropped), once, in one segment
+    assert frames.played_[segment] == frames.taken[segment] > 0
+    assert ds.speaker.segment == segment, "a second reply: the backchannel was answered"
+    # not a turn: the chat holds one user message and the reply, not interrupted
+    assert [(m["role"], m["interrupted"]) for m in res.chat] == [("user", False),
+                                                                ("assistant", False)]
+    print(f"\nbackchannel at {said_at:.2f}: paused {(resumed_at - paused_at) * 1000:.0f} ms")
 
 
 async def test_tts_crash_mid_turn_falls_back_and_the_session_goes_on(

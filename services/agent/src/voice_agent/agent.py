@@ -5,8 +5,9 @@ worker and the direct mode both start it, with a room or with our own audio I/O.
 
 Turn handling is the framework's, configured for a voice call: the VAD's end of speech
 with our text end-of-turn detector behind it (turn_words.py; no cloud turn detector),
-VAD interruptions (no adaptive detector), no false-
-interruption resume (a barge-in is final, as the issue asks), and
+interruptions decided by the duplex controller (speech over a reply pauses it;
+backchannels resume it, other words cut it: duplex.py; the framework's own false-
+interruption resume is off, it would resume only on no words at all), and
 `max_unrecoverable_errors` raised so that a backend outage never closes the session:
 `FallbackSpeaker` answers an STT/LLM/TTS failure with the short fallback phrase (from
 the phrase cache, so it plays even when the TTS is the part that is down) or stays
@@ -29,8 +30,9 @@ from livekit.agents.voice.agent_session import SessionConnectOptions
 from livekit.agents.voice.events import ConversationItemAddedEvent, ErrorEvent
 from livekit.plugins import silero
 
+from .backchannel import BackchannelPolicy
 from .bridge import BridgeConfig
-from .duplex import DuplexController
+from .duplex import FRAMEWORK_NEVER_INTERRUPTS, DuplexController
 from .metrics import TurnTracker
 from .plugins import LLM, STT, TTS
 from .plugins.utterances import UtteranceStore
@@ -248,6 +250,9 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
                             "max_delay": s.max_endpointing_delay_s},
             "interruption": {"enabled": s.allow_interruptions, "mode": "vad",
                              "min_duration": s.min_interruption_ms / 1000,
+                             # the duplex controller decides what cuts a reply
+                             "min_words": FRAMEWORK_NEVER_INTERRUPTS
+                             if s.backchannel_resume else 0,
                              "resume_false_interruption": False,
                              "false_interruption_timeout": None},
             "preemptive_generation": {"enabled": s.preemptive_generation,
@@ -272,5 +277,9 @@ def attach_duplex(p: Pipeline, *, silent_from: object = None) -> DuplexControlle
         vad_silence_s=p.settings.vad_silence_ms / 1000,
         allow_interruptions=p.settings.allow_interruptions,
         silent_from=silent_from,  # type: ignore[arg-type]
+        backchannel=BackchannelPolicy.parse(
+            p.settings.backchannel_words, max_speech_s=p.settings.backchannel_max_ms / 1000,
+            wait_s=p.settings.backchannel_wait_ms / 1000)
+        if p.settings.backchannel_resume else None,
     )
     return p.duplex

@@ -136,12 +136,13 @@ class PacedOutput(io.AudioOutput):
     at a time on a wall-clock schedule, so the playback position the framework reads is
     what has left. Subclasses say where each tick goes (`_tick`) and what a clear does
     besides dropping the buffer (`_cleared`). `tap` (an `OutputTap`, set before `start()`)
-    sees what was captured and played."""
+    sees what was captured and played. `pause()` holds the buffer (ticks are silence from
+    the next one on) and `resume()` plays on from where it stopped."""
 
     def __init__(self, label: str, *, sample_rate: int, frame_ms: int,
                  on_first_audio: Callable[[float], None] | None = None,
                  tap: OutputTap | None = None) -> None:
-        super().__init__(label=label, capabilities=io.AudioOutputCapabilities(pause=False),
+        super().__init__(label=label, capabilities=io.AudioOutputCapabilities(pause=True),
                          sample_rate=sample_rate)
         self.frame_samples = sample_rate * frame_ms // 1000
         self._frame_s = frame_ms / 1000.0
@@ -150,6 +151,7 @@ class PacedOutput(io.AudioOutput):
         self._active = False  # a segment is being captured/played
         self._flushed = False
         self._discarding = False  # after clear_buffer, until the framework flushes
+        self._paused = False
         self._played_s = 0.0  # of the current segment
         self._started = False
         self._on_first_audio = on_first_audio
@@ -190,6 +192,14 @@ class PacedOutput(io.AudioOutput):
         if self._active:
             self._flushed = True
 
+    def pause(self) -> None:
+        super().pause()
+        self._paused = True
+
+    def resume(self) -> None:
+        super().resume()
+        self._paused = False
+
     def clear_buffer(self) -> None:
         now = time.perf_counter()
         self._buf.clear()
@@ -222,8 +232,8 @@ class PacedOutput(io.AudioOutput):
                 await asyncio.sleep(delay)
             n += 1
             at = time.perf_counter()
-            chunk = bytes(self._buf[:nbytes])
-            del self._buf[:nbytes]
+            chunk = b"" if self._paused else bytes(self._buf[:nbytes])
+            del self._buf[:len(chunk)]
             audible = bool(chunk) and self._active
             if audible:
                 if not self._started:
@@ -235,7 +245,7 @@ class PacedOutput(io.AudioOutput):
                 if self.tap is not None:
                     self.tap.played(at, chunk, self.segment)
             self._tick(at, chunk, audible)
-            if self._active and self._flushed and not self._buf:
+            if self._active and self._flushed and not self._buf and not self._paused:
                 self._active = False
                 self.on_playback_finished(playback_position=self._played_s, interrupted=False)
 

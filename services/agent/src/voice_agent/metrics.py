@@ -60,6 +60,9 @@ TTS_TTFA = Histogram(
 TURNS = Counter("agent_turns_total", "User turns answered (or attempted)", registry=REGISTRY)
 INTERRUPTIONS = Counter("agent_interruptions_total", "Barge-ins that cut the agent off",
                         registry=REGISTRY)
+BACKCHANNELS = Counter("agent_backchannels_total",
+                       "User speech over a reply that paused it and let it resume "
+                       "(backchannel words or none)", registry=REGISTRY)
 ERRORS = Counter("agent_errors_total", "Errors by component", ["component"],
                  registry=REGISTRY)
 for _component in ("stt", "llm", "tts"):  # exported at 0 before the first error

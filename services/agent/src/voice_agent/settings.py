@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .backchannel import DEFAULT_WORDS as DEFAULT_BACKCHANNEL_WORDS
 from .marks import TOPIC_LATENCY
 
 
@@ -155,6 +156,15 @@ class AgentSettings(BaseSettings):
     allow_interruptions: bool = True
     # Speech the VAD must hear during SPEAKING before it counts as a barge-in.
     min_interruption_ms: int = Field(64, ge=0, le=5000)
+    # Backchannels (duplex.py, backchannel.py): user speech over the reply pauses it at
+    # once; "yeah", "okay", "mm-hmm" or no words at all (a cough) resume it where it
+    # paused; other words, or talk longer than backchannel_max_ms, cut it (barge-in).
+    # Off: any speech over the reply cuts it.
+    backchannel_resume: bool = True
+    backchannel_words: str = Field(DEFAULT_BACKCHANNEL_WORDS, min_length=1)
+    backchannel_max_ms: int = Field(800, ge=100, le=5000)
+    # After the user falls silent in a pause: how long the transcript may take to come.
+    backchannel_wait_ms: int = Field(600, ge=50, le=5000)
 
     # --- LiveKit (unprefixed; the SDK's own names) ------------------------------------------
     livekit_url: str = Field("", validation_alias="LIVEKIT_URL")

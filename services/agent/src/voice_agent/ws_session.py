@@ -16,7 +16,7 @@ Protocol (v1). Text messages are JSON objects with a "type"; binary messages are
      "frame_ms": 20, "encoding": "s16le"}
     binary: s16le mono reply PCM at output_rate, one frame_ms frame a message, paced in
             real time (the client keeps a small jitter buffer)
-    {"type": "state", "state": "listening"|"thinking"|"speaking"|"interrupting"}
+    {"type": "state", "state": "listening"|"thinking"|"speaking"|"paused"|"interrupting"}
     {"type": "transcript", "role": "user"|"assistant", "text", "interrupted"}
     {"type": "latency", "trace_id", "eot_to_first_audio_ms", "llm_ttft_ms", "tts_ttfa_ms"}
             (the record the worker publishes on the "latency" data topic)
