@@ -153,10 +153,11 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 unit="s",
             ),
             Panel(
-                "Turns/s, interruptions/s",
+                "Turns/s, interruptions/s, backchannels/s",
                 [
                     (f"sum(rate(agent_turns_total[{RATE}]))", "turns/s"),
                     (f"sum(rate(agent_interruptions_total[{RATE}]))", "interruptions/s"),
+                    (f"sum(rate(agent_backchannels_total[{RATE}]))", "backchannels/s"),
                 ],
             ),
             Panel(

@@ -10,11 +10,11 @@ from voice_autortc.cases import load_cases
 from voice_autortc.gates import GATE_NAMES
 
 
-def test_default_suite_is_12_p0_and_6_p1() -> None:
+def test_default_suite_is_13_p0_and_6_p1() -> None:
     cf, path = load_cases()
     assert path.name == "all_cases.json"
     pr = [c.priority for c in cf.cases]
-    assert pr.count("P0") == 12 and pr.count("P1") == 6
+    assert pr.count("P0") == 13 and pr.count("P1") == 6
     kinds = sorted(c.fault.kind for c in cf.cases if c.fault)
     assert kinds == ["boom", "distort", "speed"]
     links = {c.id: c.fault_label() for c in cf.cases if c.link}
@@ -34,7 +34,7 @@ def test_nightly_cycles_p0_cases() -> None:
     cf, _ = load_cases()
     turns = cf.nightly_turns(30)
     assert len(turns) == 30 and all(c.priority == "P0" for c in turns)
-    assert turns[0].id == turns[12].id  # 12 P0 cases, round robin
+    assert turns[0].id == turns[13].id  # 13 P0 cases, round robin
 
 
 def _write(tmp_path: Path, doc: object) -> Path:

@@ -130,6 +130,38 @@ def test_barge_in_cut_times_onset_to_last_audible() -> None:
     assert {g.name: g.status for g in none.gates}["barge_in_cut"] == FAIL
 
 
+def test_a_backchannel_case_needs_a_pause_and_the_whole_reply() -> None:
+    case = CASES["backchannel_once"]
+
+    def gates(r: object) -> dict[str, str]:
+        return {g.name: g.status for g in r.gates}  # type: ignore[attr-defined]
+
+    resumed = judge_case(case, _turn(case.id, barge_onset=101.0, reply_unplayed_ms=0.0,
+                                     reply_pause_ms=620.0, reply_after_barge_ms=2400.0),
+                         GATES)
+    assert resumed.verdict == PASS and "barge_in_cut" not in resumed.metrics
+    assert gates(resumed)["max_gap"] == "SKIP"  # the pause is deliberate
+    cut = judge_case(case, _turn(case.id, barge_onset=101.0, reply_unplayed_ms=30.0,
+                                 reply_pause_ms=0.0, reply_after_barge_ms=0.0), GATES)
+    assert gates(cut)["backchannel_resumed"] == FAIL and cut.verdict == FAIL
+    played_on = judge_case(case, _turn(case.id, barge_onset=101.0, reply_unplayed_ms=0.0,
+                                       reply_pause_ms=20.0, reply_after_barge_ms=2400.0),
+                           GATES)
+    assert gates(played_on)["backchannel_paused"] == FAIL
+    dropped = judge_case(case, _turn(case.id, barge_onset=101.0, reply_unplayed_ms=600.0,
+                                     reply_pause_ms=620.0, reply_after_barge_ms=1800.0),
+                         GATES)
+    assert gates(dropped)["backchannel_lossless"] == FAIL
+    # not measured (no reply to speak over): no proof, FAIL
+    none = judge_case(case, _turn(case.id), GATES)
+    assert {gates(none)[g] for g in ("backchannel_resumed", "backchannel_lossless",
+                                     "backchannel_paused")} == {FAIL}
+    # an interruption case is not judged by the backchannel gates
+    assert gates(judge_case(CASES["interrupt_once"], _turn(
+        "interrupt_once", barge_onset=101.0, reply_last_audible=101.2), GATES))[
+        "backchannel_resumed"] == "SKIP"
+
+
 def test_word_error_rate() -> None:
     from voice_autortc.transcripts import heard, wer
 

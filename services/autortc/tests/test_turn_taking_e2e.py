@@ -5,12 +5,15 @@ it guards:
 - barge_in_cut: with interruptions on, the reply falls silent soon after the user's
   "Stop." begins (PASS); the same case with AGENT_ALLOW_INTERRUPTIONS=false plays on
   over the user, and the gate FAILs.
+- backchannel_paused / backchannel_resumed: "Yeah." over the reply pauses it and it plays
+  on to its end (PASS); with AGENT_BACKCHANNEL_RESUME=false the same "Yeah." cuts the
+  reply, and backchannel_resumed FAILs (no reply audible after the "Yeah.").
 - early_reply: a 900 ms pause inside the user's sentence ("I want to ... book a table";
   with 600 ms the silence rule answered in the pause on most runs, not all).
   With the agent's default turn detection (AGENT_TURN_DETECTION=text: "to" does not end
   a turn) it waits for the end (PASS); with the VAD's silence alone
   (AGENT_TURN_DETECTION=vad: 200 ms + 300 ms) it answers in the pause, and the gate FAILs.
-Three runs, four short cases, ~100 s on 2 cores.
+Four runs, six short cases, ~3 min on 2 cores.
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     out = e2e_output_root()
     env = {"AGENT_ALLOW_INTERRUPTIONS": "true"}
     return {
-        "clean": _run(out, "turn-taking", ["barge_short", "stutter_short"], env),
+        "clean": _run(out, "turn-taking", ["barge_short", "backchannel_short", "stutter_short"],
+                      env),
+        "no_backchannels": _run(out, "turn-taking-no-backchannels", ["backchannel_short"],
+                                {"AGENT_BACKCHANNEL_RESUME": "false"}),
         "no_interruptions": _run(out, "turn-taking-no-interruptions", ["barge_short"],
                                  {"AGENT_ALLOW_INTERRUPTIONS": "false"}),
         "vad_only": _run(out, "turn-taking-vad-only", ["stutter_short"],
@@ -73,6 +79,25 @@ def test_barge_in_gate_fails_without_interruptions(runs: dict[str, dict[str, Any
     # The reply played on over the user's "Stop.": the gate FAILs, so does the case.
     assert g["status"] == "FAIL" and g["value"] > 2 * g["threshold"], (g, c["metrics"])
     assert c["verdict"] == "FAIL" and runs["no_interruptions"]["_verdict"] == "FAIL"
+
+
+def test_a_backchannel_pauses_the_reply_and_it_plays_to_its_end(
+        runs: dict[str, dict[str, Any]]) -> None:
+    c = runs["clean"]["backchannel_short"]
+    assert c["capture_status"] == "OK", (c["error"], c["notes"])
+    gates = [_gate(c, n) for n in ("backchannel_paused", "backchannel_resumed",
+                                   "backchannel_lossless")]
+    assert all(g["status"] == "PASS" for g in gates), (gates, c["metrics"])
+
+
+def test_backchannel_gate_fails_when_a_yeah_cuts_the_reply(
+        runs: dict[str, dict[str, Any]]) -> None:
+    c = runs["no_backchannels"]["backchannel_short"]
+    g = _gate(c, "backchannel_resumed")
+    assert c["capture_status"] == "OK", (c["error"], c["notes"])
+    # "Yeah." cut the reply: silent before the word was over, never heard again
+    assert g["status"] == "FAIL" and g["value"] < 100, (g, c["metrics"])
+    assert c["verdict"] == "FAIL"
 
 
 def test_the_agent_waits_through_a_pause_inside_the_turn(

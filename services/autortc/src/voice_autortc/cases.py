@@ -31,6 +31,9 @@ class BargeIn(_Strict):
     text: str = Field(min_length=1)
     # When to start it, counted from the reply's first audible frame at the probe.
     after_reply_ms: int = Field(800, ge=0, le=30_000)
+    # "cut": an interruption, the reply must stop (barge_in_cut). "resume": a backchannel
+    # ("yeah"), the reply pauses and plays on from where it paused (backchannel_* gates).
+    expect: Literal["cut", "resume"] = "cut"
 
 
 class Input(_Strict):

@@ -118,6 +118,19 @@ GATES: tuple[Gate, ...] = (
          "The reply went on over the user: check AGENT_ALLOW_INTERRUPTIONS, the VAD's "
          "min speech / AGENT_MIN_INTERRUPTION_MS, and that the barge-in cascade clears "
          "the output buffer (cancel_to_silence_ms) and sends STOP to the TTS."),
+    Gate("backchannel_resumed", "ring2", "case", "backchannel_after_ms", ">=", 300, "ms",
+         "reply audible after the backchannel",
+         "A 'yeah' / 'okay' over the reply cut it: check AGENT_BACKCHANNEL_RESUME, what the "
+         "agent heard (the case's transcript) against AGENT_BACKCHANNEL_WORDS, and "
+         "AGENT_BACKCHANNEL_MAX_MS against the clip's length."),
+    Gate("backchannel_lossless", "ring2", "case", "backchannel_unplayed_ms", "<=", 20, "ms",
+         "reply audio dropped over a backchannel",
+         "The reply went on but lost what was buffered when it paused: the output's "
+         "resume() must play on from where pause() held it, not clear it."),
+    Gate("backchannel_paused", "ring2", "case", "backchannel_pause_ms", ">=", 100, "ms",
+         "reply paused for the backchannel",
+         "The reply played on over the user: check AGENT_ALLOW_INTERRUPTIONS, the VAD "
+         "(AGENT_VAD_ACTIVATION_THRESHOLD) and that the audio output can pause."),
     Gate("stt_wer", "ring2", "suite", "stt_wer_mean", "<=", 0.75, "",
          "word error rate of what the agent heard (mean over P0)",
          "The agent did not hear the user's words: check the STT backend in the agent's "
@@ -131,6 +144,12 @@ GATES: tuple[Gate, ...] = (
 )
 
 GATE_NAMES = tuple(g.name for g in GATES)
+# What proves a barge-in case, by its expect: measured or FAIL (no proof).
+BARGE_IN_GATES = {"cut": ("barge_in_cut",),
+                  "resume": ("backchannel_resumed", "backchannel_lossless",
+                             "backchannel_paused")}
+# Gates a deliberate pause breaks (SKIP in "resume" cases).
+PAUSE_BREAKS = ("max_gap", "audible_dropouts", "inter_arrival_max", "inter_arrival_p95")
 TRANSPORT_GATES = ("audible_dropouts", "max_gap", "clipping_ratio", "inter_arrival_p95",
                    "inter_arrival_max", "spikes", "audio_valid")
 

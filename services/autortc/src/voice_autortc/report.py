@@ -22,7 +22,9 @@ _KEYS_MD = (  # the figures shown per case, in this order
     "tts_first_to_publish_ms", "stt_ms", "cancel_to_silence_ms", "audible_ms", "post_rms",
     "max_gap_ms", "audible_dropouts", "clipping_ratio", "spikes", "inter_arrival_p50_ms",
     "inter_arrival_p95_ms", "inter_arrival_max_ms", "early_reply_ms",
-    "barge_in_to_silence_ms", "link_dropped", "rx_lost", "rx_late", "mel_distance_db",
+    "barge_in_to_silence_ms", "backchannel_after_ms", "backchannel_unplayed_ms",
+    "backchannel_pause_ms",
+    "link_dropped", "rx_lost", "rx_late", "mel_distance_db",
     "hf_ratio_drop_db", "speed_drift",
     "sender_late_frames", "sender_late_ms", "sender_delivery_rtf", "sender_gap_max_ms",
 )

@@ -21,7 +21,7 @@ import numpy as np
 from .audio_metrics import MetricConfig, ring0, ring1
 from .cases import Case
 from .faults import Received, apply_fault
-from .gates import FAIL, PASS, SKIP, Gate, GateResult, evaluate
+from .gates import BARGE_IN_GATES, FAIL, PASS, PAUSE_BREAKS, SKIP, Gate, GateResult, evaluate
 from .transcripts import heard, wer
 from .transports.base import OK, PRE_MISSING, Capture
 
@@ -82,9 +82,14 @@ def case_metrics(case: Case, cap: Capture, cfg: MetricConfig) -> tuple[Received 
     if cap.user_speech_start is not None and cap.eot is not None:
         m["early_reply_ms"] = 0.0 if cap.agent_audio_during_user is None else _ms(
             cap.agent_audio_during_user, cap.eot)
-    if case.input.barge_in is not None:
+    bi = case.input.barge_in
+    if bi is not None and bi.expect == "cut":
         cut = _ms(cap.barge_onset, cap.reply_last_audible)
         m["barge_in_to_silence_ms"] = cut if cut is not None and cut >= 0 else None
+    elif bi is not None:  # a backchannel: the reply pauses, then plays to its end
+        m["backchannel_after_ms"] = cap.reply_after_barge_ms
+        m["backchannel_unplayed_ms"] = cap.reply_unplayed_ms
+        m["backchannel_pause_ms"] = cap.reply_pause_ms
     # Ring2: the STT stage, for real (what the agent heard vs what was said)
     if case.input.text is not None and cap.status in (OK, PRE_MISSING):
         said = case.input.text + (f" {case.input.barge_in.text}" if case.input.barge_in else "")
@@ -113,11 +118,17 @@ def judge_case(case: Case, cap: Capture, gates: tuple[Gate, ...],
         # Nothing usable was captured: only audio_valid speaks (and it FAILs).
         results = [r if r.name == "audio_valid" else GateResult(
             r.name, SKIP, r.value, r.threshold, r.op, r.unit, r.title, r.fix) for r in results]
-    if case.input.barge_in is not None and cap.status in (OK, PRE_MISSING):
-        # No barge-in into an audible reply is no proof the reply can be cut.
+    bi = case.input.barge_in
+    if bi is not None and cap.status in (OK, PRE_MISSING):
+        # No barge-in into an audible reply is no proof the reply can be cut (or resumed).
+        proof = BARGE_IN_GATES[bi.expect]
         results = [GateResult(r.name, FAIL, r.value, r.threshold, r.op, r.unit, r.title,
-                              r.fix) if r.name == "barge_in_cut" and r.value is None else r
+                              r.fix) if r.name in proof and r.value is None else r
                    for r in results]
+        if bi.expect == "resume":
+            # the reply pauses on purpose: its gap is backchannel_pause_ms, no dropout
+            results = [GateResult(r.name, SKIP, r.value, r.threshold, r.op, r.unit, r.title,
+                                  r.fix) if r.name in PAUSE_BREAKS else r for r in results]
     by_name = {r.name: r for r in results}
     if case.priority == "P1":
         detected = [n for n in case.expect_fail if by_name.get(n) and by_name[n].status == FAIL]

@@ -33,7 +33,7 @@ export function parseEvent(text) {
   return msg;
 }
 
-/** The page state for the agent's duplex state (interrupting: the user has the floor). */
+/** The page state for the agent's duplex state (paused, interrupting: the user has the floor). */
 export function pageState(agentState) {
   return { thinking: 'thinking', speaking: 'speaking' }[agentState] ?? 'listening';
 }

@@ -24,6 +24,7 @@ test('agent states map to page states; interrupting means the user has the floor
   assert.equal(pageState('thinking'), 'thinking');
   assert.equal(pageState('speaking'), 'speaking');
   assert.equal(pageState('interrupting'), 'listening');
+  assert.equal(pageState('paused'), 'listening');
   assert.equal(pageState('listening'), 'listening');
 });
 

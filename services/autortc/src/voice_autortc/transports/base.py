@@ -50,4 +50,11 @@ class Capture:
     agent_audio_during_user: float | None = None  # first agent audio before the EoT
     barge_onset: float | None = None  # first sample of the barge-in speech
     reply_last_audible: float | None = None  # end of the reply's last audible sound
+    barge_end: float | None = None  # last sample of the barge-in speech
+    # direct only, on barge-in: reply audio the agent took in but never played (a cut
+    # drops its buffer; a paused-and-resumed reply plays it all), the longest pause in
+    # the reply's playout after the barge-in began, and audible reply after it ended
+    reply_unplayed_ms: float | None = None
+    reply_pause_ms: float | None = None
+    reply_after_barge_ms: float | None = None
     notes: list[str] = field(default_factory=list)

@@ -15,7 +15,7 @@ Reply slicing (seed D9): the reply is the first playback segment still playing a
 listener after the user's EoT, from its first to its last frame there. The greeting
 and any later reply stay out of the slice. Also measured here, on the listener's side:
 agent audio while the user was still speaking (a mid-sentence reply) and, on barge-in,
-the last audible sample of the reply.
+the last audible sample of the reply, what of it was never played and its longest pause.
 """
 
 from __future__ import annotations
@@ -174,6 +174,7 @@ async def _barge_in(ds: Any, rx: Receiver, case: Case, clip: UserClip,
     device = _mic_clock(ds.mic)
     t0, _ = await ds.say_user(barge_clip.pcm16())
     cap.barge_onset = (device if device is not None else t0) + barge_clip.speech_start_s
+    cap.barge_end = cap.barge_onset + barge_clip.end_of_speech_s - barge_clip.speech_start_s
 
 
 def _loud(pcm: np.ndarray) -> bool:
@@ -225,6 +226,19 @@ def _slice(cap: Capture, rx: Receiver, link: Link, tap: _SenderTap, valid_rms: f
     cap.pre = to_float(b"".join(p.pcm for p in sent))
     if seg in tap.segments and sent:
         cap.sender = _sender_lateness(tap.segments[seg], sent[0].sent_at, cap.pre_rate)
+    if cap.barge_onset is not None and seg in tap.segments:
+        taken = sum(len(pcm) for _, pcm in tap.segments[seg])
+        cap.reply_unplayed_ms = round((taken - sum(len(p.pcm) for p in sent)) / 2
+                                      / cap.pre_rate * 1000, 1)
+        times = [p.sent_at for p in sent]
+        k = next((i for i, t in enumerate(times) if t >= cap.barge_onset), len(times))
+        after = times[max(0, k - 1):]  # from the frame playing when the user began
+        cap.reply_pause_ms = round(float(np.max(np.diff(after))) * 1000, 1) if len(
+            after) > 1 else 0.0
+    if cap.barge_end is not None:
+        cap.reply_after_barge_ms = round(sum(
+            1 for i in mine if ticks[i].at >= cap.barge_end and _loud(frame[i]))
+            * rx.frame_s * 1000, 1)
     if len(sent) > 1:
         # The sender's own longest pause between frames (its event loop held up, or the
         # TTS late): an arrival gap this long was there before the link.
