@@ -29,7 +29,7 @@ def words_of(text: str) -> list[str]:
 @dataclass(frozen=True)
 class BackchannelPolicy:
     words: frozenset[str]
-    max_speech_s: float = 0.8  # talk longer than this over the reply takes the turn
+    max_speech_s: float = 1.5  # talk longer than this over the reply takes the turn
     wait_s: float = 0.6  # after the user falls silent, how long words may take to come
     max_words: int = 4  # "yeah okay I see" is a backchannel; five words are a turn
 

@@ -162,7 +162,7 @@ class AgentSettings(BaseSettings):
     # Off: any speech over the reply cuts it.
     backchannel_resume: bool = True
     backchannel_words: str = Field(DEFAULT_BACKCHANNEL_WORDS, min_length=1)
-    backchannel_max_ms: int = Field(800, ge=100, le=5000)
+    backchannel_max_ms: int = Field(1500, ge=100, le=5000)
     # After the user falls silent in a pause: how long the transcript may take to come.
     backchannel_wait_ms: int = Field(600, ge=50, le=5000)
 
