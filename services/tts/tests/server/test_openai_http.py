@@ -136,6 +136,32 @@ BAD = [  # (body, status, error param, words in the message)
     ({"input": "Hi", "voice": "vivian", "language": "klingon"}, 404, None, "unknown language"),
     ({"input": "Hi", "voice": "vivian", "model": "gpt-9"}, 404, "model", "unknown model"),
     ({"input": "x" * 4001, "voice": "vivian"}, 413, "input", "limit is 4000"),
+    # what got a 500 before (issue 37): out of the proto's ranges, text that is not Unicode
+    ({"input": "Hi", "voice": "\ud800"}, 400, "voice", "not valid Unicode"),
+    ({"input": "Hi \udfff", "voice": "vivian"}, 400, "input", "not valid Unicode"),
+    ({"input": "Hi", "voice": "vivian", "seed": -1}, 400, "seed", "greater than or equal"),
+    ({"input": "Hi", "voice": "vivian", "seed": 2**64}, 400, "seed", "less than or equal"),
+    ({"input": "Hi", "voice": "vivian", "sample_rate": -1}, 400, "sample_rate", "greater"),
+    ({"input": "Hi", "voice": "vivian", "sample_rate": 2**32}, 400, "sample_rate", "less"),
+    ({"input": "Hi", "voice": "vivian", "sample_rate": 2**70}, 400, "sample_rate", "less"),
+    ({"input": "Hi", "voice": "vivian", "sampling": {"top_k": 2**32}}, 400, "sampling.top_k",
+     "less than or equal"),
+    ({"input": "Hi", "voice": "vivian", "sampling": {"top_k": 2**64}}, 400, "sampling.top_k",
+     "less than or equal"),
+    ({"input": "Hi", "voice": "vivian", "sampling": {"max_frames": 2**40}}, 400,
+     "sampling.max_frames", "less than or equal"),
+    ({"input": "Hi", "voice": "vivian", "sampling": {"temperature": float("inf")}}, 400,
+     "sampling.temperature", "finite"),
+]
+
+NOT_JSON = [  # (raw body, words in the message): all 400 invalid_json
+    (b"{not json", "Expecting property name"),
+    (b'"a string"', "JSON object"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested over"),
+    (b'{"input": "Hi", "voice": "vivian", "sampling": ' + b'{"a": ' * 5000 + b"1"
+     + b"}" * 5001, "nested over"),
+    (b'{"input": "Hi", "voice": "vivian", "seed": ' + b"9" * 5000 + b"}", "digits"),
+    (b'{"input": "\xff\xfe"}', "utf-8"),
 ]
 
 
@@ -150,9 +176,24 @@ async def test_bad_requests_get_their_status_and_an_openai_error(
     assert e["type"] == "invalid_request_error"
 
 
-async def test_unparsable_and_oversized_bodies(server) -> None:
-    assert (await post(server, None, raw=b"{not json"))[0] == 400
-    assert (await post(server, None, raw=b'"a string"'))[0] == 400
+@pytest.mark.parametrize(("raw", "words"), NOT_JSON)
+async def test_bodies_that_are_not_our_json_get_400(server, raw: bytes, words: str) -> None:
+    status, _, err = await post(server, None, raw=raw)
+    assert status == 400 and err["error"]["code"] == "invalid_json", err
+    assert words in err["error"]["message"], err
+
+
+async def test_framework_errors_are_openai_bodies_too(server) -> None:
+    base = f"http://127.0.0.1:{server.http_port}"
+    async with aiohttp.ClientSession() as s:
+        for method, path, status in (("GET", "/v1/audio/speech", 405),
+                                     ("POST", "/v1/nothing", 404)):
+            async with s.request(method, base + path) as r:
+                assert r.status == status
+                assert (await r.json())["error"]["type"] == "invalid_request_error"
+
+
+async def test_oversized_bodies(server) -> None:
     status, _, err = await post(server, None, raw=b'{"input": "' + b"x" * (2 << 20) + b'"}')
     assert status == 413 and err["error"]["code"] == "request_too_large"
 

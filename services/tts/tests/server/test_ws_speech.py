@@ -110,6 +110,14 @@ BAD = [  # (messages after connecting, error code, close code, words)
     ([CFG, b"\xff\xfe"], "invalid_argument", 1008, "UTF-8"),
     ([CFG, {"type": "text", "text": "x" * 3000}, {"type": "text", "text": "y" * 1500}],
      "invalid_argument", 1008, "4000"),
+    # closed 1011 (RecursionError) or failed inside the server before (issue 37)
+    (["[" * 3000 + "]" * 3000], "invalid_argument", 1008, "nested over"),
+    ([CFG, {"type": "text", "text": "hi \ud800"}], "invalid_argument", 1008,
+     "not valid Unicode"),
+    ([{**CFG, "voice": "\udfff"}], "invalid_argument", 1008, "not valid Unicode"),
+    ([{**CFG, "seed": -1}], "invalid_argument", 1008, "seed"),
+    ([{**CFG, "frame_ms": 2**40}], "invalid_argument", 1008, "frame_ms"),
+    ([{**CFG, "sampling": {"top_k": 2**64}}], "invalid_argument", 1008, "top_k"),
 ]
 
 

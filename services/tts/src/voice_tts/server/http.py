@@ -5,19 +5,43 @@ the speech interfaces other TTS servers offer: OpenAI's `POST /v1/audio/speech` 
 gRPC is.
 
 `/healthz` answers 200 only once the engine is warm and the server is not draining:
-the same state the gRPC health service reports.
+the same state the gRPC health service reports. Every error, the framework's own too (an
+unknown path, a wrong method, a bug), is an OpenAI error body, never aiohttp's page.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from voice_tts.server.openai_speech import MAX_BODY_BYTES, SpeechAPI
+from voice_tts.server.openai_speech import MAX_BODY_BYTES, ApiError, SpeechAPI, Truncate
 from voice_tts.server.synthesis import Synthesis
 from voice_tts.server.ws_speech import SpeechSocket
+
+log = logging.getLogger("voice_tts.http")
+
+
+@web.middleware
+async def error_bodies(request: web.Request,
+                       handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                       ) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        kind = "invalid_request_error" if e.status < 500 else "server_error"
+        return ApiError(e.status, e.reason, code=e.reason.lower().replace(" ", "_"),
+                        kind=kind).response()
+    except Truncate:  # headers sent: the connection closes mid-body, on purpose
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path[:200])
+        return ApiError(500, "internal error (the server's log has it)", code="internal",
+                        kind="server_error").response()
 
 
 async def start_http(host: str, port: int, registry: CollectorRegistry,
@@ -32,7 +56,7 @@ async def start_http(host: str, port: int, registry: CollectorRegistry,
         return web.json_response({"status": "SERVING" if ok else "NOT_SERVING"},
                                  status=200 if ok else 503)
 
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_bodies])
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     if calls is not None:

@@ -16,38 +16,83 @@ is made from the `SynthesizeResponse`s of the same call (`ws_event`). The servic
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from google.protobuf.json_format import MessageToDict
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from voice.tts.v1 import tts_pb2
 
 # --- shared --------------------------------------------------------------------------
 
+# The proto's integer types: a JSON integer outside them is the client's mistake (400),
+# not an overflow when the SessionConfig is built.
+U32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
+U64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
+# Our largest valid message nests 3 deep ({"sampling": {...}}); the parser is never asked
+# to recurse further.
+MAX_JSON_DEPTH = 8
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a string, or a bracket
 
-class Sampling(BaseModel):
+
+class _Fields(BaseModel):
+    """Our JSON objects: unknown fields, NaN/Infinity and text that is not Unicode (a
+    lone surrogate from a "\\ud800" escape) are errors that name the field."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _unicode(cls, v: object) -> object:
+        if isinstance(v, str):
+            try:
+                v.encode()
+            except UnicodeEncodeError:
+                raise ValueError("not valid Unicode text (a lone surrogate escape?)") from None
+        return v
+
+
+class Sampling(_Fields):
     """`SessionConfig.sampling`, field for field (unset: the model's defaults)."""
 
-    model_config = ConfigDict(extra="forbid")
     greedy: bool | None = None
     temperature: float | None = None
-    top_k: int | None = Field(None, ge=0)
+    top_k: U32 | None = None
     top_p: float | None = None
     repetition_penalty: float | None = None
-    max_frames: int | None = Field(None, ge=0)
+    max_frames: U32 | None = None
 
 
-class SessionFields(BaseModel):
+class SessionFields(_Fields):
     """What a session is spoken with: `SessionConfig` less the fields a front sets."""
 
-    model_config = ConfigDict(extra="forbid")
     voice: str
     language: str = "auto"
     # The instruct text (1.7B models; the 0.6B ignores it, as the official code does).
     instructions: str = ""
-    sample_rate: int = 24000
-    seed: int | None = None
+    sample_rate: U32 = 24000
+    seed: U64 | None = None
     sampling: Sampling | None = None
+
+
+def load_json(text: str | bytes) -> Any:
+    """json.loads with a nesting limit checked first (deep nesting would make the parser
+    recurse to RecursionError); ValueError says what is wrong."""
+    if isinstance(text, bytes):
+        text = text.decode()  # UnicodeDecodeError is a ValueError
+    depth = 0
+    for m in _JSON_TOKEN.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"JSON nested over {MAX_JSON_DEPTH} deep")
+        elif c in "]}":
+            depth -= 1
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{e.msg} at {e.pos}") from None
 
 
 def session_config(f: SessionFields, frame_ms: int, session_id: str = "",
@@ -102,26 +147,24 @@ class WSConfig(SessionFields):
     """First message: the session. `frame_ms`: audio per binary message."""
 
     type: Literal["config"]
-    frame_ms: int = 20
+    frame_ms: U32 = 20
     session_id: str = ""
     trace_id: str = ""
 
 
-class WSText(BaseModel):
+class WSText(_Fields):
     """Append text to the current utterance (any split: mid-word is fine)."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["text"]
     text: str
 
 
-class WSControl(BaseModel):
+class WSControl(_Fields):
     """flush: speak what was appended (the utterance ends; answered by `flushed`);
     stop: drop everything unspoken (answered by `stopped`; no frame of it follows);
     reset: stop, and a fresh context (answered by `reset`);
     end: flush, then the server closes (1000) after the last frame and `flushed`."""
 
-    model_config = ConfigDict(extra="forbid")
     type: Literal["flush", "stop", "reset", "end"]
 
 
@@ -138,9 +181,9 @@ def parse_ws_message(data: str | bytes) -> WSConfig | WSText | WSControl | bytes
     if isinstance(data, bytes):
         return data
     try:
-        obj = json.loads(data)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"a text message must be JSON ({e.msg} at {e.pos})") from None
+        obj = load_json(data)
+    except ValueError as e:
+        raise ValueError(f"a text message must be JSON ({e})") from None
     if not isinstance(obj, dict) or "type" not in obj:
         raise ValueError('a message is a JSON object with a "type": config, text, flush, '
                          "stop, reset or end")

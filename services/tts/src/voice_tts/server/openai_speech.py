@@ -38,6 +38,7 @@ from voice_tts.engine import Engine
 from voice_tts.server.json_schema import (
     UNSUPPORTED_FORMATS,
     SpeechRequest,
+    load_json,
     session_config,
     validation_message,
 )
@@ -173,8 +174,8 @@ class SpeechAPI:
             raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes",
                            code="request_too_large") from None
         try:
-            obj = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            obj = load_json(body)
+        except ValueError as e:
             raise ApiError(400, f"the body must be JSON: {e}", code="invalid_json") from None
         if not isinstance(obj, dict):
             raise ApiError(400, "the body must be a JSON object", code="invalid_json")
@@ -279,7 +280,7 @@ class _Body:
         audio is cut off."""
         log.warning("speech request failed mid-stream (%s): %s", e.code.name, e.message)
         if self.req.stream_format != "sse":
-            raise _Truncate(e.message)
+            raise Truncate(e.message)
         kind = HTTP_STATUS.get(e.code, (500, "server_error"))[1]
         await self._event({"type": "error", "error": {
             "message": e.message, "type": kind, "code": e.code.name.lower()}})
@@ -310,6 +311,6 @@ class _Body:
         return self.resp
 
 
-class _Truncate(Exception):
+class Truncate(Exception):
     """Raised out of the handler after its headers: aiohttp then closes the connection
     without the final chunk, so the client cannot take the body for complete."""
