@@ -264,6 +264,8 @@ async def test_bad_input_gets_a_clear_error_and_a_clean_close(agent: Agent) -> N
     u = agent.url
     e = await expect_error(u, "hello there", code="bad_json", close=1007)
     assert "JSON" in e["message"]
+    e = await expect_error(u, "[" * 3000 + "]" * 3000, code="bad_json", close=1007)
+    assert "nested too deep" in e["message"]  # was a 1011 (RecursionError)
     await expect_error(u, b"\0\0" * 320, code="expected_start", close=1003)
     e = await expect_error(u, json.dumps({"type": "start", "sample_rate": 12345}),
                            code="bad_sample_rate", close=1008)

@@ -105,3 +105,46 @@ async def test_good_audio_formats_pass_validation(thinker: Thinker) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await thinker.chat(request(user(part, "what did I say?")))
         assert "takes text only" in err.value.details()
+
+
+def raw_chat(thinker: Thinker):  # type: ignore[no-untyped-def]
+    """Chat with the request's bytes as given (what a broken client sends)."""
+    return thinker.channel.unary_stream("/voice.llm.v1.Thinker/Chat",
+                                        request_serializer=lambda b: b,
+                                        response_deserializer=pb.ChatDelta.FromString)
+
+
+@pytest.mark.parametrize(("raw", "needle"), [
+    (b"\xff\xff\xff\xff not a protobuf", "unparsable ChatRequest"),
+    # a string field (request_id) holding bytes that are not UTF-8
+    (request(user("hi"), request_id="AAAA").SerializeToString().replace(b"AAAA", b"\xff\xfeAA"),
+     "valid UTF-8"),
+])
+async def test_bytes_that_are_not_a_chat_request_are_invalid_argument(
+        thinker: Thinker, raw: bytes, needle: str) -> None:
+    errors = thinker.metric("llm_errors_total", 'code="INVALID_ARGUMENT"')
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        async for _ in raw_chat(thinker)(raw):
+            pass
+    # was UNKNOWN "Unexpected <class 'google.protobuf.message.DecodeError'>" (issue 37)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+    assert needle in err.value.details()
+    assert thinker.metric("llm_errors_total", 'code="INVALID_ARGUMENT"') == errors + 1
+
+
+async def test_a_huge_request_id_is_refused_and_logged_bounded(
+        thinker: Thinker, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="voice_llm"), pytest.raises(grpc.aio.AioRpcError) as err:
+        await thinker.chat(request(user("hi"), request_id="r" * 5_000_000))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    failed = [r for r in caplog.records if r.getMessage() == "chat failed"]
+    assert failed and all(len(str(r.__dict__.get("request_id"))) <= 128 for r in failed)
+    assert max(len(r.getMessage()) + len(str(r.__dict__)) for r in caplog.records) < 10_000
+
+
+async def test_a_message_past_the_largest_valid_request_is_refused_unread(
+        thinker: Thinker) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        async for _ in raw_chat(thinker)(b"\x00" * (9 << 20)):
+            pass
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.value.details()

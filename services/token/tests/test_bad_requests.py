@@ -19,6 +19,12 @@ BAD = [
     ("empty", b"", 400, "empty body", None),
     ("not-json", b"{room: demo", 400, "not valid JSON", None),
     ("not-utf8", b'{"room": "\xff"}', 400, "not valid JSON", None),
+    # a 500 before (issue 37)
+    ("deep", b"[" * 2000 + b"]" * 2000, 400, "nested too deep", None),
+    ("deep-field", b'{"room": ' + b"[" * 1500 + b"]" * 1500 + b"}", 400, "nested too deep",
+     None),
+    ("name-surrogate", b'{"room": "demo", "identity": "a", "name": "\\ud800"}', 400,
+     "control characters", "name"),
     ("array", b'["demo", "alice"]', 400, "must be a JSON object, got array", None),
     ("string", b'"demo"', 400, "must be a JSON object, got string", None),
     ("missing-room", _body(identity="alice"), 400, "missing field 'room'", "room"),

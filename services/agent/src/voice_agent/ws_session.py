@@ -100,6 +100,8 @@ def parse_start(text: str) -> int:
 def parse_json(text: str) -> dict[str, object]:
     try:
         msg = json.loads(text)
+    except RecursionError:  # nested thousands deep: no message of ours nests past 1
+        raise ProtocolError("bad_json", "JSON nested too deep", 1007) from None
     except ValueError:
         raise ProtocolError("bad_json", "text messages must be JSON objects", 1007) from None
     if not isinstance(msg, dict):

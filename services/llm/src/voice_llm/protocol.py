@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import uuid
 
+from google.protobuf.message import DecodeError
 from voice.llm.v1 import thinker_pb2 as pb
 
 from voice_llm.audio import PCM, WAV, decode_audio
@@ -32,6 +33,17 @@ _FINISH = {FinishReason.STOP: pb.FINISH_REASON_STOP, FinishReason.LENGTH: pb.FIN
 MAX_STOP_STRINGS = 8
 MAX_STOP_CHARS = 64
 MAX_REQUEST_ID_CHARS = 128
+
+
+def parse_chat_request(raw: bytes) -> pb.ChatRequest:
+    """The request's bytes (Chat is registered without a deserializer, so that bytes that
+    are not a ChatRequest, or a string field that is not UTF-8, are INVALID_ARGUMENT with
+    a reason, not grpc's UNKNOWN)."""
+    try:
+        return pb.ChatRequest.FromString(raw)
+    except DecodeError as e:
+        raise InvalidInput(f"unparsable ChatRequest ({e}); string fields must be valid "
+                           "UTF-8 (audio goes in AudioPart.data)") from None
 
 
 def request_id_of(req: pb.ChatRequest) -> str:

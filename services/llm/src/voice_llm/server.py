@@ -25,18 +25,16 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
-from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
 
 from voice_llm.asr import Transcriber
 from voice_llm.backends.base import Backend
 from voice_llm.logs import setup_logging
 from voice_llm.metrics import ThinkerMetrics, start_http
-from voice_llm.service import ThinkerService
+from voice_llm.service import SERVICE_NAME, ThinkerService
 from voice_llm.settings import TINY_RANDOM, Settings, env_help, load_settings
 from voice_llm.tiny_random import RANDOM_PREFIX, ensure_random_shape, ensure_tiny_random
 
 log = logging.getLogger(__name__)
-SERVICE_NAME = thinker_pb2.DESCRIPTOR.services_by_name["Thinker"].full_name
 _HEALTH_PERIOD_S = 5.0
 # The exit status after a device fault (the orchestrator restarts the process).
 EXIT_DEVICE_FAULT = 3
@@ -101,10 +99,11 @@ class ThinkerServer:
 
     async def start(self) -> None:
         s = self.settings
-        self._grpc = grpc.aio.server(
-            options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-        )
-        thinker_pb2_grpc.add_ThinkerServicer_to_server(self.service, self._grpc)
+        # The largest valid request: its audio at 48 kHz s16, plus 1 MiB of text. A bigger
+        # message is refused (RESOURCE_EXHAUSTED) before it is read whole.
+        max_message = int(s.max_audio_seconds * 48_000 * 2) + (1 << 20)
+        self._grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", max_message)])
+        self._grpc.add_generic_rpc_handlers((self.service.handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
         reflection.enable_server_reflection(
             (

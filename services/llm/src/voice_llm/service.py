@@ -27,10 +27,19 @@ from voice_llm.backends.base import Backend
 from voice_llm.chat import AudioClip, ChatJob, ChatMessage
 from voice_llm.errors import AudioNotSupported, Draining, NotReady, Overloaded, status_for
 from voice_llm.metrics import ThinkerMetrics
-from voice_llm.protocol import final_delta, request_id_of, to_job
+from voice_llm.protocol import (
+    MAX_REQUEST_ID_CHARS,
+    final_delta,
+    parse_chat_request,
+    request_id_of,
+    to_job,
+)
 from voice_llm.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Thinker"].full_name
 
 
 class ThinkerService(pb_grpc.ThinkerServicer):
@@ -70,12 +79,23 @@ class ThinkerService(pb_grpc.ThinkerServicer):
         except TimeoutError:
             return False
 
+    def handler(self) -> grpc.GenericRpcHandler:
+        """`Chat` on raw bytes: parsed in `Chat`, so a bad message is the client's error."""
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, {
+            "Chat": grpc.unary_stream_rpc_method_handler(
+                self.Chat, request_deserializer=None,
+                response_serializer=pb.ChatDelta.SerializeToString)})
+
     async def Chat(
-        self, request: pb.ChatRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ChatRequest | bytes, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ChatDelta]:
         received = time.perf_counter()
-        rid = request.request_id or "-"
+        rid = "-"
         try:
+            if isinstance(request, bytes):
+                request = parse_chat_request(request)
+            # bounded: an over-long id is refused below, and never logged whole
+            rid = request.request_id[:MAX_REQUEST_ID_CHARS] or "-"
             rid = request_id_of(request)
             self._admit()
             try:

@@ -46,7 +46,9 @@ def parse_token_request(body: bytes) -> TokenRequest:
         raise RequestError('empty body; send JSON like {"room": "demo", "identity": "alice"}')
     try:
         data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except RecursionError:  # thousands deep; a token request nests 1
+        raise RequestError("body is not valid JSON (nested too deep)") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, a 5,000-digit number
         raise RequestError(f"body is not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise RequestError(f"body must be a JSON object, got {_json_type(data)}")
