@@ -24,10 +24,19 @@ async def test_burst_then_429_with_retry_after(client_for) -> None:  # type: ign
 
 async def test_forwarded_for_only_when_trusted(client_for) -> None:  # type: ignore[no-untyped-def]
     trusted = await client_for(token_rate_limit_burst=1, token_trust_proxy=True)
-    h1, h2 = {"X-Forwarded-For": "203.0.113.1"}, {"X-Forwarded-For": "203.0.113.2, 10.0.0.1"}
+    h1, h2 = {"X-Forwarded-For": "203.0.113.1"}, {"X-Forwarded-For": "10.0.0.1, 203.0.113.2"}
     assert (await trusted.post("/api/token", json=OK, headers=h1)).status == 200
     assert (await trusted.post("/api/token", json=OK, headers=h1)).status == 429
     assert (await trusted.post("/api/token", json=OK, headers=h2)).status == 200
+    # the entry our proxy appended (the rightmost) is the client, whatever is left of it
+    h3 = {"X-Forwarded-For": "198.51.100.7, 203.0.113.2"}
+    assert (await trusted.post("/api/token", json=OK, headers=h3)).status == 429
+    two = await client_for(token_rate_limit_burst=1, token_trust_proxy=True,
+                           token_proxy_hops=2)  # a CDN, then our proxy: second from right
+    h4 = {"X-Forwarded-For": "1.2.3.4, 203.0.113.9, 10.0.0.2"}
+    h5 = {"X-Forwarded-For": "5.6.7.8, 203.0.113.9, 10.0.0.3"}
+    assert (await two.post("/api/token", json=OK, headers=h4)).status == 200
+    assert (await two.post("/api/token", json=OK, headers=h5)).status == 429
 
     untrusted = await client_for(token_rate_limit_burst=1)
     assert (await untrusted.post("/api/token", json=OK, headers=h1)).status == 200
@@ -112,3 +121,31 @@ async def test_same_origin_behind_a_trusted_proxy(client_for) -> None:  # type: 
     # Without TOKEN_TRUST_PROXY the header is the client's word only: refused.
     untrusted = await client_for()
     assert (await untrusted.post("/api/token", json=OK, headers=hdrs)).status == 403
+
+
+async def test_made_up_first_hops_through_an_appending_proxy_share_one_bucket(
+        client_for, aiohttp_client) -> None:  # type: ignore[no-untyped-def]
+    """A proxy like nginx with `$proxy_add_x_forwarded_for` keeps what the client sent
+    and appends the address it saw: the client's own entries must not pick its bucket."""
+    import aiohttp
+    from aiohttp import web
+
+    token = await client_for(token_rate_limit_burst=10, token_rate_limit_per_minute=6,
+                             token_trust_proxy=True)
+    upstream = str(token.make_url("/api/token"))
+
+    async def proxy(request: web.Request) -> web.Response:
+        seen = request.headers.get("X-Forwarded-For")
+        forwarded = f"{seen}, {request.remote}" if seen else str(request.remote)
+        async with aiohttp.ClientSession() as s, s.post(
+                upstream, data=await request.read(),
+                headers={"Content-Type": "application/json",
+                         "X-Forwarded-For": forwarded}) as r:
+            return web.Response(status=r.status, body=await r.read())
+
+    app = web.Application()
+    app.router.add_post("/api/token", proxy)
+    via = await aiohttp_client(app)
+    statuses = [(await via.post("/api/token", json=OK, headers={
+        "X-Forwarded-For": f"198.51.100.{i}"})).status for i in range(15)]
+    assert statuses == [200] * 10 + [429] * 5, statuses

@@ -34,6 +34,8 @@ environment (see services/token/README.md):
   TOKEN_CORS_ORIGINS           comma-separated origins allowed cross-origin, or *
   TOKEN_RATE_LIMIT_PER_MINUTE  per-client rate (default 30); TOKEN_RATE_LIMIT_BURST (10)
   TOKEN_TRUST_PROXY            take the client address from X-Forwarded-For (default false)
+  TOKEN_PROXY_HOPS             trusted proxies in front (default 1): the address that many
+                               from the right of X-Forwarded-For is the client's
   TOKEN_AGENT_NAME             agent to dispatch into the room (default: none)
   TOKEN_CONNECT_TIMEOUT_SECONDS  page's wait for LiveKit before "cannot reach" (15)
   TOKEN_AGENT_TIMEOUT_SECONDS  page's wait, once connected, for an agent to answer (10)

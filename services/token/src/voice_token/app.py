@@ -111,12 +111,20 @@ def _error(status: int, message: str, field: str | None = None) -> web.Response:
     return web.json_response(body, status=status, headers={"Cache-Control": "no-store"})
 
 
+def _forwarded(request: web.Request, header: str) -> str:
+    """What our trusted proxies put in `header`: its TOKEN_PROXY_HOPS-th entry from the
+    right (each proxy appends the address it saw; the client controls only the left)."""
+    hops = [h.strip() for h in request.headers.get(header, "").split(",") if h.strip()]
+    if not hops:
+        return ""
+    return hops[-min(request.app[SETTINGS_KEY].token_proxy_hops, len(hops))]
+
+
 def _client_key(request: web.Request) -> str:
     if request.app[SETTINGS_KEY].token_trust_proxy:
-        forwarded = request.headers.get("X-Forwarded-For", "")
-        first = forwarded.split(",")[0].strip()
-        if first:
-            return first
+        hop = _forwarded(request, "X-Forwarded-For")
+        if hop:
+            return hop
     return request.remote or "unknown"
 
 
@@ -131,7 +139,7 @@ def _origin_allowed(request: web.Request, origin: str) -> bool:
     # scheme http while the browser's is https; a trusted proxy may also rewrite Host.
     hosts = {(request.host or "").lower()}
     if request.app[SETTINGS_KEY].token_trust_proxy:
-        hosts.add(request.headers.get("X-Forwarded-Host", "").split(",")[0].strip().lower())
+        hosts.add(_forwarded(request, "X-Forwarded-Host").lower())
     return urlsplit(origin).netloc in hosts - {""}
 
 

@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     # Take the client address from X-Forwarded-For (only behind a trusted proxy, else
     # any client could pick its own rate-limit bucket).
     token_trust_proxy: bool = False
+    # How many trusted proxies stand in front, each appending the address it saw: the
+    # client is the entry that many from the right (what the client itself wrote, on
+    # the left, is never taken).
+    token_proxy_hops: int = Field(1, ge=1, le=16)
     # Agent to dispatch explicitly into the room when the token is used; empty = none
     # (an agent registered without a name joins every room on its own).
     token_agent_name: str = Field("", max_length=128)
