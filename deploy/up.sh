@@ -36,7 +36,8 @@ if [ $compose = 1 ]; then
   fi
   echo "up: docker compose (profile $profile; $why)"
   [ $dry_run = 1 ] && exit 0
-  [ -f .env ] || cp .env.example .env
+  # .env from .env.example: a random LiveKit secret; variables a newer example added
+  "${PYTHON:-python3}" deploy/dotenv.py . || exit 1
   exec docker compose --profile "$profile" up --build
 fi
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # LiveKit's --dev keys; the token service and the agent must sign with the same pair.
-DEV_KEY, DEV_SECRET = "devkey", "secret"
+DEV_KEY, DEV_SECRET = "devkey", "secret-for-the-deploy-tests-0123456789"
 
 
 @dataclass(frozen=True)

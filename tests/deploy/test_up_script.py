@@ -47,7 +47,7 @@ open(os.environ["FAKE_LOG"], "a").write("mesh " + " ".join(sys.argv[1:]) + "\\n"
 def layout(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     root = tmp_path / "repo"
     (root / "deploy" / "local").mkdir(parents=True)
-    for script in ("up.sh", "down.sh"):
+    for script in ("up.sh", "down.sh", "dotenv.py"):
         shutil.copy(DEPLOY / script, root / "deploy" / script)
     shutil.copy(ENV_EXAMPLE, root / ".env.example")
     (root / "deploy" / "local" / "mesh.py").write_text(MESH_STUB)
@@ -89,19 +89,42 @@ def test_engine_without_nvidia_runtime_runs_compose_with_the_cpu_profile(layout)
     args = compose_call(log)
     assert args[args.index("--profile") + 1] == "cpu"
     assert "up" in args and "--build" in args
-    # First run: .env is created from .env.example, which compose reads for ${VARS}.
-    assert (root / ".env").read_text() == ENV_EXAMPLE.read_text()
+    # First run: .env is created from .env.example, which compose reads for ${VARS},
+    # with a secret of its own (the example's is public)
+    made = (root / ".env").read_text().splitlines()
+    example = ENV_EXAMPLE.read_text().splitlines()
+    assert len(made) == len(example)
+    changed = [(a, b) for a, b in zip(example, made, strict=True) if a != b]
+    assert len(changed) == 1 and changed[0][0].startswith("LIVEKIT_API_SECRET=")
+    secret = changed[0][1].split("=", 1)[1]
+    assert len(secret) == 64 and int(secret, 16) >= 0
+    assert "random LIVEKIT_API_SECRET" in proc.stdout
     assert not calls(log, "mesh")
+    # a second run keeps it
+    assert run(root, "up.sh", env).returncode == 0
+    assert (root / ".env").read_text().splitlines() == made
 
 
 def test_engine_with_nvidia_runtime_runs_compose_with_the_gpu_profile(layout):
     root, log, env = layout
-    (root / ".env").write_text("COMPOSE_PROFILES=gpu\n")  # an existing .env is kept
+    # an existing .env is kept; what a newer .env.example has and it lacks is added
+    (root / ".env").write_text("COMPOSE_PROFILES=gpu\nLIVEKIT_API_SECRET=mine-0123456789"
+                               "0123456789abcdef0123\n")
     proc = run(root, "up.sh", env | {"FAKE_NVIDIA": "1"})
     assert proc.returncode == 0, proc.stderr
     args = compose_call(log)
     assert args[args.index("--profile") + 1] == "gpu"
-    assert (root / ".env").read_text() == "COMPOSE_PROFILES=gpu\n"
+    text = (root / ".env").read_text()
+    assert text.startswith("COMPOSE_PROFILES=gpu\nLIVEKIT_API_SECRET=mine-")
+    assert "\nVOICE_BIND=127.0.0.1\n" in text and "VOICE_BIND" in proc.stdout
+    assert text.count("LIVEKIT_API_SECRET=") == 1 and "warning" not in proc.stderr
+
+
+def test_the_public_example_secret_is_warned_about(layout):
+    root, _, env = layout
+    shutil.copy(root / ".env.example", root / ".env")
+    proc = run(root, "up.sh", env)
+    assert proc.returncode == 0 and "public LIVEKIT_API_SECRET" in proc.stderr
 
 
 def test_no_engine_falls_back_to_the_local_mesh(layout):

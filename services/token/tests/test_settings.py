@@ -58,8 +58,13 @@ def test_secret_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
           "LIVEKIT_API_SECRET_FILE": "/etc/hostname"}, "both LIVEKIT_API_SECRET and"),
         ({"LIVEKIT_API_KEY": API_KEY, "LIVEKIT_API_SECRET_FILE": "/nonexistent/secret"},
          "LIVEKIT_API_SECRET_FILE=/nonexistent/secret: cannot read (No such file"),
+        ({"LIVEKIT_API_KEY": API_KEY, "LIVEKIT_API_SECRET": "short17"},
+         "LIVEKIT_API_SECRET is 7 characters; use 32 or more"),
+        ({"LIVEKIT_API_KEY": API_KEY, "LIVEKIT_API_SECRET": API_SECRET[:31]},
+         "is 31 characters"),
     ],
-    ids=["no-key", "no-secret", "blank-secret", "both-secret-sources", "missing-file"],
+    ids=["no-key", "no-secret", "blank-secret", "both-secret-sources", "missing-file",
+         "7-char-secret", "31-char-secret"],
 )
 def test_credentials_errors(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
                             message: str) -> None:

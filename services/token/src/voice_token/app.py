@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from voice_token import __version__
 from voice_token.metrics import Metrics
 from voice_token.ratelimit import RateLimiter
-from voice_token.settings import Settings
+from voice_token.settings import EXAMPLE_SECRET, Settings
 from voice_token.tokens import TokenMinter
 from voice_token.validation import MAX_BODY_BYTES, RequestError, parse_token_request
 
@@ -54,6 +54,9 @@ def build_app(settings: Settings, *, limiter: RateLimiter | None = None) -> web.
     app[SETTINGS_KEY] = settings
     if settings.transport == "livekit":
         api_key, api_secret = settings.credentials()
+        if api_secret == EXAMPLE_SECRET:
+            log.warning("LIVEKIT_API_SECRET is .env.example's public one: anyone can sign "
+                        "tokens for this LiveKit; set your own (openssl rand -hex 32)")
         app[MINTER_KEY] = TokenMinter(
             api_key, api_secret, dt.timedelta(seconds=settings.token_ttl_seconds),
             settings.token_agent_name,

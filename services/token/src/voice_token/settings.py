@@ -122,6 +122,11 @@ class Settings(BaseSettings):
         secret = _one_source(
             "LIVEKIT_API_SECRET", self.livekit_api_secret, self.livekit_api_secret_file
         )
+        if len(secret) < MIN_SECRET_CHARS:
+            # a short HMAC key can be guessed offline from one token
+            raise SettingsError(
+                f"LIVEKIT_API_SECRET is {len(secret)} characters; use {MIN_SECRET_CHARS} or "
+                "more (openssl rand -hex 32), the same in LiveKit's keys")
         return key, secret
 
     def public_summary(self) -> dict[str, object]:
@@ -135,6 +140,12 @@ class Settings(BaseSettings):
                 value = str(value) if value is not None else None
             out[name.upper()] = value
         return out
+
+
+# LiveKit's own rule for API secrets; HS256 wants a key as long as its 32-byte hash.
+MIN_SECRET_CHARS = 32
+# .env.example's secret: public, so anyone could sign tokens with it.
+EXAMPLE_SECRET = "secret-change-me-0123456789abcdef"
 
 
 def _one_source(var: str, value: SecretStr | None, path: Path | None) -> str:
