@@ -1,7 +1,7 @@
 """Keep the compose `.env` made from `.env.example`: `python3 deploy/dotenv.py [ROOT]`.
 
 - No `.env`: write it from `.env.example` with a random LIVEKIT_API_SECRET (the example's
-  is public: anyone could sign LiveKit tokens with it).
+  is public: anyone could sign LiveKit tokens with it) and a random VOICE_API_KEY.
 - A `.env` without some variable a newer `.env.example` has: append those lines (its
   default), so an update never leaves compose a variable unset; the others are kept.
 - A `.env` that still holds the example's secret: a warning on stderr, nothing changed.
@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 SECRET_VAR = "LIVEKIT_API_SECRET"
+KEY_VAR = "VOICE_API_KEY"  # the TTS's API key in the gpu profile
 _VAR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
@@ -28,11 +29,13 @@ def sync(root: Path) -> list[str]:
     example = variables(example_text)
     env = root / ".env"
     if not env.exists():
-        fresh = secrets.token_hex(32)
-        env.write_text(re.sub(rf"^{SECRET_VAR}=.*$", f"{SECRET_VAR}={fresh}", example_text,
-                              flags=re.M))
+        text = re.sub(rf"^{SECRET_VAR}=.*$", f"{SECRET_VAR}={secrets.token_hex(32)}",
+                      example_text, flags=re.M)
+        text = re.sub(rf"^{KEY_VAR}=.*$", f"{KEY_VAR}={secrets.token_urlsafe(32)}", text,
+                      flags=re.M)
+        env.write_text(text)
         env.chmod(0o600)
-        return [f"wrote .env (from .env.example, with a random {SECRET_VAR})"]
+        return [f"wrote .env (from .env.example, with a random {SECRET_VAR} and {KEY_VAR})"]
     have = variables(env.read_text())
     done = []
     missing = [k for k in example if k not in have]

@@ -96,6 +96,29 @@ async def test_unknown_voice_is_a_client_error(tts_server: Server) -> None:
     await tts.aclose()
 
 
+async def test_a_tts_that_asks_for_a_key_gets_it_and_refuses_without(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    keyed = Server("tts", "voice_tts.server", "tts", "TTS", tmp_path, TTS_MODEL="preset:tiny",
+                   TTS_API_KEYS="agent-key-0123456789")
+    keyed.wait_serving()
+    try:
+        async def speak(tts: TTS) -> int:
+            stream = tts.stream(conn_options=ONCE)
+            stream.push_text("hello there.")
+            stream.end_input()
+            n = sum([1 async for _ in stream])
+            await tts.aclose()
+            return n
+
+        assert await speak(TTS(addr=keyed.addr, voice="vivian", max_frames=6,
+                               api_key="agent-key-0123456789")) > 0
+        with pytest.raises(APIStatusError) as e:
+            await speak(TTS(addr=keyed.addr, voice="vivian"))
+        assert e.value.status_code == 401 and "missing API key" in str(e.value)
+        assert not e.value.retryable
+    finally:
+        keyed.stop()
+
+
 async def test_server_down_is_a_connection_error() -> None:
     tts = TTS(addr=f"127.0.0.1:{free_port()}")
     stream = tts.stream(conn_options=ONCE)

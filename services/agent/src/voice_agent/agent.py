@@ -239,7 +239,8 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     tts_ = TTS(addr=s.tts_addr, voice=s.tts_voice, language=s.tts_language,
                sample_rate=s.tts_sample_rate, frame_ms=s.tts_frame_ms, seed=s.tts_seed,
                max_frames=s.tts_max_frames,
-               bridge=bridge, flush_on_sentence=s.bridge_flush_on_sentence, tracker=tracker)
+               bridge=bridge, flush_on_sentence=s.bridge_flush_on_sentence, tracker=tracker,
+               api_key=s.tts_api_key.get_secret_value())
     # one try per call: a retry would only delay the fallback on a dead backend
     once = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=10.0)
     session: AgentSession = AgentSession(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .backchannel import DEFAULT_WORDS as DEFAULT_BACKCHANNEL_WORDS
@@ -24,6 +24,8 @@ class AgentSettings(BaseSettings):
     # --- backends -------------------------------------------------------------
     # host:port of the TTS gRPC server (voice.tts.v1.TextToSpeech).
     tts_addr: str = "localhost:50051"
+    # The TTS's API key, if it asks for one (its TTS_API_KEYS); never logged.
+    tts_api_key: SecretStr = SecretStr("")
     # host:port of the thinker gRPC server (voice.llm.v1.Thinker).
     thinker_addr: str = "localhost:50052"
     # Port of the agent's own HTTP server: /metrics (Prometheus) and /healthz (0 = off).

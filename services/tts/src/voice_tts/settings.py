@@ -7,9 +7,10 @@ passed through from here so that one table in README.md documents all of them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 SUPPORTED_RATES = (16000, 24000, 48000)
@@ -89,6 +90,10 @@ class TTSSettings(BaseSettings):
     # asyncio's own loop (bench/front_bench.py); false: the standard asyncio loop.
     uvloop: bool = True
     log_level: str = "INFO"
+    # API keys (server/auth.py): comma-separated, and/or a file of one key per line, read
+    # again when it changes (rotation without a restart). Neither set: no key asked.
+    api_keys: SecretStr = SecretStr("")
+    api_keys_file: Path | None = None
     # Tests only: the engine's n-th decode step fails, `<cuda|bug|hang>@<n>[:launch|tokens]`
     # (engine/faults.py `FaultInjection`; checked when the engine is built). Empty: none.
     test_fault: str = ""

@@ -78,6 +78,7 @@ class TTS(tts.TTS):
         bridge: BridgeConfig | None = None,
         flush_on_sentence: bool = False,
         tracker: TurnTracker | None = None,
+        api_key: str = "",
     ) -> None:
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True),
@@ -90,6 +91,8 @@ class TTS(tts.TTS):
             flush_on_sentence=flush_on_sentence,
         )
         self._channels = ChannelCache(addr)
+        # the TTS's API key (TTS_API_KEYS), sent with every call; none when it is open
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._tracker = tracker
         self._streams: weakref.WeakSet[SynthesizeStream] = weakref.WeakSet()
 
@@ -184,7 +187,7 @@ class SynthesizeStream(tts.SynthesizeStream):
         )
         trace_id = tracker.ensure_turn().trace_id if tracker else request_id
         stub = tts_pb2_grpc.TextToSpeechStub(self._tts._channels.get())
-        call = stub.Synthesize(wait_for_ready=False)
+        call = stub.Synthesize(wait_for_ready=False, metadata=self._tts._metadata)
         self._call = call
         # the server utterance id that ends each framework segment (FLUSHED may come
         # out of order: an empty utterance is answered at once)
@@ -338,7 +341,7 @@ class ChunkedStream(tts.ChunkedStream):
             mime_type="audio/pcm", frame_size_ms=opts.frame_ms,
         )
         stub = tts_pb2_grpc.TextToSpeechStub(self._tts._channels.get())
-        call = stub.Synthesize()
+        call = stub.Synthesize(metadata=self._tts._metadata)
 
         async def write() -> None:
             for req in (self._tts._config(request_id),

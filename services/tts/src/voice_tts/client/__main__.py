@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import wave
 from collections.abc import AsyncIterator
@@ -59,7 +60,7 @@ async def _thinker_pieces(addr: str, question: str) -> AsyncIterator[str]:
 async def _run(args: argparse.Namespace) -> int:
     async with grpc.aio.insecure_channel(args.addr) as ch:
         if args.list_voices:
-            v = await list_voices(ch)
+            v = await list_voices(ch, args.api_key)
             for voice in v.voices:
                 print(f"{voice.name}\t{','.join(voice.languages)}\t{voice.dialect}")
             print(f"languages: {', '.join(v.languages)}  model: {v.model}")
@@ -79,7 +80,8 @@ async def _run(args: argparse.Namespace) -> int:
             pieces = _stdin_pieces(args.chunk_chars)
         else:
             pieces = _split(args.text, args.chunk_chars)
-        res = await synthesize(ch, pieces, cfg, interval_s=args.interval_ms / 1e3)  # type: ignore[arg-type]
+        res = await synthesize(ch, pieces, cfg, interval_s=args.interval_ms / 1e3,  # type: ignore[arg-type]
+                               api_key=args.api_key)
     with wave.open(args.out, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
@@ -112,6 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-frames", type=int, default=0, help="codec frames cap (0: server)")
     p.add_argument("--chunk-chars", type=int, default=4, help="characters per text piece")
     p.add_argument("--interval-ms", type=float, default=0.0, help="pause between pieces")
+    p.add_argument("--api-key", default=os.environ.get("TTS_API_KEY", ""),
+                   help="for a server with TTS_API_KEYS (default: $TTS_API_KEY)")
     args = p.parse_args(argv)
     if not (args.text or args.stdin or args.chat or args.list_voices):
         p.error("give --text, --stdin, --chat or --list-voices")

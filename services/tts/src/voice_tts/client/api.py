@@ -51,13 +51,15 @@ async def synthesize(
     pieces: Iterable[str] | AsyncIterator[str],
     config: tts_pb2.SessionConfig,
     interval_s: float = 0.0,
+    api_key: str = "",
 ) -> SynthesisResult:
     """Sends `pieces` (with `interval_s` between them, like an LLM), then half-closes.
-    A call the server ends raises its status (`grpc.aio.AioRpcError`)."""
+    A call the server ends raises its status (`grpc.aio.AioRpcError`). `api_key`: for a
+    server with TTS_API_KEYS."""
     stub = tts_pb2_grpc.TextToSpeechStub(channel)
     res = SynthesisResult(sample_rate=config.sample_rate or 24000)
     t0: list[float] = []
-    call = stub.Synthesize()
+    call = stub.Synthesize(metadata=key_metadata(api_key))
 
     async def texts() -> AsyncIterator[str]:
         if isinstance(pieces, AsyncIterator):
@@ -106,5 +108,12 @@ async def synthesize(
     return res
 
 
-async def list_voices(channel: grpc.aio.Channel) -> tts_pb2.ListVoicesResponse:
-    return await tts_pb2_grpc.TextToSpeechStub(channel).ListVoices(tts_pb2.ListVoicesRequest())
+async def list_voices(channel: grpc.aio.Channel, api_key: str = ""
+                      ) -> tts_pb2.ListVoicesResponse:
+    return await tts_pb2_grpc.TextToSpeechStub(channel).ListVoices(
+        tts_pb2.ListVoicesRequest(), metadata=key_metadata(api_key))
+
+
+def key_metadata(api_key: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata that shows an API key (none: nothing sent)."""
+    return (("authorization", f"Bearer {api_key}"),) if api_key else ()

@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from voice_tts.server.auth import OPEN_HTTP, ApiKeys, bearer
 from voice_tts.server.openai_speech import MAX_BODY_BYTES, ApiError, SpeechAPI, Truncate
 from voice_tts.server.synthesis import Synthesis
-from voice_tts.server.ws_speech import SpeechSocket
+from voice_tts.server.ws_speech import WS_PATH, SpeechSocket
 
 log = logging.getLogger("voice_tts.http")
 
@@ -44,9 +45,28 @@ async def error_bodies(request: web.Request,
                         kind="server_error").response()
 
 
+def key_check(keys: ApiKeys) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def check(request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
+        if request.path in OPEN_HTTP:
+            return await handler(request)
+        key = bearer(request.headers.get("Authorization"))
+        if key is None and request.path == WS_PATH:  # a browser cannot set the header
+            key = request.query.get("api_key")
+        if not keys.allows(key):
+            resp = ApiError(401, keys.refusal(key), code="invalid_api_key").response()
+            resp.headers["WWW-Authenticate"] = "Bearer"
+            return resp
+        return await handler(request)
+
+    return check
+
+
 async def start_http(host: str, port: int, registry: CollectorRegistry,
-                     is_serving: Callable[[], bool], calls: Synthesis | None = None
-                     ) -> web.AppRunner:
+                     is_serving: Callable[[], bool], calls: Synthesis | None = None,
+                     keys: ApiKeys | None = None) -> web.AppRunner:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -56,7 +76,8 @@ async def start_http(host: str, port: int, registry: CollectorRegistry,
         return web.json_response({"status": "SERVING" if ok else "NOT_SERVING"},
                                  status=200 if ok else 503)
 
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_bodies])
+    checks = [key_check(keys)] if keys is not None and keys.enabled else []
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_bodies, *checks])
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     if calls is not None:

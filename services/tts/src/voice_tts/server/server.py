@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine, EngineSettings
+from voice_tts.server.auth import ApiKeys, GrpcKeyCheck
 from voice_tts.server.http import start_http
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.service import SERVICE_NAME, TextToSpeechServicer
@@ -140,7 +141,9 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     engine.on_step = on_step
     sample_gpu_memory()
     engine.start()
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    keys = ApiKeys(settings.api_keys.get_secret_value(), settings.api_keys_file)
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)],
+                             interceptors=[GrpcKeyCheck(keys)] if keys.enabled else [])
     server.add_generic_rpc_handlers([TextToSpeechServicer(calls).handler()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -162,7 +165,7 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     if settings.http_port:
         running.http_runner = await start_http(settings.grpc_host, settings.http_port,
                                                metrics.registry, lambda: running.serving,
-                                               calls)
+                                               calls, keys)
     loop = asyncio.get_running_loop()
 
     def on_fatal(exc: BaseException) -> None:  # engine thread
@@ -177,9 +180,9 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     running.serving = True
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("TTS serving on :%d (gRPC), :%d (HTTP) model=%s device=%s max_sessions=%d",
-             port, settings.http_port, engine.model_name, settings.device,
-             settings.max_sessions)
+    log.info("TTS serving on :%d (gRPC), :%d (HTTP) model=%s device=%s max_sessions=%d "
+             "api_keys=%s", port, settings.http_port, engine.model_name, settings.device,
+             settings.max_sessions, "required" if keys.enabled else "off")
     return running
 
 

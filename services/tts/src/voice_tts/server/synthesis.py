@@ -111,7 +111,7 @@ class Synthesis:
                 if ticket is not None:  # its place is free while the client finishes
                     ticket.close()
                     ticket = None
-                await _until_client_stops_writing(it)
+                await until_client_stops_writing(it)
                 raise
             session = TrackedSession(session, ticket)
             stream.session = session
@@ -189,7 +189,7 @@ class Synthesis:
         return resolve_config(req.config, self._voice_names)
 
 
-async def _until_client_stops_writing(it: AsyncIterator[object]) -> None:
+async def until_client_stops_writing(it: AsyncIterator[object]) -> None:
     """Reads and drops the client's messages until it half-closes or goes quiet
     (`REFUSAL_QUIET_S`), at most `REFUSAL_MAX_WAIT_S`. A call turned away before its
     stream starts is answered only then: a status that races a client's write in flight

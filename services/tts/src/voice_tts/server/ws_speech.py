@@ -42,6 +42,7 @@ from voice_tts.server.synthesis import Synthesis
 
 log = logging.getLogger("voice_tts.ws")
 # One message's size: text appends are small; the utterance's limit is TTS_MAX_TEXT_CHARS.
+WS_PATH = "/v1/audio/speech/stream"
 MAX_MESSAGE_BYTES = 64 * 1024
 HEARTBEAT_S = 20.0  # pings: a peer that vanished without a close is found within ~2x this
 
@@ -51,7 +52,7 @@ class SpeechSocket:
         self.calls = calls
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_get("/v1/audio/speech/stream", self.handle)
+        app.router.add_get(WS_PATH, self.handle)
 
     async def handle(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, heartbeat=HEARTBEAT_S,
