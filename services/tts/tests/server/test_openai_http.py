@@ -150,6 +150,9 @@ BAD = [  # (body, status, error param, words in the message)
      "less than or equal"),
     ({"input": "Hi", "voice": "vivian", "sampling": {"max_frames": 2**40}}, 400,
      "sampling.max_frames", "less than or equal"),
+    # a cap past the engine's held an engine slot for minutes (the random-input run)
+    ({"input": "Hi", "voice": "vivian", "sampling": {"max_frames": 2**31}}, 400, None,
+     "over the limit of 2047"),
     ({"input": "Hi", "voice": "vivian", "sampling": {"temperature": float("inf")}}, 400,
      "sampling.temperature", "finite"),
 ]

@@ -16,12 +16,15 @@ import grpc
 from google.protobuf.message import DecodeError
 from voice.tts.v1 import tts_pb2
 
-from voice_tts.engine import EngineFailed, EngineFull, SamplingParams, UnknownVoice
+from voice_tts.engine import EngineFailed, EngineFull, EngineSettings, SamplingParams, UnknownVoice
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
 MAX_INSTRUCT_CHARS = 1000
 MAX_ID_CHARS = 128  # session_id, trace_id: they go into every log line of the call
 MAX_FRAMES_PER_MESSAGE = 16
+# A client's frame cap per utterance may lower the engine's, not raise it (2047 codec
+# frames, 164 s: past it a request could hold an engine slot for minutes).
+MAX_UTTERANCE_FRAMES = EngineSettings.max_frames
 
 
 class CallError(Exception):
@@ -164,6 +167,9 @@ def resolve_config(
         raise invalid(f"encoding {cfg.encoding} is not supported; use AUDIO_ENCODING_PCM_S16LE")
     for name in ("session_id", "trace_id"):
         _check_id(name, getattr(cfg, name))
+    if cfg.sampling.max_frames > MAX_UTTERANCE_FRAMES:
+        raise invalid(f"sampling.max_frames {cfg.sampling.max_frames} is over the limit of "
+                      f"{MAX_UTTERANCE_FRAMES} codec frames an utterance")
     sampling = _sampling(cfg.sampling)
     resolved = tts_pb2.SessionConfig()
     resolved.CopyFrom(cfg)

@@ -13,7 +13,7 @@ import grpc
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.server.protocol import CallError, parse_request
-from voice_tts.server.synthesis import Synthesis
+from voice_tts.server.synthesis import Synthesis, until_client_stops_writing
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
 SERVICE_NAME = "voice.tts.v1.TextToSpeech"
@@ -60,11 +60,25 @@ class TextToSpeechServicer:
                 async for resp in responses:
                     yield resp
         except CallError as e:
+            if e.code in CLIENT_ERRORS:
+                # the client may still be writing: its status waits for the writes to
+                # end, else a grpc.aio client reads INTERNAL (synthesis.py, grpc#36066)
+                await until_client_stops_writing(requests)
             await context.abort(e.code, e.message)
+
+
+# A call ended by the client's own mistake (its later messages are read and dropped).
+CLIENT_ERRORS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
 
 
 async def _parsed(raw: AsyncIterator[bytes]) -> AsyncIterator[tts_pb2.SynthesizeRequest]:
     """gRPC's requests, registered as raw bytes: parsed here, so that garbage gets
-    INVALID_ARGUMENT with a message instead of grpc's generic error."""
+    INVALID_ARGUMENT with a message instead of grpc's generic error (once the client's
+    writes end, read from the raw stream: this generator ends with its error)."""
     async for b in raw:
-        yield parse_request(b)
+        try:
+            req = parse_request(b)
+        except CallError:
+            await until_client_stops_writing(raw)
+            raise
+        yield req
