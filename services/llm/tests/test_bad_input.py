@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import wave
 
@@ -188,6 +189,12 @@ async def test_random_bad_requests_are_never_internal_or_unknown(thinker: Thinke
             code = e.code()
         codes[code.name] = codes.get(code.name, 0) + 1
         assert code in allowed, (i, raw[:80], code)
+
     print(f"\nthinker codes over 2000: {codes}")
+    for _ in range(100):
+        if thinker.backend.active_requests == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert thinker.backend.active_requests == 0
     assert codes.get("INVALID_ARGUMENT", 0) > 500
     assert text_of(await thinker.chat(request(user("hi"), max_tokens=2))) is not None

@@ -263,6 +263,10 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
                                            tts_conn_options=once,
                                            max_unrecoverable_errors=1_000_000),
         user_away_timeout=None,
+        # No echo warm-up: the framework would feed the STT silence for the agent's first
+        # 3 s of speech, and the duplex controller decides a paused reply by the words it
+        # hears (a browser and a LiveKit client cancel echo themselves).
+        aec_warmup_duration=None,
         **({} if s.tts_text_filters else {"tts_text_transforms": None}),
     )
     agent = VoiceAgent(s, cache)

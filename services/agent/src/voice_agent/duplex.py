@@ -49,6 +49,9 @@ log = logging.getLogger("voice_agent.duplex")
 
 # When to read the speaker's ticks after a barge-in (a few frames later).
 _SILENCE_CHECK_S = 0.1
+# A paused reply waits for a transcription still running (a loaded host) this long at
+# most after the user stopped, then resumes as if no words came.
+_STT_WAIT_MAX_S = 3.0
 
 # The session's interruption "min_words" when the controller decides backchannels: the
 # framework then neither cuts a reply on the VAD or a transcript (its gate needs this
@@ -185,7 +188,8 @@ class DuplexController:
                 if self._heard_backchannel:
                     self._resume("backchannel words")
                 else:
-                    self._arm(lambda: self._resume("no words"), self._backchannel.wait_s)
+                    self._arm(lambda: self._no_words(now + _STT_WAIT_MAX_S),
+                              self._backchannel.wait_s)
             else:
                 self._tracker.user_turn_ended(vad_end=turn_end[0], silence_s=turn_end[1])
 
@@ -230,6 +234,15 @@ class DuplexController:
         self._held_turn_end = None
         self._arm(self._too_long, self._backchannel.max_speech_s)
         log.info("reply paused: user speech over it")
+
+    def _no_words(self, deadline: float) -> None:
+        """No transcript came in the wait: resume, unless the recogniser is still on
+        this speech (then its words decide, up to `deadline`)."""
+        busy = self._paused_at is not None and self._tracker.stt_busy(self._paused_at)
+        if busy and time.perf_counter() < deadline:
+            self._arm(lambda: self._no_words(deadline), 0.05)
+        else:
+            self._resume("no words")
 
     def _too_long(self) -> None:
         if self.state == DuplexState.PAUSED and self._user_speaking:

@@ -158,6 +158,10 @@ class TurnTracker:
     def stt_started(self) -> None:
         self._stt = (time.perf_counter(), None)
 
+    def stt_busy(self, since: float) -> bool:
+        """A transcription started at or after `since` (perf_counter) is still running."""
+        return self._stt is not None and self._stt[0] >= since and self._stt[1] is None
+
     def stt_done(self) -> None:
         if self._stt is not None:
             self._stt = (self._stt[0], time.perf_counter())
