@@ -29,9 +29,12 @@ from .backends import Server, espeak
 
 def settings_for(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
     # a long reply (seed 1 at temperature 0.3 writes to max_tokens; 60 codec frames =
-    # 4.8 s of audio), so the barge-in lands while the agent speaks; no greeting
+    # 4.8 s of audio), so the barge-in lands while the agent speaks; no greeting. A real
+    # ear (the offline one): "Stop" must be heard as words to cut a paused reply, and the
+    # thinker's tiny random ASR step hears gibberish or nothing
     base: dict[str, object] = dict(
         tts_addr=tts.addr, thinker_addr=thinker.addr, tts_voice="aiden", http_port=0,
+        stt_backend="pocketsphinx",
         stt_max_tokens=16, tts_max_frames=60, llm_max_tokens=1000, llm_temperature=0.3,
         llm_seed=1, greeting="", ws_max_sessions=2,
     )
