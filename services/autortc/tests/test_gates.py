@@ -44,6 +44,11 @@ def test_unmeasured_is_skip() -> None:
     # A negative KPI regression is an improvement, not "unmeasured".
     res = {r.name: r.status for r in evaluate(GATES, "suite", {"kpi_regression_ms": -12.0})}
     assert res["kpi_regression"] == PASS
+    # Nor is a negative HF drop (the reply came out a little brighter than it went in).
+    res = {r.name: r.status for r in evaluate(GATES, "case", {"hf_ratio_drop_db": -0.02})}
+    assert res["hf_ratio_drop"] == PASS
+    res = {r.name: r.status for r in evaluate(GATES, "case", {"inter_arrival_max_ms": -1.0})}
+    assert res["inter_arrival_max"] == SKIP
 
 
 def _ok_capture(case_id: str, eot_ms: float) -> Capture:
