@@ -69,8 +69,9 @@ def start_tts(tmp: Path) -> Server:
     return s
 
 
-def start_thinker(tmp: Path, asr_dir: Path | None = None) -> Server:
+def start_thinker(tmp: Path, asr_dir: Path | None = None, **more_env: str) -> Server:
     env = {"LLM_ASR_MODEL": str(asr_dir)} if asr_dir is not None else {}
+    env.update(more_env)
     s = Server("thinker", "voice_llm.server", "llm", "LLM", tmp,
                LLM_BACKEND="transformers", LLM_MODEL="tiny-random", **env)
     s.wait_serving()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -24,7 +24,7 @@ from voice_agent.http import make_app
 from voice_agent.metrics import REGISTRY
 from voice_agent.settings import AgentSettings
 
-from .backends import Server, espeak
+from .backends import Server, espeak, start_thinker
 
 
 def settings_for(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
@@ -46,6 +46,17 @@ class Agent:
     def __init__(self, runner: web.AppRunner, port: int) -> None:
         self.runner, self.url = runner, f"ws://127.0.0.1:{port}{ws_session.PATH}"
         self.hub = runner.app[ws_session.TALK_HUB]
+
+
+@pytest.fixture(scope="module")
+def thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A thinker that writes as a served LLM does, ~50 tokens a second after its first 24
+    (LLM_PACE_*): a long reply is still being written while it is spoken, so a client
+    that vanishes mid-reply leaves a thinker call to cancel. Unpaced, the tiny model can
+    finish its 1000 tokens before the CPU TTS's first frames on a busy host."""
+    s = start_thinker(tmp_path_factory.mktemp("paced-thinker"), LLM_PACE_TOKENS_PER_S="50")
+    yield s
+    s.stop()
 
 
 @pytest.fixture
@@ -323,6 +334,7 @@ async def test_client_vanishing_mid_reply_tears_the_session_down(
         mic.say(question)
         await inbox.wait(lambda: len(inbox.audio) >= 10, 60)
         assert agent.hub.sockets
+        assert thinker.metric("llm_active_requests") >= 1  # the reply is still being written
         await mic.stop()
         ws._conn.transport.abort()  # type: ignore[union-attr]  # gone: no close frame
         await inbox.wait(lambda: not agent.hub.sockets, 10)
