@@ -25,6 +25,10 @@ LOCAL_DEPS_autortc := -e services/agent
 # below declare `voice-testkit` in their [test] extra; it is installed from the checkout.
 TESTKIT := libs/voice-testkit
 TESTKIT_SERVICES := tts llm agent token
+# API keys (libs/voice-keys), a runtime local package of the servers that check keys (and
+# of AutoRTC, which installs the agent).
+KEYS := libs/voice-keys
+KEYS_SERVICES := tts llm agent autortc
 # Extra packages of a service's test venv.
 EXTRA_tts := $(TRITON)
 
@@ -106,11 +110,11 @@ $(VENV)/oracle/.ok:
 	touch $@
 
 define service_venv
-$(VENV)/$(1)/.ok: services/$(1)/pyproject.toml $(if $(LOCAL_DEPS_$(1)),services/agent/pyproject.toml) $(if $(filter $(1),$(TESTKIT_SERVICES)),$(TESTKIT)/pyproject.toml) $(wildcard services/$(1)/setup.sh) $(if $(filter $(1),$(PROTO_SERVICES)),$(PROTOS))
+$(VENV)/$(1)/.ok: services/$(1)/pyproject.toml $(if $(LOCAL_DEPS_$(1)),services/agent/pyproject.toml) $(if $(filter $(1),$(TESTKIT_SERVICES)),$(TESTKIT)/pyproject.toml) $(if $(filter $(1),$(KEYS_SERVICES)),$(KEYS)/pyproject.toml) $(wildcard services/$(1)/setup.sh) $(if $(filter $(1),$(PROTO_SERVICES)),$(PROTOS))
 	@if [ -x services/$(1)/setup.sh ] || [ -f services/$(1)/setup.sh ]; then bash services/$(1)/setup.sh; fi
 	$(PYTHON) -m venv $(VENV)/$(1)
 	$(if $(filter $(1),$(TORCH_SERVICES)),$(VENV)/$(1)/bin/$(PIP) $(TORCH))
-	$(VENV)/$(1)/bin/$(PIP) $(if $(filter $(1),$(PROTO_SERVICES)),./proto) $(LOCAL_DEPS_$(1)) $(if $(filter $(1),$(TESTKIT_SERVICES)),-e $(TESTKIT)) -e 'services/$(1)[test]' $(EXTRA_$(1))
+	$(VENV)/$(1)/bin/$(PIP) $(if $(filter $(1),$(PROTO_SERVICES)),./proto) $(LOCAL_DEPS_$(1)) $(if $(filter $(1),$(KEYS_SERVICES)),-e $(KEYS)) $(if $(filter $(1),$(TESTKIT_SERVICES)),-e $(TESTKIT)) -e 'services/$(1)[test]' $(EXTRA_$(1))
 	touch $$@
 endef
 $(foreach s,$(SERVICES),$(eval $(call service_venv,$(s))))

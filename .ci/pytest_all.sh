@@ -21,6 +21,7 @@ for svc in "$@"; do
 done
 # The shared test helpers, in a venv that has them and gRPC.
 run "voice-testkit" ".venv/tts/bin/python" libs/voice-testkit/tests
+run "voice-keys" ".venv/tts/bin/python" libs/voice-keys/tests
 # The benchmarks' own tests (bench/ is a package; they drive the TTS server: its venv).
 run "bench" ".venv/tts/bin/python" bench/tests
 run "tests" ".venv/tools/bin/python" tests

@@ -9,8 +9,9 @@ RUN sh /tmp/build/apply.sh && python3 -m venv /opt/venv
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS=/tmp/build/wheels \
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt PATH=/opt/venv/bin:${PATH}
 COPY proto /src/proto
+COPY libs/voice-keys /src/libs/voice-keys
 COPY services/agent /src/services/agent
-RUN pip install /src/proto /src/services/agent
+RUN pip install /src/proto /src/libs/voice-keys /src/services/agent
 
 FROM ${PYTHON_IMAGE} AS runtime
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt

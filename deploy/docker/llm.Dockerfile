@@ -24,8 +24,9 @@ RUN if [ -n "${VLLM_VERSION}" ]; then \
         pip install "torch==${TORCH_VERSION}"; \
     fi
 COPY proto /src/proto
+COPY libs/voice-keys /src/libs/voice-keys
 COPY services/llm /src/services/llm
-RUN pip install /src/proto /src/services/llm
+RUN pip install /src/proto /src/libs/voice-keys /src/services/llm
 
 # --- runtime -----------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime

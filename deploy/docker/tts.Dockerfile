@@ -21,8 +21,9 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS=/tmp/build
 RUN PIP_INDEX_URL="${TORCH_INDEX_URL:-${PIP_INDEX_URL:-https://pypi.org/simple}}" \
     pip install "torch==${TORCH_VERSION}"
 COPY proto /src/proto
+COPY libs/voice-keys /src/libs/voice-keys
 COPY services/tts /src/services/tts
-RUN pip install /src/proto /src/services/tts
+RUN pip install /src/proto /src/libs/voice-keys /src/services/tts
 
 # --- runtime: no sources, no build inputs, a non-root user ----------------------------
 FROM ${PYTHON_IMAGE} AS runtime

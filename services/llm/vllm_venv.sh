@@ -31,5 +31,5 @@ if [ "$(cat "$VENV/.heavy" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$VENV/.heavy"
 fi
 # heavy: end
-pip install ./proto -e libs/voice-testkit -e 'services/llm[test]'
+pip install ./proto -e libs/voice-keys -e libs/voice-testkit -e 'services/llm[test]'
 echo "vllm venv $VENV ready in $((SECONDS - t0)) s"

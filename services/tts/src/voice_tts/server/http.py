@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from voice_keys import ApiKeys, bearer
 
-from voice_tts.server.auth import OPEN_HTTP, ApiKeys, bearer
 from voice_tts.server.openai_speech import MAX_BODY_BYTES, ApiError, SpeechAPI, Truncate
 from voice_tts.server.synthesis import Synthesis
 from voice_tts.server.ws_speech import WS_PATH, SpeechSocket
@@ -43,6 +43,14 @@ async def error_bodies(request: web.Request,
         log.exception("unhandled error in %s %s", request.method, request.path[:200])
         return ApiError(500, "internal error (the server's log has it)", code="internal",
                         kind="server_error").response()
+
+
+# API keys (voice_keys; TTS_API_KEYS, TTS_API_KEYS_FILE): gRPC metadata and the HTTP
+# header `authorization: Bearer <key>` (the `openai` SDK's `api_key`), or `?api_key=` on
+# the WebSocket (a browser cannot set its headers). Health and metrics stay open.
+OPEN_HTTP = ("/healthz", "/metrics")
+KEY_HOW = ("send `authorization: Bearer <key>` (gRPC metadata; the HTTP header; or "
+           "?api_key=<key> on the WebSocket)")
 
 
 def key_check(keys: ApiKeys) -> Callable[..., Awaitable[web.StreamResponse]]:

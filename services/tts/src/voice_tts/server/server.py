@@ -22,13 +22,13 @@ import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from voice.tts.v1 import tts_pb2
+from voice_keys import ApiKeys, GrpcKeyCheck
 
 from voice_tts.engine import Engine, EngineSettings
-from voice_tts.server.auth import ApiKeys, GrpcKeyCheck
-from voice_tts.server.http import start_http
+from voice_tts.server.http import KEY_HOW, start_http
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.service import SERVICE_NAME, TextToSpeechServicer
-from voice_tts.server.synthesis import Synthesis
+from voice_tts.server.synthesis import Synthesis, until_client_stops_writing
 from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.server")
@@ -141,9 +141,12 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     engine.on_step = on_step
     sample_gpu_memory()
     engine.start()
-    keys = ApiKeys(settings.api_keys.get_secret_value(), settings.api_keys_file)
+    keys = ApiKeys(settings.api_keys.get_secret_value(), settings.api_keys_file,
+                   file_setting="TTS_API_KEYS_FILE", how=KEY_HOW)
+    # Streaming calls are answered once their writes end, as admission does (see there).
+    check = GrpcKeyCheck(keys, drain=until_client_stops_writing)
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)],
-                             interceptors=[GrpcKeyCheck(keys)] if keys.enabled else [])
+                             interceptors=[check] if keys.enabled else [])
     server.add_generic_rpc_handlers([TextToSpeechServicer(calls).handler()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -1,14 +1,12 @@
-"""API keys: who may use the TTS (off when no key is configured).
+"""API keys: who may use a server of the voice stack (off when no key is configured).
 
-Keys come from `TTS_API_KEYS` (comma-separated) and/or `TTS_API_KEYS_FILE` (one per
-line, `#` comments): the file is read again when it changes, so keys rotate without a
-restart (add the new key, move clients over, remove the old one). A caller shows one:
-- gRPC: metadata `authorization: Bearer <key>` (every method but health and reflection);
-- HTTP: header `Authorization: Bearer <key>` (what the `openai` SDK sends as `api_key`);
-- WebSocket: the same header, or `?api_key=<key>` for browsers, which cannot set headers
-  on a WebSocket.
-`/healthz` and `/metrics` stay open (orchestrators and Prometheus). A missing or wrong
-key is UNAUTHENTICATED / 401, with a message that never holds a key.
+One module for every server that checks keys (the TTS, the thinker, the agent's
+WebSocket). Keys come from `<PREFIX>_API_KEYS` (comma-separated) and/or
+`<PREFIX>_API_KEYS_FILE` (one per line, `#` comments): the file is read again when it
+changes, so keys rotate without a restart (add the new key, move clients over, remove the
+old one). A caller shows one as `authorization: Bearer <key>` (gRPC metadata, or the HTTP
+header the `openai` SDK sends as `api_key`). A missing or wrong key is UNAUTHENTICATED /
+401 with a message that never holds a key; keys are compared in constant time.
 """
 
 from __future__ import annotations
@@ -16,27 +14,30 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from voice_tts.server.synthesis import until_client_stops_writing
+__all__ = ["OPEN_GRPC", "ApiKeys", "GrpcKeyCheck", "bearer"]
 
-log = logging.getLogger("voice_tts.auth")
+log = logging.getLogger("voice_keys")
 
+# Health and reflection stay open: orchestrators and grpcurl probe without a key.
 OPEN_GRPC = ("/grpc.health.v1.Health/", "/grpc.reflection.")
-OPEN_HTTP = ("/healthz", "/metrics")
-HOW = ("send `authorization: Bearer <key>` (gRPC metadata; the HTTP header; or "
-       "?api_key=<key> on the WebSocket)")
 
 
 class ApiKeys:
-    def __init__(self, keys: str = "", path: Path | None = None) -> None:
+    """The accepted keys: inline ones and those of a file, re-read when it changes."""
+
+    def __init__(self, keys: str = "", path: Path | None = None, *,
+                 file_setting: str = "API_KEYS_FILE", how: str = "") -> None:
         self._inline = {k.strip() for k in keys.split(",") if k.strip()}
         self._path = path
-        self._mtime: float | None = None
+        self._file_setting = file_setting
+        self._how = how or "send `Authorization: Bearer <key>`"
+        self._mtime: int | None = None
         self._from_file: set[str] = set()
         self._reload()
 
@@ -51,7 +52,7 @@ class ApiKeys:
             mtime = os.stat(self._path).st_mtime_ns
         except OSError as e:  # keep the last good set: a rotation mid-write is not an outage
             if self._mtime is None:
-                raise SystemExit(f"TTS_API_KEYS_FILE={self._path}: cannot read "
+                raise SystemExit(f"{self._file_setting}={self._path}: cannot read "
                                  f"({e.strerror})") from None
             return
         if mtime == self._mtime:
@@ -75,7 +76,7 @@ class ApiKeys:
                    for k in self._inline | self._from_file)
 
     def refusal(self, presented: str | None) -> str:
-        return (f"missing API key: {HOW}" if not presented
+        return (f"missing API key: {self._how}" if not presented
                 else "invalid API key (it is not one this server accepts)")
 
 
@@ -88,10 +89,15 @@ def bearer(value: str | None) -> str | None:
 
 
 class GrpcKeyCheck(grpc.aio.ServerInterceptor):
-    """Refuses a call without a valid key before its handler runs (or reads a message)."""
+    """Refuses a call without a valid key before its handler runs (or reads a message).
 
-    def __init__(self, keys: ApiKeys) -> None:
-        self.keys = keys
+    `drain` (for client-streaming methods) reads the client's writes before the status
+    goes out: a status racing a write in flight reaches a grpc.aio client as INTERNAL.
+    """
+
+    def __init__(self, keys: ApiKeys,
+                 drain: Callable[[AsyncIterator[Any]], Awaitable[None]] | None = None) -> None:
+        self.keys, self.drain = keys, drain
 
     async def intercept_service(
             self, continuation: Callable[[grpc.HandlerCallDetails],
@@ -107,8 +113,8 @@ class GrpcKeyCheck(grpc.aio.ServerInterceptor):
         message = self.keys.refusal(key)
 
         async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
-            if handler.request_streaming:  # answered once its writes end (as admission)
-                await until_client_stops_writing(request)
+            if handler.request_streaming and self.drain is not None:
+                await self.drain(request)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
         async def refuse_stream(request: Any, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
