@@ -75,7 +75,8 @@ def start_thinker(tmp: Path, asr_dir: Path | None = None, **more_env: str) -> Se
     s = Server("thinker", "voice_llm.server", "llm", "LLM", tmp,
                LLM_BACKEND="transformers", LLM_MODEL="tiny-random", **env)
     s.wait_serving()
-    warm_thinker(s.addr)
+    key = env.get("LLM_API_KEYS", "").split(",")[0]
+    warm_thinker(s.addr, key)
     return s
 
 
@@ -112,7 +113,7 @@ def build_tiny_asr(tmp: Path) -> Path:
     return out
 
 
-def warm_thinker(addr: str) -> None:
+def warm_thinker(addr: str, key: str = "") -> None:
     """One short Chat: the first generation of a fresh process pays torch's warm-up
     (about 1 s here), which is not what the latency numbers are about."""
     from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
@@ -121,7 +122,8 @@ def warm_thinker(addr: str) -> None:
         stub = thinker_pb2_grpc.ThinkerStub(ch)
         req = thinker_pb2.ChatRequest(max_tokens=4, messages=[thinker_pb2.Message(
             role=thinker_pb2.ROLE_USER, parts=[thinker_pb2.Part(text="hi")])])
-        for _ in stub.Chat(req, timeout=60):
+        meta = (("authorization", f"Bearer {key}"),) if key else ()
+        for _ in stub.Chat(req, timeout=60, metadata=meta):
             pass
 
 

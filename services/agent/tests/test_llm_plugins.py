@@ -149,3 +149,29 @@ def test_utterance_markers_become_audio_parts() -> None:
     store.put(pcm)  # capacity 2: utterance 1 is forgotten, its marker stays text
     _, msgs = build_messages(ctx, max_messages=8, utterances=store)
     assert msgs[0].parts[0].text == marker
+
+
+async def test_a_keyed_thinker_gets_the_agents_key(tmp_path: Path) -> None:
+    # the thinker asks for a key (LLM_API_KEYS); the plugins send AGENT_LLM_API_KEY's
+    keyed = start_thinker(tmp_path, LLM_API_KEYS="agent-key-0123456789")
+    try:
+        async def reply(llm: LLM) -> str:
+            text = ""
+            async with llm.chat(chat_ctx=chat(), conn_options=ONCE) as stream:
+                async for chunk in stream:
+                    text += chunk.delta.content if chunk.delta and chunk.delta.content else ""
+            await llm.aclose()
+            return text
+
+        with pytest.raises(APIStatusError) as e:
+            await reply(LLM(addr=keyed.addr, max_tokens=4, seed=3))
+        assert "UNAUTHENTICATED" in str(e.value) and "missing API key" in str(e.value)
+        assert await reply(LLM(addr=keyed.addr, max_tokens=4, seed=3,
+                               api_key="agent-key-0123456789"))
+        stt = STT(addr=keyed.addr, fallback="placeholder", api_key="agent-key-0123456789")
+        ev = await stt.recognize([_speechlike(1.0)], conn_options=ONCE)  # text-only: rejected
+        assert ev.alternatives[0].text.startswith(PLACEHOLDER_PREFIX)  # got in, then a 400
+        await stt.aclose()
+        assert "agent-key-0123456789" not in keyed.log_path.read_text()
+    finally:
+        keyed.stop()

@@ -307,18 +307,79 @@ async def test_no_start_in_time_and_capacity(agent: Agent, monkeypatch: pytest.M
     monkeypatch.setattr(ws_session, "HELLO_TIMEOUT_S", 0.5)
     e = await expect_error(agent.url, code="no_start", close=1008)
     assert "start" in e["message"]
+    monkeypatch.setattr(ws_session, "HELLO_TIMEOUT_S", 30.0)
     async with aiohttp.ClientSession() as http:
-        held = [await http.ws_connect(agent.url) for _ in range(2)]  # AGENT_WS_MAX_SESSIONS=2
+        # sockets that never start hold no conversation slot (AGENT_WS_MAX_SESSIONS=2)
+        silent = [await http.ws_connect(agent.url) for _ in range(4)]
+        held = [await http.ws_connect(agent.url) for _ in range(2)]
         for ws in held:
             await ws.send_json({"type": "start", "sample_rate": 16000})
             assert (await ws.receive_json(timeout=10))["type"] == "ready"
-        e = await expect_error(agent.url, code="busy", close=1013)
+        assert ws_session.SESSIONS._value.get() == 2
+        e = await expect_error(agent.url, code="busy", close=1013, start=True)
         assert "AGENT_WS_MAX_SESSIONS" in e["message"]
-        for ws in held:
+        # a slot is free the moment its conversation ends, not after its teardown
+        await held[0].close()
+        async with asyncio.timeout(1.0):
+            while ws_session.SESSIONS._value.get() > 1:
+                await asyncio.sleep(0.01)
+        again = await http.ws_connect(agent.url)
+        await again.send_json({"type": "start", "sample_rate": 16000})
+        assert (await again.receive_json(timeout=10))["type"] == "ready"
+        for ws in [*held, again, *silent]:
             await ws.close()
     async with asyncio.timeout(15):  # each session finishes starting, then tears down
         while agent.hub.sockets:
             await asyncio.sleep(0.05)
+    assert ws_session.SESSIONS._value.get() == 0
+
+
+async def test_open_sockets_waiting_to_start_are_bounded(
+        agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agent.hub, "max_open", 3)
+    async with aiohttp.ClientSession() as http:
+        silent = [await http.ws_connect(agent.url) for _ in range(3)]
+        e = await expect_error(agent.url, code="busy", close=1013)
+        assert "waiting to start" in e["message"]
+        for ws in silent:
+            await ws.close()
+    await drained(agent)
+
+
+async def test_api_keys_on_the_route(tts_server: Server, thinker: Server,
+                                     tmp_path: Path) -> None:
+    keyfile = tmp_path / "keys"
+    keyfile.write_text("# rotated by rewriting\nfile-key-123\n")
+    settings = settings_for(tts_server, thinker, api_keys="inline-key-456",
+                            api_keys_file=keyfile)
+    runner = web.AppRunner(make_app(settings))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    url = f"ws://127.0.0.1:{port}{ws_session.PATH}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            for headers, query, words in (({}, "", "missing API key"),
+                                          ({"Authorization": "Bearer nope"}, "", "invalid"),
+                                          ({}, "?api_key=nope", "invalid")):
+                with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+                    await http.ws_connect(url + query, headers=headers)
+                assert err.value.status == 401
+                async with http.get(url.replace("ws://", "http://") + query,
+                                    headers=headers) as r:
+                    body = await r.json()
+                assert r.status == 401 and body["code"] == "unauthorized", body
+                assert words in body["message"] and "nope" not in body["message"]
+            for headers, query in (({"Authorization": "Bearer inline-key-456"}, ""),
+                                   ({}, "?api_key=file-key-123")):
+                async with http.ws_connect(url + query, headers=headers) as ws:
+                    await ws.send_json({"type": "start", "sample_rate": 16000})
+                    assert (await ws.receive_json(timeout=30))["type"] == "ready"
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
+                assert r.status == 200  # metrics stay open
+    finally:
+        await runner.cleanup()
 
 
 async def test_client_vanishing_mid_reply_tears_the_session_down(

@@ -229,10 +229,11 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
                backend=s.stt_backend, fallback=s.stt_fallback, vad=vad,
                sphinx_workers=s.stt_workers, offline_model=s.stt_offline_model,
                early_pass=s.stt_early_pass,
-               utterances=utterances, tracker=tracker)
+               utterances=utterances, tracker=tracker,
+               api_key=s.llm_api_key.get_secret_value())
     llm_ = LLM(addr=s.thinker_addr, max_tokens=s.llm_max_tokens, temperature=s.llm_temperature,
                max_messages=s.max_context_messages, seed=s.llm_seed, utterances=utterances,
-               tracker=tracker)
+               tracker=tracker, api_key=s.llm_api_key.get_secret_value())
     bridge = BridgeConfig(starter_min_chars=s.bridge_starter_min_chars,
                           starter_max_chars=s.bridge_starter_max_chars,
                           min_chars=s.bridge_min_chars, max_chars=s.bridge_max_chars)

@@ -8,6 +8,7 @@ and what to fix, never mid-call.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
@@ -28,13 +29,20 @@ class AgentSettings(BaseSettings):
     tts_api_key: SecretStr = SecretStr("")
     # host:port of the thinker gRPC server (voice.llm.v1.Thinker).
     thinker_addr: str = "localhost:50052"
+    # The thinker's API key, if it asks for one (its LLM_API_KEYS); never logged.
+    llm_api_key: SecretStr = SecretStr("")
     # Port of the agent's own HTTP server: /metrics (Prometheus) and /healthz (0 = off).
     http_port: int = Field(8003, ge=0, le=65535)
     # Interface the HTTP server binds.
     http_host: str = "0.0.0.0"
     # Concurrent conversations on the HTTP server's WebSocket transport, GET /v1/talk
-    # (ws_session.py; no LiveKit, no auth: loopback or behind a proxy). 0 = no route.
+    # (ws_session.py; no LiveKit), counted from each one's `start`. 0 = no route.
     ws_max_sessions: int = Field(4, ge=0, le=1000)
+    # API keys /v1/talk asks for (voice_keys): comma-separated, and/or a file of one a
+    # line, read again when it changes. `Authorization: Bearer <key>`, or ?api_key= from a
+    # browser. Neither set: no key asked (the local mesh; bind to loopback).
+    api_keys: SecretStr = SecretStr("")
+    api_keys_file: Path | None = None
 
 
     # --- TTS session --------------------------------------------------------------

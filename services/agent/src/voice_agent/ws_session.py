@@ -47,6 +47,7 @@ from livekit.agents.utils.audio import AudioByteStream
 from livekit.agents.voice import io
 from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
 from prometheus_client import Counter, Gauge
+from voice_keys import ApiKeys, bearer
 
 from .agent import PhraseCache, attach_duplex, build_pipeline, starter_phrases
 from .audio_io import PacedOutput
@@ -68,7 +69,7 @@ PREPARE_TIMEOUT_S = 120.0  # the starter phrases: retried until the TTS answers,
 PREPARE_RETRY_S = 2.0
 MAX_OUTBOX_S = 10.0  # reply audio waiting for a client that does not read
 
-SESSIONS = Gauge("agent_ws_sessions", "Open /v1/talk WebSocket conversations",
+SESSIONS = Gauge("agent_ws_sessions", "/v1/talk conversations under way (started, not ended)",
                  registry=REGISTRY)
 REFUSED = Counter("agent_ws_refused_total", "/v1/talk connections refused, by reason",
                   ["reason"], registry=REGISTRY)
@@ -278,8 +279,9 @@ class TalkSession:
         self.outbox.event(type="transcript", role=item.role, text=item.text_content or "",
                           interrupted=bool(item.interrupted))
 
-    async def run(self) -> None:
-        """Until the client stops or goes, or a protocol error (raised after teardown)."""
+    async def run(self, on_end: Callable[[], None] = lambda: None) -> None:
+        """Until the client stops or goes, or a protocol error (raised after teardown).
+        `on_end` runs as soon as either side has ended it, before the teardown."""
         p = self.pipeline
         sender = asyncio.create_task(self.outbox.run(), name=f"talk-{self.id}-send")
         receiver = asyncio.create_task(self._receive(), name=f"talk-{self.id}-recv")
@@ -295,6 +297,7 @@ class TalkSession:
                     and isinstance(err := receiver.exception(), ProtocolError)):
                 await _refuse(self.ws, err)  # the client hears why now, not after teardown
         finally:
+            on_end()  # the slot is free now; the teardown takes a moment more
             receiver.cancel()
             await self._teardown()
             sender.cancel()
@@ -350,7 +353,15 @@ class TalkHub:
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
         self.cache = PhraseCache()  # one per process: the greeting is the same for all
-        self.sockets: set[web.WebSocketResponse] = set()
+        self.sockets: set[web.WebSocketResponse] = set()  # open, started or not
+        self.talking = 0  # conversations under way: the slots taken
+        # Sockets waiting for `start` cost little but are bounded too (a slow hello is
+        # cut at HELLO_TIMEOUT_S); conversations are counted apart, from `start`.
+        self.max_open = 4 * settings.ws_max_sessions + 16
+        self.keys = ApiKeys(settings.api_keys.get_secret_value(), settings.api_keys_file,
+                            file_setting="AGENT_API_KEYS_FILE",
+                            how="send `Authorization: Bearer <key>`, or ?api_key=<key> "
+                            "from a browser")
         self.ready = asyncio.Event()  # prepared (or given up on: see the log)
         self._prepare: asyncio.Task[None] | None = None
 
@@ -383,24 +394,31 @@ class TalkHub:
             for comp in (p.stt, p.llm, p.tts):
                 await comp.aclose()
 
-    async def handle(self, request: web.Request) -> web.WebSocketResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        key = bearer(request.headers.get("Authorization")) or request.query.get("api_key")
+        if not self.keys.allows(key):  # before the upgrade: no socket, no slot
+            REFUSED.labels(reason="unauthorized").inc()
+            return web.json_response(
+                {"type": "error", "code": "unauthorized", "message": self.keys.refusal(key)},
+                status=401, headers={"WWW-Authenticate": "Bearer"})
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4 * 48000 * MAX_MESSAGE_MS // 1000)
         await ws.prepare(request)
-        if len(self.sockets) >= self.settings.ws_max_sessions:
+        if len(self.sockets) >= self.max_open:
             REFUSED.labels(reason="busy").inc()
             await _refuse(ws, ProtocolError(
-                "busy", f"the agent is at capacity ({self.settings.ws_max_sessions} "
-                "conversations, AGENT_WS_MAX_SESSIONS); try again later", 1013))
+                "busy", f"too many connections ({self.max_open}) are open or waiting to "
+                "start; try again later", 1013))
             return ws
         self.sockets.add(ws)
-        SESSIONS.inc()
         t0 = time.perf_counter()
         session: TalkSession | None = None
+        release: Callable[[], None] | None = None
         try:
             rate = await self._hello(ws)
+            release = self._take_slot()
             session = TalkSession(self.settings, self.cache, ws, rate)
             log.info("talk %s: start, mic %d Hz, from %s", session.id, rate, request.remote)
-            await session.run()
+            await session.run(on_end=release)
             await ws.close()
         except ConnectionResetError:
             log.info("talk: client left before starting")
@@ -413,11 +431,32 @@ class TalkHub:
             await _refuse(ws, ProtocolError("internal", "internal error in the agent", 1011))
         finally:
             self.sockets.discard(ws)
-            SESSIONS.dec()
+            if release is not None:
+                release()
             if session is not None:
                 log.info("talk %s: end after %.1f s, %d frames sent", session.id,
                          time.perf_counter() - t0, session.outbox.audio_sent)
         return ws
+
+    def _take_slot(self) -> Callable[[], None]:
+        """A conversation slot (AGENT_WS_MAX_SESSIONS), taken at `start`: a socket that
+        never starts holds none. The returned call gives it back, once."""
+        if self.talking >= self.settings.ws_max_sessions:
+            raise ProtocolError(
+                "busy", f"the agent is at capacity ({self.settings.ws_max_sessions} "
+                "conversations, AGENT_WS_MAX_SESSIONS); try again later", 1013)
+        self.talking += 1
+        SESSIONS.inc()
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self.talking -= 1
+                SESSIONS.dec()
+
+        return release
 
     async def _hello(self, ws: web.WebSocketResponse) -> int:
         try:

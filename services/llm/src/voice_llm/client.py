@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,7 +48,9 @@ async def chat(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         first: float | None = None
         try:
-            async for delta in stub.Chat(build_request(args), timeout=args.timeout):
+            meta = (("authorization", f"Bearer {args.api_key}"),) if args.api_key else ()
+            async for delta in stub.Chat(build_request(args), timeout=args.timeout,
+                                         metadata=meta):
                 if delta.text and first is None:
                     first = time.perf_counter()
                 sys.stdout.write(delta.text)
@@ -80,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--request-id", default="")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole call")
+    p.add_argument("--api-key", default=os.environ.get("LLM_API_KEY", ""),
+                   help="the thinker's API key, if it asks for one (default: $LLM_API_KEY)")
     args = p.parse_args(argv)
     if not args.text and not args.wav:
         p.error("give --text and/or --wav")

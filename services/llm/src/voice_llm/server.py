@@ -25,6 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
+from voice_keys import ApiKeys, GrpcKeyCheck
 
 from voice_llm.asr import Transcriber
 from voice_llm.backends.base import Backend
@@ -102,7 +103,12 @@ class ThinkerServer:
         # The largest valid request: its audio at 48 kHz s16, plus 1 MiB of text. A bigger
         # message is refused (RESOURCE_EXHAUSTED) before it is read whole.
         max_message = int(s.max_audio_seconds * 48_000 * 2) + (1 << 20)
-        self._grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", max_message)])
+        keys = ApiKeys(s.api_keys.get_secret_value(), s.api_keys_file,
+                       file_setting="LLM_API_KEYS_FILE",
+                       how="send gRPC metadata `authorization: Bearer <key>`")
+        self._grpc = grpc.aio.server(
+            options=[("grpc.max_receive_message_length", max_message)],
+            interceptors=[GrpcKeyCheck(keys)] if keys.enabled else [])
         self._grpc.add_generic_rpc_handlers((self.service.handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
         reflection.enable_server_reflection(

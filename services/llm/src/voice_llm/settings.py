@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 TINY_RANDOM = "tiny-random"
@@ -104,6 +104,16 @@ class Settings(BaseSettings):
         "",
         description="a local HF speech-to-text model dir (Whisper, wav2vec2-CTC...) used when "
         "the LLM cannot take audio; empty = audio on a text-only model is INVALID_ARGUMENT",
+    )
+
+    # Who may call Chat (voice_keys): health and reflection stay open.
+    api_keys: SecretStr = Field(
+        SecretStr(""), description="API keys, comma-separated: Chat then needs metadata "
+        "`authorization: Bearer <key>` (empty, and no LLM_API_KEYS_FILE: no key asked)"
+    )
+    api_keys_file: Path | None = Field(
+        None, description="a file of API keys, one a line (# comments), read again when it "
+        "changes: keys rotate without a restart"
     )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")

@@ -90,7 +90,7 @@ class TTSSettings(BaseSettings):
     # asyncio's own loop (bench/front_bench.py); false: the standard asyncio loop.
     uvloop: bool = True
     log_level: str = "INFO"
-    # API keys (server/auth.py): comma-separated, and/or a file of one key per line, read
+    # API keys (voice_keys): comma-separated, and/or a file of one key per line, read
     # again when it changes (rotation without a restart). Neither set: no key asked.
     api_keys: SecretStr = SecretStr("")
     api_keys_file: Path | None = None

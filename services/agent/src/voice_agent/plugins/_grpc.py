@@ -40,10 +40,12 @@ _CHANNEL_OPTIONS = [
 
 
 class ChannelCache:
-    """One insecure channel to `addr` per running event loop."""
+    """One insecure channel to `addr` per running event loop, and the metadata every call
+    on it sends: the server's API key, if it asks for one (never logged)."""
 
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, api_key: str = "") -> None:
         self.addr = addr
+        self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._channels: dict[int, grpc.aio.Channel] = {}
 
     def get(self) -> grpc.aio.Channel:

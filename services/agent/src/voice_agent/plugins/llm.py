@@ -130,12 +130,13 @@ class LLM(llm.LLM):
         seed: int | None = None,
         utterances: UtteranceStore | None = None,
         tracker: TurnTracker | None = None,
+        api_key: str = "",
     ) -> None:
         super().__init__()
         self._utterances = utterances
         self._opts = _LLMOptions(addr=addr, max_tokens=max_tokens, temperature=temperature,
                                  max_messages=max_messages, seed=seed)
-        self._channels = ChannelCache(addr)
+        self._channels = ChannelCache(addr, api_key)  # the thinker's key (LLM_API_KEYS)
         self._tracker = tracker
         self._streams: weakref.WeakSet[LLMStream] = weakref.WeakSet()
         self.last_request: thinker_pb2.ChatRequest | None = None  # for logs and tests
@@ -211,7 +212,8 @@ class LLMStream(llm.LLMStream):
         self._llm_.last_request = req
         stub = thinker_pb2_grpc.ThinkerStub(self._llm_._channels.get())
         # A whole reply's deadline, not the connect timeout: replies stream for seconds.
-        call = stub.Chat(req, timeout=_REPLY_DEADLINE_S)
+        call = stub.Chat(req, timeout=_REPLY_DEADLINE_S,
+                         metadata=self._llm_._channels.metadata)
         self._call = call
         try:
             async for delta in call:

@@ -82,6 +82,7 @@ class STT(stt.STT):
         early_pass: bool = True,
         utterances: UtteranceStore | None = None,
         tracker: TurnTracker | None = None,
+        api_key: str = "",
     ) -> None:
         # without a VAD only `recognize` (whole utterances) is offered
         super().__init__(
@@ -100,7 +101,7 @@ class STT(stt.STT):
         self._sphinx_workers = sphinx_workers
         self._offline_model = offline_model
         self.early_pass = early_pass
-        self._channels = ChannelCache(addr)
+        self._channels = ChannelCache(addr, api_key)  # the thinker's key (LLM_API_KEYS)
         self._tracker = tracker
         # "audio" mode: no transcription call, the LLM plugin sends the audio itself
         self._utterances = utterances
@@ -209,7 +210,8 @@ class STT(stt.STT):
         stub = thinker_pb2_grpc.ThinkerStub(self._channels.get())
         text = ""
         try:
-            async for delta in stub.Chat(req, timeout=conn_options.timeout):
+            async for delta in stub.Chat(req, timeout=conn_options.timeout,
+                                         metadata=self._channels.metadata):
                 text += delta.text
         except grpc.aio.AioRpcError as e:
             if e.code() != grpc.StatusCode.INVALID_ARGUMENT or self._fallback == "none":

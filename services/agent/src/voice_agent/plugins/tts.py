@@ -90,9 +90,8 @@ class TTS(tts.TTS):
             frame_ms=frame_ms, seed=seed, max_frames=max_frames, bridge=bridge or BridgeConfig(),
             flush_on_sentence=flush_on_sentence,
         )
-        self._channels = ChannelCache(addr)
-        # the TTS's API key (TTS_API_KEYS), sent with every call; none when it is open
-        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        # the TTS's API key (its TTS_API_KEYS) rides on every call; none when it is open
+        self._channels = ChannelCache(addr, api_key)
         self._tracker = tracker
         self._streams: weakref.WeakSet[SynthesizeStream] = weakref.WeakSet()
 
@@ -187,7 +186,7 @@ class SynthesizeStream(tts.SynthesizeStream):
         )
         trace_id = tracker.ensure_turn().trace_id if tracker else request_id
         stub = tts_pb2_grpc.TextToSpeechStub(self._tts._channels.get())
-        call = stub.Synthesize(wait_for_ready=False, metadata=self._tts._metadata)
+        call = stub.Synthesize(wait_for_ready=False, metadata=self._tts._channels.metadata)
         self._call = call
         # the server utterance id that ends each framework segment (FLUSHED may come
         # out of order: an empty utterance is answered at once)
@@ -341,7 +340,7 @@ class ChunkedStream(tts.ChunkedStream):
             mime_type="audio/pcm", frame_size_ms=opts.frame_ms,
         )
         stub = tts_pb2_grpc.TextToSpeechStub(self._tts._channels.get())
-        call = stub.Synthesize(metadata=self._tts._metadata)
+        call = stub.Synthesize(metadata=self._tts._channels.metadata)
 
         async def write() -> None:
             for req in (self._tts._config(request_id),

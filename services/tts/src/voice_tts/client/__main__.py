@@ -43,12 +43,13 @@ async def _stdin_pieces(n: int) -> AsyncIterator[str]:
             yield piece
 
 
-async def _thinker_pieces(addr: str, question: str) -> AsyncIterator[str]:
+async def _thinker_pieces(addr: str, question: str, key: str = "") -> AsyncIterator[str]:
     """The thinker's reply, delta by delta, as it streams (echoed to stdout)."""
+    meta = (("authorization", f"Bearer {key}"),) if key else ()
     async with grpc.aio.insecure_channel(addr) as ch:
         req = thinker_pb2.ChatRequest(messages=[thinker_pb2.Message(
             role=thinker_pb2.ROLE_USER, parts=[thinker_pb2.Part(text=question)])])
-        async for delta in thinker_pb2_grpc.ThinkerStub(ch).Chat(req):
+        async for delta in thinker_pb2_grpc.ThinkerStub(ch).Chat(req, metadata=meta):
             if delta.text:
                 print(delta.text, end="", flush=True)
                 yield delta.text
@@ -75,7 +76,7 @@ async def _run(args: argparse.Namespace) -> int:
         if args.max_frames:
             cfg.sampling.max_frames = args.max_frames
         if args.chat:
-            pieces: object = _thinker_pieces(args.thinker, args.chat)
+            pieces: object = _thinker_pieces(args.thinker, args.chat, args.thinker_api_key)
         elif args.stdin:
             pieces = _stdin_pieces(args.chunk_chars)
         else:
@@ -116,6 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--interval-ms", type=float, default=0.0, help="pause between pieces")
     p.add_argument("--api-key", default=os.environ.get("TTS_API_KEY", ""),
                    help="for a server with TTS_API_KEYS (default: $TTS_API_KEY)")
+    p.add_argument("--thinker-api-key", default=os.environ.get("LLM_API_KEY", ""),
+                   help="for a thinker with LLM_API_KEYS (--chat; default: $LLM_API_KEY)")
     args = p.parse_args(argv)
     if not (args.text or args.stdin or args.chat or args.list_voices):
         p.error("give --text, --stdin, --chat or --list-voices")
