@@ -25,10 +25,10 @@ LOCAL_DEPS_autortc := -e services/agent
 # below declare `voice-testkit` in their [test] extra; it is installed from the checkout.
 TESTKIT := libs/voice-testkit
 TESTKIT_SERVICES := tts llm agent token
-# API keys (libs/voice-keys), a runtime local package of the servers that check keys (and
+# API keys (libs/voice-keys), a runtime local package of the services that check keys (and
 # of AutoRTC, which installs the agent).
 KEYS := libs/voice-keys
-KEYS_SERVICES := tts llm agent autortc
+KEYS_SERVICES := tts llm agent autortc token
 # Extra packages of a service's test venv.
 EXTRA_tts := $(TRITON)
 

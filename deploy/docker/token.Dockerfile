@@ -23,7 +23,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS=/tmp/build
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt PATH=/opt/venv/bin:${PATH}
 COPY services/token /src/services/token
 COPY --from=web /src/services/token/src/voice_token/static/dist /src/services/token/src/voice_token/static/dist
-RUN pip install /src/services/token
+COPY libs/voice-keys /src/libs/voice-keys
+RUN pip install /src/libs/voice-keys /src/services/token
 
 FROM ${PYTHON_IMAGE} AS runtime
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt

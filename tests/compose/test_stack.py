@@ -151,8 +151,12 @@ def test_the_token_page_and_a_signed_token_come_from_the_token_container(stack):
     assert page.status_code == 200 and "text/html" in page.headers["Content-Type"]
     bundle = requests.get("http://127.0.0.1:8080/static/dist/app.js", timeout=10)
     assert bundle.status_code == 200 and len(bundle.content) > 100_000  # livekit-client inside
+    # a stranger gets the page's kind of identity, not one of the app's users
     r = requests.post("http://127.0.0.1:8080/api/token", timeout=10,
-                      json={"room": "compose-test", "identity": "alice"})
+                      json={"room": "compose-test", "identity": "admin"})
+    assert r.status_code == 403 and r.json()["field"] == "identity", r.text
+    r = requests.post("http://127.0.0.1:8080/api/token", timeout=10,
+                      json={"room": "compose-test", "identity": "web-alice"})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["server_url"] == ENV_EXAMPLE["LIVEKIT_PUBLIC_URL"]
@@ -162,7 +166,7 @@ def test_the_token_page_and_a_signed_token_come_from_the_token_container(stack):
                         f"{header}.{payload}".encode(), hashlib.sha256).digest()
     assert hmac.compare_digest(unb64(signature), expected), "not signed with the .env secret"
     claims = json.loads(unb64(payload))
-    assert claims["iss"] == ENV_EXAMPLE["LIVEKIT_API_KEY"] and claims["sub"] == "alice"
+    assert claims["iss"] == ENV_EXAMPLE["LIVEKIT_API_KEY"] and claims["sub"] == "web-alice"
     assert claims["video"]["room"] == "compose-test" and claims["video"]["roomJoin"] is True
     bad = requests.post("http://127.0.0.1:8080/api/token", json={"room": "x"}, timeout=10)
     assert bad.status_code == 400

@@ -50,9 +50,11 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def make_settings(**overrides: object) -> Settings:
+    # Any identity: these tests are about other things (test_grants.py holds the shipped
+    # TOKEN_IDENTITIES default, and what a caller with or without a key may have).
     base: dict[str, object] = {
         "livekit_api_key": API_KEY, "livekit_api_secret": API_SECRET,
-        "livekit_url": "ws://127.0.0.1:7880",
+        "livekit_url": "ws://127.0.0.1:7880", "token_identities": "*",
     }
     base.update(overrides)
     return load_settings(**base)

@@ -86,7 +86,7 @@ def test_serves_and_stops_gracefully_on_sigterm(server_factory) -> None:  # type
     assert status == 200 and len(js) > 100_000  # the bundled LiveKit client
     assert _get(srv.url + "/static/../settings.py")[0] == 404
 
-    status, body = _post(srv.url + "/api/token", b'{"room": "demo", "identity": "alice"}')
+    status, body = _post(srv.url + "/api/token", b'{"room": "demo", "identity": "web-1a2b3c4d"}')
     assert status == 200
     out = json.loads(body)
     claims = TokenVerifier(API_KEY, API_SECRET).verify(out["participant_token"])
@@ -114,7 +114,7 @@ def test_serves_and_stops_gracefully_on_sigterm(server_factory) -> None:  # type
     req_lines = [ln for ln in lines if ln["msg"] == "request" and ln["path"] == "/api/token"]
     assert [(r["status"], r["request_id"]) for r in req_lines] == [
         (200, "req-test-42"), (400, "req-test-42")]
-    assert req_lines[0]["room"] == "demo" and req_lines[0]["identity"] == "alice"
+    assert req_lines[0]["room"] == "demo" and req_lines[0]["identity"] == "web-1a2b3c4d"
     # The secret is in the process env, and nowhere it writes or answers.
     assert API_SECRET not in srv.logs()
     assert all(API_SECRET not in a for a in answers)

@@ -25,7 +25,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
-from voice_keys import ApiKeys, GrpcKeyCheck
+from voice_keys import ApiKeys
+from voice_keys.grpc_check import GrpcKeyCheck
 
 from voice_llm.asr import Transcriber
 from voice_llm.backends.base import Backend

@@ -36,6 +36,11 @@ environment (see services/token/README.md):
   TOKEN_TRUST_PROXY            take the client address from X-Forwarded-For (default false)
   TOKEN_PROXY_HOPS             trusted proxies in front (default 1): the address that many
                                from the right of X-Forwarded-For is the client's
+  TOKEN_ISSUER_KEYS / _FILE    keys of the app's backend (Authorization: Bearer): any
+                               room and identity; the file is re-read when it changes
+  TOKEN_ROOMS                  room patterns open to callers without a key (default *)
+  TOKEN_IDENTITIES             identity patterns they may have (default web-*)
+  TOKEN_ANONYMOUS              false: tokens for key holders only (default true)
   TOKEN_AGENT_NAME             agent to dispatch into the room (default: none)
   TOKEN_CONNECT_TIMEOUT_SECONDS  page's wait for LiveKit before "cannot reach" (15)
   TOKEN_AGENT_TIMEOUT_SECONDS  page's wait, once connected, for an agent to answer (10)

@@ -9,7 +9,8 @@
     GET  /metrics     Prometheus text
 
 Order of checks on /api/token: origin (403), rate limit (429), content type (415),
-body (413/400), then minting. Every error is JSON `{"error": message, "field"?: name}`.
+body (413/400), who may have that token (401/403, grants.py), then minting. Every error
+is JSON `{"error": message, "field"?: name}`.
 The app never sees the API secret except inside its `TokenMinter`.
 """
 
@@ -25,8 +26,10 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from voice_keys import bearer
 
 from voice_token import __version__
+from voice_token.grants import GrantPolicy
 from voice_token.metrics import Metrics
 from voice_token.ratelimit import RateLimiter
 from voice_token.settings import EXAMPLE_SECRET, Settings
@@ -44,6 +47,7 @@ PAGE_CSP = ("script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancest
 SETTINGS_KEY = web.AppKey("settings", Settings)
 MINTER_KEY = web.AppKey("minter", TokenMinter)
 LIMITER_KEY = web.AppKey("limiter", RateLimiter)
+POLICY_KEY = web.AppKey("policy", GrantPolicy)
 METRICS_KEY = web.AppKey("metrics", Metrics)
 REQUEST_ID = web.RequestKey("request_id", str)
 LOG_EXTRA = web.RequestKey("log_extra", dict)
@@ -61,6 +65,7 @@ def build_app(settings: Settings, *, limiter: RateLimiter | None = None) -> web.
             api_key, api_secret, dt.timedelta(seconds=settings.token_ttl_seconds),
             settings.token_agent_name,
         )
+    app[POLICY_KEY] = GrantPolicy.from_settings(settings)
     app[LIMITER_KEY] = limiter or RateLimiter(
         settings.token_rate_limit_per_minute, settings.token_rate_limit_burst
     )
@@ -150,7 +155,7 @@ def _cors_headers(origin: str) -> dict[str, str]:
     return {
         "Access-Control-Allow-Origin": origin,
         "Access-Control-Allow-Methods": "POST, OPTIONS",
-        "Access-Control-Allow-Headers": "Content-Type, X-Request-Id",
+        "Access-Control-Allow-Headers": "Content-Type, X-Request-Id, Authorization",
         "Access-Control-Max-Age": "600",
         "Vary": "Origin",
     }
@@ -201,7 +206,14 @@ async def _token_response(request: web.Request) -> web.Response:
         return _error(e.status, str(e), e.field)
     except web.HTTPRequestEntityTooLarge:
         return _error(413, f"body too large (limit {MAX_BODY_BYTES} bytes)")
-    request[LOG_EXTRA] = {"room": req.room, "identity": req.identity}
+    try:
+        caller = request.app[POLICY_KEY].check(req, bearer(request.headers.get("Authorization")))
+    except RequestError as e:
+        resp = _error(e.status, str(e), e.field)
+        if e.status == 401:
+            resp.headers["WWW-Authenticate"] = "Bearer"
+        return resp
+    request[LOG_EXTRA] = {"room": req.room, "identity": req.identity, "caller": caller}
     settings = request.app[SETTINGS_KEY]
     issued = request.app[MINTER_KEY].mint(req.room, req.identity, req.name)
     return web.json_response(

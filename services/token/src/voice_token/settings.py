@@ -14,6 +14,7 @@ from the command line, and are kept as `SecretStr` so that a repr or a log line 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -62,6 +63,16 @@ class Settings(BaseSettings):
     # client is the entry that many from the right (what the client itself wrote, on
     # the left, is never taken).
     token_proxy_hops: int = Field(1, ge=1, le=16)
+    # Who gets which token (grants.py). A caller showing a key of TOKEN_ISSUER_KEYS /
+    # TOKEN_ISSUER_KEYS_FILE (`Authorization: Bearer`: the app's backend) may have any
+    # room and identity; anyone else only rooms and identities matching these patterns
+    # (`*` any run of characters), or nothing at all with TOKEN_ANONYMOUS=false.
+    token_rooms: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])
+    token_identities: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["web-*"])
+    token_anonymous: bool = True
+    token_issuer_keys: SecretStr = SecretStr("")
+    token_issuer_keys_file: Path | None = None
     # Agent to dispatch explicitly into the room when the token is used; empty = none
     # (an agent registered without a name joins every room on its own).
     token_agent_name: str = Field("", max_length=128)
@@ -103,6 +114,19 @@ class Settings(BaseSettings):
             return out
         return v
 
+    @field_validator("token_rooms", "token_identities", mode="before")
+    @classmethod
+    def _split_patterns(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = [p.strip() for p in v.split(",") if p.strip()]
+        if isinstance(v, list):
+            for p in v:
+                if not _PATTERN_RE.fullmatch(str(p)):
+                    raise ValueError(
+                        f"{str(p)[:40]!r} is not a name pattern: letters, digits, '.', '_', "
+                        "'-' and '*' (any run of characters), at most 64")
+        return v
+
     @field_validator("token_log_level")
     @classmethod
     def _level(cls, v: str) -> str:
@@ -142,6 +166,7 @@ class Settings(BaseSettings):
         return out
 
 
+_PATTERN_RE = re.compile(r"[A-Za-z0-9._*-]{1,64}")
 # LiveKit's own rule for API secrets; HS256 wants a key as long as its 32-byte hash.
 MIN_SECRET_CHARS = 32
 # .env.example's secret: public, so anyone could sign tokens with it.

@@ -22,7 +22,8 @@ import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from voice.tts.v1 import tts_pb2
-from voice_keys import ApiKeys, GrpcKeyCheck
+from voice_keys import ApiKeys
+from voice_keys.grpc_check import GrpcKeyCheck
 
 from voice_tts.engine import Engine, EngineSettings
 from voice_tts.server.http import KEY_HOW, start_http
