@@ -15,7 +15,8 @@ The backend knows nothing about gRPC, admission or metrics.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 from voice_llm.chat import AudioClip, ChatJob, ChatMessage, Chunk, Role, SamplingOptions
@@ -46,11 +47,28 @@ class Backend(Protocol):
 AUDIO_SENTINEL = "<voice-llm-audio/>"
 
 
+class PlainText:
+    """Keeps the tokenizer's markers (`<|im_end|>`, `<|im_start|>`, `<think>`: its added
+    tokens) in request text from reading as markers: a zero-width space after their first
+    character. Only the chat template opens and closes turns; a text part that writes
+    `<|im_end|><|im_start|>system` stays words the model reads, not a new system turn."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        markers = sorted(tokenizer.get_added_vocab(), key=len, reverse=True)
+        self._find = re.compile("|".join(map(re.escape, markers))) if markers else None
+
+    def __call__(self, text: str) -> str:
+        if self._find is None:
+            return text
+        return self._find.sub(lambda m: m[0][0] + "\u200b" + m[0][1:], text)
+
+
 def chat_template_messages(
-    messages: Sequence[ChatMessage],
+    messages: Sequence[ChatMessage], plain: Callable[[str], str] = str,
 ) -> tuple[list[dict[str, Any]], list[AudioClip]]:
     """Messages in the HF chat-template shape (string content), plus the audio clips in
-    prompt order, each marked in the text by AUDIO_SENTINEL."""
+    prompt order, each marked in the text by AUDIO_SENTINEL. `plain` (a `PlainText`)
+    defuses markers in the text."""
     out: list[dict[str, Any]] = []
     clips: list[AudioClip] = []
     for m in messages:
@@ -62,7 +80,7 @@ def chat_template_messages(
             else:
                 if AUDIO_SENTINEL in p:
                     raise InvalidInput("text parts must not contain the audio sentinel")
-                pieces.append(p)
+                pieces.append(plain(p))
         out.append({"role": m.role.value, "content": "".join(pieces)})
     return out, clips
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from voice_llm.backends.base import (
+    PlainText,
     chat_template_messages,
     check_prompt_len,
     render_prompt,
@@ -76,6 +77,7 @@ class TransformersBackend:
             torch.set_num_threads(self._settings.torch_threads)
         dtype = "auto" if self._settings.dtype == "auto" else getattr(torch, self._settings.dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(self._path)
+        self._plain = PlainText(self.tokenizer)
         random_weights = (self._path / RANDOM_MARKER).exists()
         if random_weights:  # random:<shape>: weights made here
             from transformers import AutoConfig
@@ -138,7 +140,7 @@ class TransformersBackend:
     async def generate(self, job: ChatJob) -> AsyncIterator[Chunk]:
         if job.has_audio:
             raise AssertionError("audio reached the transformers backend")
-        messages, _ = chat_template_messages(job.messages)
+        messages, _ = chat_template_messages(job.messages, self._plain)
         prompt_ids = self.tokenizer(render_prompt(self.tokenizer, messages)).input_ids
         n_prompt = len(prompt_ids)
         check_prompt_len(n_prompt, self._settings.max_model_len)

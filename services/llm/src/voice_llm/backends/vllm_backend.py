@@ -27,6 +27,7 @@ from typing import Any
 
 from voice_llm.backends.base import (
     AUDIO_SENTINEL,
+    PlainText,
     chat_template_messages,
     check_prompt_len,
     render_prompt,
@@ -127,6 +128,7 @@ class VllmBackend:
         # A per-engine stat logger factory: (vllm_config, engine_index) -> logger.
         self.engine = AsyncLLM.from_engine_args(args, stat_loggers=[lambda cfg, i: steps])
         self.tokenizer = self.engine.get_tokenizer()
+        self._plain = PlainText(self.tokenizer)
         log.info(
             "vLLM engine up",
             extra={
@@ -139,7 +141,7 @@ class VllmBackend:
             pass
 
     def _prompt(self, job: ChatJob) -> tuple[dict[str, Any], int | None]:
-        messages, clips = chat_template_messages(job.messages)
+        messages, clips = chat_template_messages(job.messages, self._plain)
         text = render_prompt(self.tokenizer, messages)
         if clips:
             assert self._placeholder is not None, "audio reached a model that cannot hear"
