@@ -94,6 +94,13 @@ class TTSSettings(BaseSettings):
     # again when it changes (rotation without a restart). Neither set: no key asked.
     api_keys: SecretStr = SecretStr("")
     api_keys_file: Path | None = None
+    # Web pages on other origins that may call the HTTP port (OpenAI API, WebSocket):
+    # comma-separated `scheme://host[:port]`, or `*`. Same-origin pages and clients that
+    # send no Origin (SDKs, curl) need nothing here (server/http_guards.py).
+    cors_origins: str = ""
+    # Seconds a connection to the HTTP port may take to send its first request's headers
+    # (slow senders hold sockets: slowloris); it is closed after that.
+    header_timeout_s: float = Field(10.0, gt=0, le=300)
     # Tests only: the engine's n-th decode step fails, `<cuda|bug|hang>@<n>[:launch|tokens]`
     # (engine/faults.py `FaultInjection`; checked when the engine is built). Empty: none.
     test_fault: str = ""

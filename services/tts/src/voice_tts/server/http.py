@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from voice_keys import ApiKeys, bearer
 
+from voice_tts.server.http_guards import GuardedSite, guard_origins
 from voice_tts.server.openai_speech import MAX_BODY_BYTES, ApiError, SpeechAPI, Truncate
 from voice_tts.server.synthesis import Synthesis
 from voice_tts.server.ws_speech import WS_PATH, SpeechSocket
@@ -74,7 +75,8 @@ def key_check(keys: ApiKeys) -> Callable[..., Awaitable[web.StreamResponse]]:
 
 async def start_http(host: str, port: int, registry: CollectorRegistry,
                      is_serving: Callable[[], bool], calls: Synthesis | None = None,
-                     keys: ApiKeys | None = None) -> web.AppRunner:
+                     keys: ApiKeys | None = None, cors_origins: list[str] | None = None,
+                     header_timeout_s: float = 10.0) -> web.AppRunner:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -84,8 +86,13 @@ async def start_http(host: str, port: int, registry: CollectorRegistry,
         return web.json_response({"status": "SERVING" if ok else "NOT_SERVING"},
                                  status=200 if ok else 503)
 
+    def forbidden(message: str) -> web.StreamResponse:
+        return ApiError(403, message, code="origin_not_allowed").response()
+
     checks = [key_check(keys)] if keys is not None and keys.enabled else []
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_bodies, *checks])
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[*checks])
+    guard_origins(app, cors_origins or [], forbidden)  # before the key check
+    app.middlewares.insert(0, error_bodies)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     if calls is not None:
@@ -94,5 +101,5 @@ async def start_http(host: str, port: int, registry: CollectorRegistry,
     # A client that goes away cancels its handler: its engine session ends at once.
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await GuardedSite(runner, host, port, header_timeout_s).start()
     return runner

@@ -165,6 +165,11 @@ class SpeechAPI:
                 await producer
 
     async def _parse(self, request: web.Request) -> SpeechRequest:
+        # JSON only: a form or text/plain POST is what a web page may send cross-origin
+        # without asking first (no CORS preflight); this one cannot be.
+        if request.content_type != "application/json":
+            raise ApiError(415, f"Content-Type must be application/json, not "
+                           f"{request.content_type[:60]!r}", code="unsupported_media_type")
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
             raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes",
                            code="request_too_large")

@@ -169,7 +169,11 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     if settings.http_port:
         running.http_runner = await start_http(settings.grpc_host, settings.http_port,
                                                metrics.registry, lambda: running.serving,
-                                               calls, keys)
+                                               calls, keys, cors_origins=[
+                                                   o.strip() for o in
+                                                   settings.cors_origins.split(",")
+                                                   if o.strip()],
+                                               header_timeout_s=settings.header_timeout_s)
     loop = asyncio.get_running_loop()
 
     def on_fatal(exc: BaseException) -> None:  # engine thread
