@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 SECRET_VAR = "LIVEKIT_API_SECRET"
-KEY_VAR = "VOICE_API_KEY"  # the TTS's and the thinker's API key in the gpu profile
+KEY_VAR = "VOICE_API_KEY"  # the TTS's and the thinker's API key (compose)
 _VAR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 

@@ -45,11 +45,18 @@ pytestmark = pytest.mark.skipif(not os.environ.get("VOICE_TEST_COMPOSE"),
                                 reason="run by `make test-compose` (needs a Docker engine)")
 
 
+# Keys on, as `make up` writes them into .env: the TTS and the thinker ask for this one,
+# the agent sends it (the shell's value wins over --env-file's empty one).
+KEY = "compose-test-key-" + "0123456789abcdef" * 2
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
 def compose(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         ["docker", "compose", "-p", PROJECT, "--env-file", str(ROOT / ".env.example"),
          "--profile", "cpu", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "VOICE_API_KEY": KEY})
     if check and proc.returncode != 0:
         raise AssertionError(f"docker compose {' '.join(args)}: rc={proc.returncode}\n"
                              f"{proc.stdout}\n{proc.stderr}")
@@ -125,7 +132,8 @@ def test_make_demo_against_the_tts_container_writes_a_valid_wav(stack, tmp_path)
     out = tmp_path / "demo.wav"
     proc = subprocess.run(["make", "--no-print-directory", "demo", f"DEMO_OUT={out}",
                            "TEXT=Hello from the container."],
-                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+                          cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "TTS_API_KEY": KEY})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with wave.open(str(out)) as w:
         assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 24000)
@@ -136,13 +144,16 @@ def test_make_demo_against_the_tts_container_writes_a_valid_wav(stack, tmp_path)
 
 
 def test_the_tts_container_speaks_openai_http(stack):
-    r = requests.post("http://127.0.0.1:8001/v1/audio/speech", timeout=120, json={
-        "model": "tts-1", "input": "Hello over HTTP.", "voice": "vivian", "stream": False})
+    body = {"model": "tts-1", "input": "Hello over HTTP.", "voice": "vivian", "stream": False}
+    r = requests.post("http://127.0.0.1:8001/v1/audio/speech", timeout=30, json=body)
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", r.text
+    r = requests.post("http://127.0.0.1:8001/v1/audio/speech", timeout=120, json=body,
+                      headers=AUTH)
     assert r.status_code == 200, r.text
     with wave.open(io.BytesIO(r.content)) as w:
         assert w.getframerate() == 24000 and w.getnframes() >= 1920
     bad = requests.post("http://127.0.0.1:8001/v1/audio/speech", timeout=30,
-                        json={"input": "Hi", "voice": "alloy"})
+                        json={"input": "Hi", "voice": "alloy"}, headers=AUTH)
     assert bad.status_code == 404 and "unknown voice" in bad.json()["error"]["message"]
 
 
@@ -180,7 +191,11 @@ def test_the_thinker_answers_through_its_container(stack):
         messages=[pb.Message(role=pb.ROLE_USER, parts=[pb.Part(text="Say hello.")])],
         max_tokens=12, temperature=0.0)
     with grpc.insecure_channel("127.0.0.1:50052") as channel:
-        deltas = list(rpc.ThinkerStub(channel).Chat(request, timeout=60))
+        with pytest.raises(grpc.RpcError) as refused:
+            list(rpc.ThinkerStub(channel).Chat(request, timeout=60))
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        deltas = list(rpc.ThinkerStub(channel).Chat(
+            request, timeout=60, metadata=(("authorization", f"Bearer {KEY}"),)))
     final = deltas[-1].final
     assert final.completion_tokens > 0 and final.ttft_ms > 0
     assert "".join(d.text for d in deltas), "no text"

@@ -10,7 +10,9 @@ no session and no task behind; a full agent refuses clearly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import random
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -409,3 +411,75 @@ async def test_client_vanishing_mid_reply_tears_the_session_down(
             if not t.done() and t is not asyncio.current_task()]
     assert not left, [t.get_name() for t in left]
     assert ws_session.SESSIONS._value.get() == 0
+
+
+async def test_random_bad_input_never_ends_a_session_with_an_internal_error(
+        agent: Agent) -> None:
+    """A seeded random run of 1,000 sessions: a mutated `start` (or junk, binary, invalid
+    UTF-8) first, then a few random messages. Each ends with the client's error and its
+    close code (1003/1007/1008/1009/1013), or runs and stops (1000): never 1011
+    `internal`; afterwards no session is left and a good one still starts."""
+    seed, n = 20261126, 1000
+    rng = random.Random(seed)
+    odd = [None, True, -1, 0, 16000.5, "16000", 2**64, 1e308, "", "\ud800", [], {}, "x" * 3000]
+
+    def first() -> tuple[str, object]:
+        roll = rng.random()
+        if roll < 0.1:
+            return "text", json.dumps({"type": "start", "sample_rate": 16000})
+        if roll < 0.6:
+            obj: dict[str, object] = {"type": "start", "sample_rate": 16000}
+            for _ in range(rng.randint(1, 2)):
+                obj[rng.choice(["type", "sample_rate", "extra", "protocol"])] = rng.choice(odd)
+            return "text", json.dumps(obj)
+        if roll < 0.75:
+            return "text", rng.choice(["", "{", "[]", "null", '{"type": "stop"}',
+                                       "[" * 5000 + "]" * 5000, "\ud800"])
+        if roll < 0.9:
+            return "binary", bytes(rng.randrange(256) for _ in range(rng.randint(0, 700)))
+        return "bad-utf8", b'{"type": "start", "sample_rate": 16000, "x": "\xff\xfe"}'
+
+    def then() -> list[tuple[str, object]]:
+        return [rng.choice([("binary", b"\0" * rng.choice([1, 640, 641, 16_001, 32_002])),
+                            ("text", json.dumps({"type": rng.choice(["stop", "start", "x"])})),
+                            ("text", rng.choice(["{}", "[1]", "nope"]))])
+                for _ in range(rng.randint(0, 3))]
+
+    codes: dict[int, int] = {}
+    sem = asyncio.Semaphore(4)
+
+    async def one(i: int, http: aiohttp.ClientSession) -> None:
+        script = [first(), *then()]
+        async with sem, http.ws_connect(agent.url) as ws:
+            for kind, data in script:
+                if ws.closed:
+                    break
+                with contextlib.suppress(ConnectionResetError):
+                    if kind == "text":
+                        await ws.send_str(str(data).encode("utf-8", "surrogatepass")
+                                          .decode("utf-8", "replace"))
+                    elif kind == "binary":
+                        await ws.send_bytes(data)  # type: ignore[arg-type]
+                    else:
+                        await ws.send_frame(data, aiohttp.WSMsgType.TEXT)  # type: ignore[arg-type]
+            if not ws.closed:
+                with contextlib.suppress(ConnectionResetError):
+                    await ws.send_json({"type": "stop"})
+            errors = []
+            async with asyncio.timeout(30):
+                async for msg in ws:
+                    if msg.type == aiohttp.WSMsgType.TEXT and '"error"' in msg.data:
+                        errors.append(json.loads(msg.data))
+        code = ws.close_code or 0
+        codes[code] = codes.get(code, 0) + 1
+        assert code in (1000, 1003, 1007, 1008, 1009, 1013), (seed, i, script, code, errors)
+        assert all(e["code"] != "internal" for e in errors), (seed, i, script, errors)
+
+    async with aiohttp.ClientSession() as http:
+        await asyncio.gather(*(one(i, http) for i in range(n)))
+    assert sum(codes.values()) == n and len(codes) >= 4, codes
+    await drained(agent)
+    assert ws_session.SESSIONS._value.get() == 0
+    async with aiohttp.ClientSession() as http, http.ws_connect(agent.url) as ws:
+        await ws.send_json({"type": "start", "sample_rate": 16000})
+        assert (await ws.receive_json(timeout=10))["type"] == "ready"

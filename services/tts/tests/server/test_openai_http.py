@@ -111,11 +111,14 @@ def test_sample_rate_and_split_utf8_text(server) -> None:
     assert len(pcm) == FRAMES * 1280 * 2  # 80 ms at 16 kHz a frame
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 async def post(server, body: object, raw: bytes | None = None
                ) -> tuple[int, dict, dict]:
     url = f"http://127.0.0.1:{server.http_port}/v1/audio/speech"
     data = raw if raw is not None else json.dumps(body).encode()
-    async with aiohttp.ClientSession() as s, s.post(url, data=data) as r:
+    async with aiohttp.ClientSession() as s, s.post(url, data=data, headers=JSON) as r:
         return r.status, dict(r.headers), await r.json()
 
 
