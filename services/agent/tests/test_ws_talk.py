@@ -348,6 +348,23 @@ async def test_open_sockets_waiting_to_start_are_bounded(
     await drained(agent)
 
 
+async def test_pages_from_other_sites_may_not_open_the_route(agent: Agent) -> None:
+    port = agent.url.split(":")[2].split("/")[0]
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+            await http.ws_connect(agent.url, headers={"Origin": "https://evil.example"})
+        assert err.value.status == 403
+        async with http.get(agent.url.replace("ws://", "http://"),
+                            headers={"Origin": "https://evil.example"}) as r:
+            assert (await r.json())["code"] == "origin_not_allowed"
+        # the mesh's page: the same host on another port, by either loopback name
+        for origin in ("http://127.0.0.1:8080", f"http://localhost:{port}"):
+            async with http.ws_connect(agent.url, headers={"Origin": origin}) as ws:
+                await ws.send_json({"type": "hello"})
+                assert (await ws.receive_json(timeout=10))["code"] == "expected_start"
+    await drained(agent)
+
+
 async def test_api_keys_on_the_route(tts_server: Server, thinker: Server,
                                      tmp_path: Path) -> None:
     keyfile = tmp_path / "keys"

@@ -43,6 +43,9 @@ class AgentSettings(BaseSettings):
     # browser. Neither set: no key asked (the local mesh; bind to loopback).
     api_keys: SecretStr = SecretStr("")
     api_keys_file: Path | None = None
+    # Web pages on other hosts that may open /v1/talk: comma-separated
+    # `scheme://host[:port]`, or `*`. Pages on the agent's own host (any port) need nothing.
+    ws_origins: str = ""
 
 
     # --- TTS session --------------------------------------------------------------

@@ -40,6 +40,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 from livekit import rtc
@@ -63,6 +64,7 @@ INPUT_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 VAD_RATE = 16000  # what the VAD and the STT take
 MAX_MESSAGE_MS = 500  # audio in one binary message (browsers send 3-100 ms)
 HELLO_TIMEOUT_S = 10.0
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")  # one host, whichever name a page uses
 MAX_BACKLOG_S = 5.0  # mic audio the session may lag behind the client (older is dropped)
 MAX_AHEAD_S = 5.0  # mic audio a client may send ahead of real time (else: too_fast)
 PREPARE_TIMEOUT_S = 120.0  # the starter phrases: retried until the TTS answers, this long
@@ -394,7 +396,27 @@ class TalkHub:
             for comp in (p.stt, p.llm, p.tts):
                 await comp.aclose()
 
+    def origin_allowed(self, request: web.Request) -> bool:
+        """A browser's page may talk from the agent's own host (any port: the mesh's page
+        is served by the token service next door) or from AGENT_WS_ORIGINS; a page on
+        another site may not drive a visitor's browser into the agent. No Origin: not a
+        browser (the key, if any, guards those)."""
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return True
+        origin = origin.rstrip("/").lower()
+        allowed = {o.strip().rstrip("/").lower() for o in self.settings.ws_origins.split(",")}
+        host, ours = urlsplit(origin).hostname, (request.url.host or "").lower()
+        return "*" in allowed or origin in allowed or (
+            host is not None and (host == ours or (host in LOOPBACK and ours in LOOPBACK)))
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if not self.origin_allowed(request):
+            REFUSED.labels(reason="origin").inc()
+            return web.json_response(
+                {"type": "error", "code": "origin_not_allowed", "message":
+                 f"origin {request.headers['Origin'][:100]!r} may not open /v1/talk (the "
+                 "agent's own host, or AGENT_WS_ORIGINS)"}, status=403)
         key = bearer(request.headers.get("Authorization")) or request.query.get("api_key")
         if not self.keys.allows(key):  # before the upgrade: no socket, no slot
             REFUSED.labels(reason="unauthorized").inc()
