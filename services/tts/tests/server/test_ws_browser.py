@@ -206,3 +206,34 @@ def test_browser_stop_silences_then_the_socket_speaks_again(page: Page,
     assert second["utterance_id"] == 1 and second["next_seq"] == old_frames
     assert log[-1] == "flushed" and events[-1]["next_seq"] == log.count("A")
     assert set(got["lengths"]) == {FRAME_BYTES}
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
+    s = ServerProc(tmp_path_factory.mktemp("keyed-browser"), TTS_API_KEYS="browser-key-0123")
+    yield s
+    s.stop()
+
+
+def test_a_browser_shows_its_key_in_the_url_and_other_sites_are_refused(
+        browser: Browser, keyed: ServerProc, server: ServerProc) -> None:
+    """Keys on: the page opens the socket with `?api_key=` (a browser cannot set its
+    headers) and speaks; without it, or from a page on another origin (the other
+    server's port), the browser's socket never opens."""
+    ctx = browser.new_context()
+    pg = ctx.new_page()
+    try:
+        pg.goto(f"http://127.0.0.1:{keyed.http_port}/healthz")
+        pg.evaluate(SOCKET_JS)
+        got = pg.evaluate(STREAM_SENTENCE_JS, {"url": ws_url(keyed) + "?api_key=browser-key-0123",
+                                               "config": ws_config(4), "pieces": PIECES})
+        assert got["closeCode"] == 1000 and got["lengths"], got
+        opened = "(url) => openSpeechSocket(url).then(() => 'open', (e) => e.message)"
+        assert pg.evaluate(opened, ws_url(keyed)) == "websocket error before open"
+        assert pg.evaluate(opened, ws_url(keyed) + "?api_key=nope") != "open"
+        pg.goto(f"http://127.0.0.1:{server.http_port}/healthz")  # another origin
+        pg.evaluate(SOCKET_JS)
+        assert pg.evaluate(opened, ws_url(keyed) + "?api_key=browser-key-0123") != "open"
+        assert pg.evaluate(opened, ws_url(server)) == "open"  # its own origin still may
+    finally:
+        ctx.close()
