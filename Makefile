@@ -48,11 +48,16 @@ up: ## run the whole stack: Docker Compose if an engine and Compose answer, else
 down: ## stop what `make up` started
 	@bash deploy/down.sh
 
+# The key `make up` wrote into .env (compose asks for it), unless TTS_API_KEY /
+# LLM_API_KEY say otherwise; none: the local mesh asks for none.
+ENV_KEY = $$(sed -n 's/^VOICE_API_KEY=//p' .env 2>/dev/null)
+
 demo: $(VENV)/tts/.ok ## speak TEXT="..." through the running TTS service into demo.wav
-	$(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
+	TTS_API_KEY="$${TTS_API_KEY:-$(ENV_KEY)}" $(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
 		--text "$(TEXT)" --out $(DEMO_OUT) $(DEMO_ARGS)
 
 demo-chat: $(VENV)/tts/.ok ## ask the thinker ASK="..." and speak its streamed answer into chat.wav
+	TTS_API_KEY="$${TTS_API_KEY:-$(ENV_KEY)}" LLM_API_KEY="$${LLM_API_KEY:-$(ENV_KEY)}" \
 	$(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
 		--chat "$(ASK)" --thinker 127.0.0.1:$${LLM_GRPC_PORT:-50052} --out $(CHAT_OUT) $(DEMO_ARGS)
 
