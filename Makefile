@@ -37,10 +37,13 @@ TEXT ?= Hello! This is the voice stack speaking, one streamed piece at a time.
 ASK ?= Say hello and tell me what you can do.
 DEMO_OUT ?= demo.wav
 CHAT_OUT ?= chat.wav
+VOICE ?= vivian
 DEMO_ARGS ?=
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@echo "demo variables: TEXT=\"...\" (demo), ASK=\"...\" (demo-chat), VOICE=$(VOICE),"
+	@echo "  DEMO_OUT=$(DEMO_OUT), CHAT_OUT=$(CHAT_OUT), DEMO_ARGS=\"--greedy --max-frames 50 ...\""
 
 up: ## run the whole stack: Docker Compose if an engine and Compose answer, else the local mesh (VOICE_UP=compose|mesh)
 	@bash deploy/up.sh
@@ -54,12 +57,13 @@ ENV_KEY = $$(sed -n 's/^VOICE_API_KEY=//p' .env 2>/dev/null)
 
 demo: $(VENV)/tts/.ok ## speak TEXT="..." through the running TTS service into demo.wav
 	TTS_API_KEY="$${TTS_API_KEY:-$(ENV_KEY)}" $(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
-		--text "$(TEXT)" --out $(DEMO_OUT) $(DEMO_ARGS)
+		--text "$(TEXT)" --voice "$(VOICE)" --out $(DEMO_OUT) $(DEMO_ARGS)
 
 demo-chat: $(VENV)/tts/.ok ## ask the thinker ASK="..." and speak its streamed answer into chat.wav
 	TTS_API_KEY="$${TTS_API_KEY:-$(ENV_KEY)}" LLM_API_KEY="$${LLM_API_KEY:-$(ENV_KEY)}" \
 	$(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
-		--chat "$(ASK)" --thinker 127.0.0.1:$${LLM_GRPC_PORT:-50052} --out $(CHAT_OUT) $(DEMO_ARGS)
+		--chat "$(ASK)" --thinker 127.0.0.1:$${LLM_GRPC_PORT:-50052} --voice "$(VOICE)" \
+		--out $(CHAT_OUT) $(DEMO_ARGS)
 
 test: venvs lint ## everything that runs without a GPU, Docker or weights
 	@bash .ci/pytest_all.sh $(SERVICES)

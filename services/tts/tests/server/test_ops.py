@@ -122,6 +122,16 @@ def test_cli_streams_stdin(server, tmp_path: Path) -> None:
         assert w.getnframes() == 5 * 1920
 
 
+def test_cli_says_what_to_do_when_nothing_answers(tmp_path: Path) -> None:
+    from voice_testkit import free_port
+
+    r = subprocess.run([sys.executable, "-m", "voice_tts.client", "--addr",
+                        f"127.0.0.1:{free_port()}", "--text", "Hi.", "--out",
+                        str(tmp_path / "x.wav")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "UNAVAILABLE" in r.stderr
+    assert "is the stack up? `make up`" in r.stderr, r.stderr
+
+
 def test_help_and_bad_env() -> None:
     for mod in ("voice_tts.server", "voice_tts.client"):
         r = subprocess.run([sys.executable, "-m", mod, "--help"], capture_output=True,

@@ -125,7 +125,20 @@ def main(argv: list[str] | None = None) -> None:
     try:
         sys.exit(asyncio.run(_run(args)))
     except grpc.aio.AioRpcError as e:
-        sys.exit(f"tts error: {e.code().name}: {e.details()}")
+        sys.exit(f"tts error: {e.code().name}: {e.details()}{_next_step(e, args)}")
+
+
+def _next_step(e: grpc.aio.AioRpcError, args: argparse.Namespace) -> str:
+    """What to do about it, for the errors a newcomer meets first."""
+    if e.code() == grpc.StatusCode.UNAVAILABLE:
+        return (f"\n  nothing answers at {args.addr}{' or ' + args.thinker if args.chat else ''}"
+                ": is the stack up? `make up` starts it (TTS_GRPC_PORT / LLM_GRPC_PORT if "
+                "you moved its ports)")
+    if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+        return ("\n  the server asks for an API key: --api-key / TTS_API_KEY (the thinker's: "
+                "--thinker-api-key / LLM_API_KEY); `make up` wrote compose's into .env "
+                "(VOICE_API_KEY)")
+    return ""
 
 
 if __name__ == "__main__":
