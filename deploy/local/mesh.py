@@ -123,19 +123,36 @@ def _tail(path: Path, n: int = 15) -> str:
         return "(no log)"
 
 
+def _running_supervisor() -> int | None:
+    """The pid of a mesh supervisor that is still running (from its state file)."""
+    try:
+        pid = int(json.loads(STATE.read_text())["supervisor"])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()  # gone, or a reused pid: no
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid if b"mesh.py" in cmdline else None
+
+
 class Mesh:
     def __init__(self, svcs: list[Service]) -> None:
         self.svcs = svcs
         self.stopping = False
 
     def preflight(self) -> None:
+        running = _running_supervisor()
+        if running is not None:
+            raise SystemExit(f"mesh: already running (supervisor pid {running}): open the page "
+                             "it printed, or `make down` to stop it first")
         for s in self.svcs:
             if not s.python.exists():
                 raise SystemExit(f"mesh: {s.name}: {s.python} is missing; run `make venvs`")
             for role, port in s.ports.items():
                 if not port_free(port):
+                    var = next((k for k, v in s.env.items()
+                                if k.endswith("_PORT") and v == str(port)), "its port variable")
                     raise SystemExit(f"mesh: {s.name}: port {port} ({role}) is taken by another "
-                                     "process; free it or set another port in the env")
+                                     f"process; free it, or move the mesh's with {var}=<port> "
+                                     f"(e.g. `{var}={port + 100} make up`)")
 
     def start(self) -> None:
         (RUN / "logs").mkdir(parents=True, exist_ok=True)

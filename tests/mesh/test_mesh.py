@@ -82,6 +82,10 @@ def test_up_demo_down(mesh_env: dict[str, str], tmp_path: Path) -> None:
         state = json.loads((Path(mesh_env["MESH_RUN_DIR"]) / "mesh.json").read_text())
         pids = [s["pid"] for s in state["services"].values()]
         assert len(pids) == 4 and all(pid_alive(p) for p in pids)
+        again = subprocess.run(["python3", "deploy/local/mesh.py", "up"], cwd=ROOT,
+                               env=mesh_env, capture_output=True, text=True, timeout=60)
+        assert again.returncode != 0 and "already running" in again.stderr, again.stderr
+        assert "`make down`" in again.stderr
 
         demo = tmp_path / "demo.wav"
         r = subprocess.run(["make", "--no-print-directory", "demo", f"DEMO_OUT={demo}",
@@ -126,6 +130,7 @@ def test_taken_port_stops_the_mesh_with_a_clear_message(mesh_env: dict[str, str]
         blocker.close()
     assert r.returncode != 0
     assert "thinker" in r.stderr and mesh_env["LLM_GRPC_PORT"] in r.stderr and "taken" in r.stderr
+    assert "LLM_GRPC_PORT=" in r.stderr, r.stderr  # names the variable that moves it
 
 
 def test_service_failing_at_start_stops_everything(mesh_env: dict[str, str]) -> None:
