@@ -71,6 +71,8 @@ def services() -> list[Service]:
         Service("thinker", "llm", ["-m", "voice_llm.server"], {
             "LLM_BACKEND": os.environ.get("LLM_BACKEND", "transformers"),
             "LLM_MODEL": llm_weights or "tiny-random", "LLM_GRPC_HOST": "127.0.0.1",
+            # random weights babble to the cap: a short one keeps `make demo-chat` a demo
+            **({} if llm_weights else {"LLM_DEFAULT_MAX_TOKENS": "32"}),
             "LLM_GRPC_PORT": str(llm_g), "LLM_HTTP_PORT": str(llm_h)},
             {"gRPC": llm_g, "HTTP": llm_h}, llm_h),
         Service("token", "token", ["-m", "voice_token"], {
