@@ -1,9 +1,10 @@
 """A seeded random run of bad input at each door of a real server: 10,000 HTTP requests,
-10,000 WebSocket sessions, 10,000 gRPC calls (about 2.5 minutes on 2 cores), each a valid request mutated at random (a
-field's type, a value out of range, text that is not Unicode, nesting, junk bytes, an
-unknown field...). Whatever comes in, the answer is the client's error (4xx / close 1008
-/ 1009 / INVALID_ARGUMENT / NOT_FOUND...) or audio: never a 5xx, 1011, INTERNAL or
-UNKNOWN, and the server still serves afterwards. The seed is printed with any failure."""
+10,000 WebSocket sessions, 10,000 gRPC calls (about 2.5 minutes on 2 cores), each a valid
+request mutated at random (a field's type, a value out of range, text that is not
+Unicode, nesting, junk bytes, an unknown field...). Whatever comes in, the answer is the
+client's error (4xx / close 1008 / 1009 / INVALID_ARGUMENT / NOT_FOUND...) or audio: never
+a 5xx, 1011, INTERNAL or UNKNOWN, and the server still serves afterwards. The seed is
+printed with any failure."""
 
 from __future__ import annotations
 
