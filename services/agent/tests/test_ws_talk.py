@@ -495,6 +495,7 @@ async def test_random_bad_input_never_ends_a_session_with_an_internal_error(
 
     async with aiohttp.ClientSession() as http:
         await asyncio.gather(*(one(i, http) for i in range(n)))
+    print(f"\n/v1/talk close codes over {n}: {dict(sorted(codes.items()))}")
     assert sum(codes.values()) == n and len(codes) >= 4, codes
     await drained(agent)
     assert ws_session.SESSIONS._value.get() == 0
