@@ -68,7 +68,7 @@ def services() -> list[Service]:
             "TTS_MODEL": weights or "preset:tiny", "TTS_GRPC_HOST": "127.0.0.1",
             # the tiny model on a laptop's CPU steps slower than admission's real-time
             # budget: admit by open streams, so two browser tabs both get (slower) replies
-            **({} if weights else {"TTS_ADMIT_MARGIN": "0"}),
+            **({} if weights else {"TTS_ADMIT_MARGIN": os.environ.get("TTS_ADMIT_MARGIN", "0")}),
             "TTS_GRPC_PORT": str(tts_g), "TTS_HTTP_PORT": str(tts_h)},
             {"gRPC": tts_g, "HTTP": tts_h}, tts_h),
         Service("thinker", "llm", ["-m", "voice_llm.server"], {
