@@ -39,13 +39,13 @@ def make_settings(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
     return AgentSettings(**base)  # type: ignore[arg-type]
 
 
-def long_reply(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
+def long_reply(tts: Server, thinker: Server, seed: int = 8, **kw: object) -> AgentSettings:
     # seed 8 at temperature 0.3: the tiny thinker writes to max_tokens (1000: seconds on CPU)
     # for the transcripts these tests' speech gets (checked over seeds 1-39),
     # and the TTS keeps speaking while text flows: the call is live during SPEAKING
     # (60 codec frames = 4.8 s: the noise reply is capped, the tests need not hear it all)
-    return make_settings(tts, thinker, llm_max_tokens=1000, llm_temperature=0.3, llm_seed=8,
-                         tts_max_frames=60, **kw)
+    return make_settings(tts, thinker, llm_max_tokens=1000, llm_temperature=0.3,
+                         llm_seed=seed, tts_max_frames=60, **kw)
 
 
 def audible_after(ds: DirectSession, t: float) -> float:
@@ -169,18 +169,30 @@ async def test_a_backchannel_pauses_the_reply_and_it_resumes_where_it_paused(
         tts_server: Server, thinker: Server, tmp_path: Path) -> None:
     first = espeak("Tell me a long story about the sea.", tmp_path)
     backchannel = espeak("Yeah.", tmp_path)
-    frames = _Frames()
-    async with DirectSession(long_reply(tts_server, thinker), greet=False) as ds:
-        ds.speaker.tap = frames
-        await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
-        await ds.say_user(first)
-        await ds.wait_state(DuplexState.SPEAKING, timeout=30)
-        await asyncio.sleep(0.6)
-        segment = ds.speaker.segment
-        said_at, _ = await ds.say_user(backchannel)
-        await ds.wait_state(DuplexState.PAUSED, timeout=5)
-        await ds.wait_until_quiet(timeout=90)
-        res = ds.result()
+    # The reply must still be playing when "Yeah" comes. Which transcript the ear makes of
+    # the question can differ on a loaded host, and the tiny random thinker then may end
+    # its reply early (EOS): that try proves nothing, so the next seed goes.
+    for seed in (8, 9, 11, 12):
+        frames = _Frames()
+        async with DirectSession(long_reply(tts_server, thinker, seed=seed), greet=False) as ds:
+            ds.speaker.tap = frames
+            await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
+            await ds.say_user(first)
+            await ds.wait_state(DuplexState.SPEAKING, timeout=30)
+            await asyncio.sleep(0.6)
+            if ds.duplex.state != DuplexState.SPEAKING:
+                continue  # already over: a short reply
+            segment = ds.speaker.segment
+            said_at, _ = await ds.say_user(backchannel)
+            try:
+                await ds.wait_state(DuplexState.PAUSED, timeout=5)
+            except TimeoutError:
+                raise AssertionError(f"no pause: {ds.duplex.transitions}") from None
+            await ds.wait_until_quiet(timeout=90)
+            res = ds.result()
+        break
+    else:
+        raise AssertionError("every seed's reply was over before the backchannel")
     states = [s for _, s in res.transitions]
     i = states.index(DuplexState.PAUSED)
     assert states[i - 1:i + 2] == [DuplexState.SPEAKING, DuplexState.PAUSED,
@@ -198,7 +210,8 @@ async def test_a_backchannel_pauses_the_reply_and_it_resumes_where_it_paused(
     # not a turn: the chat holds one user message and the reply, not interrupted
     assert [(m["role"], m["interrupted"]) for m in res.chat] == [("user", False),
                                                                 ("assistant", False)]
-    print(f"\nbackchannel at {said_at:.2f}: paused {(resumed_at - paused_at) * 1000:.0f} ms")
+    print(f"\nbackchannel at {said_at:.2f} (seed {seed}): paused "
+          f"{(resumed_at - paused_at) * 1000:.0f} ms")
 
 
 async def test_tts_crash_mid_turn_falls_back_and_the_session_goes_on(
