@@ -21,7 +21,7 @@ from voice.llm.v1 import thinker_pb2 as pb
 
 pytest.importorskip("vllm", reason="vllm is not installed here (see services/llm/vllm_venv.sh)")
 
-from voice_llm.backends.base import AUDIO_SENTINEL
+from voice_llm.backends.base import AUDIO_SENTINEL, PlainText
 from voice_llm.backends.vllm_backend import VllmBackend, audio_placeholder, engine_args
 from voice_llm.chat import AudioClip, ChatJob, ChatMessage, Role, SamplingOptions
 from voice_llm.server import ThinkerServer
@@ -223,6 +223,7 @@ def test_audio_prompt_for_an_omni_model(cache_dir: Path) -> None:
     backend._settings = make_settings(cache_dir, backend="vllm")
     backend._placeholder = lambda i: f"<a{i}>"
     backend.tokenizer = AutoTokenizer.from_pretrained(model_dir(cache_dir))
+    backend._plain = PlainText(backend.tokenizer)
     a, b = AudioClip(np.zeros(800, np.float32)), AudioClip(np.ones(1600, np.float32) * 0.5)
     job = ChatJob("a", (ChatMessage(Role.USER, (a, "and", b, "?")),), SamplingOptions(10, 0.0, 1.0))
     prompt, n_prompt = backend._prompt(job)
