@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from voice_keys import ApiKeys, bearer
 
-from voice_tts.server.http_guards import GuardedSite, guard_origins
+from voice_tts.server.http_guards import GuardedSite, origin_guard
 from voice_tts.server.openai_speech import MAX_BODY_BYTES, ApiError, SpeechAPI, Truncate
 from voice_tts.server.synthesis import Synthesis
 from voice_tts.server.ws_speech import WS_PATH, SpeechSocket
@@ -90,9 +90,10 @@ async def start_http(host: str, port: int, registry: CollectorRegistry,
         return ApiError(403, message, code="origin_not_allowed").response()
 
     checks = [key_check(keys)] if keys is not None and keys.enabled else []
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[*checks])
-    guard_origins(app, cors_origins or [], forbidden)  # before the key check
-    app.middlewares.insert(0, error_bodies)
+    origins, cors_headers = origin_guard(cors_origins or [], forbidden)
+    app = web.Application(client_max_size=MAX_BODY_BYTES,
+                          middlewares=[error_bodies, origins, *checks])
+    app.on_response_prepare.append(cors_headers)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     if calls is not None:

@@ -27,10 +27,11 @@ CORS_HEADERS = {"Access-Control-Allow-Methods": "GET, POST, OPTIONS",
 ALLOWED_ORIGIN = web.RequestKey("allowed_origin", str)
 
 
-def guard_origins(app: web.Application, allowed: list[str],
-                  refuse: Callable[[str], web.StreamResponse]) -> None:
-    """Installs the Origin check (a middleware) and the CORS headers of allowed
-    cross-origin answers (on_response_prepare: streamed answers send headers early)."""
+def origin_guard(allowed: list[str], refuse: Callable[[str], web.StreamResponse]
+                 ) -> tuple[Callable[..., Awaitable[web.StreamResponse]],
+                            Callable[[web.Request, web.StreamResponse], Awaitable[None]]]:
+    """The Origin check (a middleware) and the CORS headers of allowed cross-origin
+    answers (an on_response_prepare handler: streamed answers send headers early)."""
     allow = {o.rstrip("/").lower() for o in allowed}
 
     def ok(request: web.Request, origin: str) -> bool:
@@ -56,8 +57,7 @@ def guard_origins(app: web.Application, allowed: list[str],
         if origin is not None:
             response.headers.update({"Access-Control-Allow-Origin": origin, **CORS_HEADERS})
 
-    app.middlewares.insert(0, check)
-    app.on_response_prepare.append(cors_headers)
+    return check, cors_headers
 
 
 class HeaderDeadline(asyncio.Protocol):
