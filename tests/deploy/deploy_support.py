@@ -138,17 +138,22 @@ def compose_binary() -> Path | None:
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def compose_config(profile: str, env_file: Path = ENV_EXAMPLE) -> dict:
-    """`docker-compose config --format json` for one profile, in a clean environment."""
+def compose_config(profile: str, env_file: Path = ENV_EXAMPLE, *, optional: tuple[str, ...] = (),
+                   env: dict[str, str] | None = None, stderr: list[str] | None = None) -> dict:
+    """`docker-compose config --format json` for one profile (plus `optional` profiles), in a
+    clean environment (plus `env`); `stderr` collects what compose warned."""
     binary = compose_binary()
     assert binary is not None
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp"}
+    clean = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp", **(env or {})}
+    profiles = [arg for p in (profile, *optional) for arg in ("--profile", p)]
     proc = subprocess.run(
         [str(binary), "--project-directory", str(ROOT), "-f", str(COMPOSE),
-         "--env-file", str(env_file), "--profile", profile, "config", "--format", "json"],
-        capture_output=True, text=True, env=env, timeout=60,
+         "--env-file", str(env_file), *profiles, "config", "--format", "json"],
+        capture_output=True, text=True, env=clean, timeout=60,
     )
     assert proc.returncode == 0, f"compose config ({profile}) failed:\n{proc.stderr}"
+    if stderr is not None:
+        stderr.append(proc.stderr)
     return json.loads(proc.stdout)
 
 

