@@ -5,6 +5,11 @@
   python -m voice_tts.client --chat "Hi!" --thinker localhost:50052  # thinker -> TTS
 
 Prints client-side TTFA and RTF (and the server's TTFA). Headless: no audio playback.
+
+A server with random weights (a `preset:` model: noise, not speech) gets a short cap on
+each utterance unless --max-frames says otherwise, so a demo ends in seconds; the
+thinker's reply is printed with what a terminal cannot show (the bytes a random
+thinker writes) as "·".
 """
 
 from __future__ import annotations
@@ -21,6 +26,17 @@ from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.client.api import list_voices, synthesize
+
+# Codec frames (12.5 a second) an utterance of a random-weight TTS may last: 4 s of noise
+# shows the stream works; its guard (from the text length) would allow minutes.
+RANDOM_MAX_FRAMES = 50
+UNREADABLE = "·"
+
+
+def _readable(text: str) -> str:
+    """`text` as a terminal shows it: replacement and control characters as ·."""
+    return "".join(c if (c.isprintable() and c != "\ufffd") or c == "\n" else UNREADABLE
+                   for c in text)
 
 
 def _split(text: str, n: int) -> list[str]:
@@ -49,13 +65,19 @@ async def _thinker_pieces(addr: str, question: str, key: str = "") -> AsyncItera
     async with grpc.aio.insecure_channel(addr) as ch:
         req = thinker_pb2.ChatRequest(messages=[thinker_pb2.Message(
             role=thinker_pb2.ROLE_USER, parts=[thinker_pb2.Part(text=question)])])
+        print("thinker: ", end="", flush=True)
+        babble = False
         async for delta in thinker_pb2_grpc.ThinkerStub(ch).Chat(req, metadata=meta):
             if delta.text:
-                print(delta.text, end="", flush=True)
+                shown = _readable(delta.text)
+                babble = babble or UNREADABLE in shown
+                print(shown, end="", flush=True)
                 yield delta.text
             if delta.HasField("final"):
+                note = (f"; {UNREADABLE} = bytes that are no text: random weights babble"
+                        if babble else "")
                 print(f"\n[thinker: {delta.final.completion_tokens} tokens, "
-                      f"TTFT {delta.final.ttft_ms:.1f} ms]")
+                      f"TTFT {delta.final.ttft_ms:.1f} ms{note}]")
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -66,6 +88,11 @@ async def _run(args: argparse.Namespace) -> int:
                 print(f"{voice.name}\t{','.join(voice.languages)}\t{voice.dialect}")
             print(f"languages: {', '.join(v.languages)}  model: {v.model}")
             return 0
+        model = (await list_voices(ch, args.api_key)).model
+        if model.startswith("preset:") and not args.max_frames:
+            args.max_frames = RANDOM_MAX_FRAMES
+            print(f"tts: {model} has RANDOM WEIGHTS: the audio is noise, "
+                  f"{RANDOM_MAX_FRAMES / 12.5:.0f} s at most (--max-frames to change)")
         cfg = tts_pb2.SessionConfig(voice=args.voice, language=args.language,
                                     sample_rate=args.rate, frame_ms=args.frame_ms,
                                     instruct=args.instruct)
