@@ -225,12 +225,18 @@ class Mesh:
         STATE.unlink(missing_ok=True)
 
 
-BANNER = """\
-  ┌──────────────────────────────────────────────────────────────────────────────┐
-  │ RANDOM WEIGHTS: the TTS speaks noise and the thinker babbles.                 │
-  │ For real speech set VOICE_TTS_WEIGHTS=/path/to/Qwen3-TTS-12Hz-0.6B-CustomVoice │
-  │ (the Hugging Face folder) and VOICE_LLM_WEIGHTS=/path/to/a/chat/model.        │
-  └──────────────────────────────────────────────────────────────────────────────┘"""
+def _box(lines: list[str]) -> str:
+    """`lines` in a frame as wide as the longest (every character here is one column)."""
+    w = max(len(line) for line in lines)
+    return "\n".join([f"  ┌{'─' * (w + 2)}┐", *(f"  │ {line:<{w}} │" for line in lines),
+                      f"  └{'─' * (w + 2)}┘"])
+
+
+BANNER = _box([
+    "RANDOM WEIGHTS: the TTS speaks noise and the thinker babbles.",
+    "For real speech set VOICE_TTS_WEIGHTS=/path/to/Qwen3-TTS-12Hz-0.6B-CustomVoice",
+    "(the Hugging Face folder) and VOICE_LLM_WEIGHTS=/path/to/a/chat/model.",
+])
 
 
 def up(args: argparse.Namespace) -> int:
