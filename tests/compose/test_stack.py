@@ -1,7 +1,15 @@
 """The cpu profile of compose.yaml, run by the real Docker Compose v2 from images built from
 this checkout, checked from outside the way a user meets it: published ports on
-127.0.0.1, `make demo`, the token page, the thinker's gRPC, Prometheus's HTTP API, a
-crashed process restarted by Compose, and `down -v` leaving nothing behind.
+127.0.0.1, `make demo`, the token page, the page talking in headless Chromium (a fake
+microphone) to the agent's WebSocket, the thinker's gRPC, Prometheus's HTTP API, a crashed
+process restarted by Compose, and `down -v` leaving nothing behind.
+
+The optional services run when their images are here (VOICE_TEST_OPTIONAL, from run.sh):
+Prometheus always (`make images-local` builds one), LiveKit and Grafana only when their
+registry images can be had. Without LiveKit the page talks to the agent's WebSocket, as
+`docker compose --profile cpu up` gives it. The stack's host ports are free ones, through
+the port variables compose.yaml reads (TTS_GRPC_PORT, ...), so a running `make up` mesh
+does not stand in the way.
 
 Run by `make test-compose` (tests/compose/run.sh builds the images first); skipped in
 `make test`. The tests share one stack and run in file order.
@@ -15,9 +23,12 @@ import hmac
 import io
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import wave
 from collections.abc import Iterator
@@ -30,11 +41,30 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "voice-test"
 OPTIONAL = set(os.environ.get("VOICE_TEST_OPTIONAL", "").lower().split())
+PROFILES = ["cpu", "prometheus", *sorted({"livekit", "grafana"} & OPTIONAL)]
 SERVICES = ["tts-cpu", "llm-cpu", "token", "agent", "prometheus",
             *sorted({"livekit", "grafana"} & OPTIONAL)]
-# Published on 127.0.0.1 by compose.yaml (LiveKit and Grafana on every interface).
-PORTS = {"tts-cpu": [50051, 8001], "llm-cpu": [50052, 8002], "agent": [8003],
-         "token": [8080], "prometheus": [9090], "livekit": [7880], "grafana": [3000]}
+LIVEKIT = "livekit" in OPTIONAL
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+# The host ports compose.yaml publishes the core on (its port variables), free ones here.
+PORT_VARS = ("TTS_GRPC_PORT", "TTS_HTTP_PORT", "LLM_GRPC_PORT", "LLM_HTTP_PORT",
+             "AGENT_HTTP_PORT", "TOKEN_HTTP_PORT")
+PORT = dict(zip(PORT_VARS, _free_ports(len(PORT_VARS)), strict=True))
+TTS_HTTP = f"http://127.0.0.1:{PORT['TTS_HTTP_PORT']}"
+TOKEN_HTTP = f"http://127.0.0.1:{PORT['TOKEN_HTTP_PORT']}"
+# Fixed host ports of the optional services (LiveKit and Grafana on VOICE_BIND).
+FIXED_PORTS = {"prometheus": [9090], "livekit": [7880], "grafana": [3000]}
 # Prometheus jobs (deploy/prometheus/prometheus.yml) of the services that run here.
 JOBS_UP = {"tts", "llm", "agent", "token", "prometheus", *({"livekit"} & OPTIONAL)}
 ENV_EXAMPLE = dict(
@@ -52,11 +82,14 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def compose(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    profiles = [a for p in PROFILES for a in ("--profile", p)]
+    env = {**os.environ, "VOICE_API_KEY": KEY, **{k: str(v) for k, v in PORT.items()},
+           # LiveKit on: the browsers' URL (the agent joins it as a worker); off: empty
+           "LIVEKIT_PUBLIC_URL": "ws://localhost:7880" if LIVEKIT else ""}
     proc = subprocess.run(
         ["docker", "compose", "-p", PROJECT, "--env-file", str(ROOT / ".env.example"),
-         "--profile", "cpu", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, "VOICE_API_KEY": KEY})
+         *profiles, *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"docker compose {' '.join(args)}: rc={proc.returncode}\n"
                              f"{proc.stdout}\n{proc.stderr}")
@@ -99,16 +132,16 @@ def project_leftovers() -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def stack() -> Iterator[None]:
     compose("down", "-v", "--remove-orphans", check=False)
-    busy = [p for s in SERVICES for p in PORTS[s] if port_in_use(p)]
+    busy = [p for s in SERVICES for p in FIXED_PORTS.get(s, []) if port_in_use(p)]
     assert not busy, f"ports {busy} are taken (a running `make up`?): stop it first"
     missing = sorted({"livekit", "grafana"} - OPTIONAL)
     if missing:
-        print(f"\nnot started: {', '.join(missing)} (no image here; the agent starts "
-              "without its LiveKit dependency, --no-deps)")
+        print(f"\nnot started: {', '.join(missing)} (no image here: their profiles are off; "
+              "the page talks to the agent's WebSocket)")
     t0 = time.monotonic()
-    # --wait: until every service is running and its healthcheck says healthy.
-    up = compose("up", "-d", "--wait", "--wait-timeout", "420",
-                 *(["--no-deps"] if "livekit" not in OPTIONAL else []), *SERVICES, check=False)
+    # --wait: until every service is running and its healthcheck says healthy. The profiles
+    # pick the services, as a user's `docker compose --profile cpu up` does.
+    up = compose("up", "-d", "--wait", "--wait-timeout", "420", check=False)
     if up.returncode != 0:
         logs = compose("logs", "--tail", "40", check=False).stdout
         compose("down", "-v", check=False)
@@ -121,6 +154,8 @@ def stack() -> Iterator[None]:
 
 
 def test_every_service_is_up_and_healthy(stack):
+    running = compose("ps", "--services").stdout.split()
+    assert sorted(running) == sorted(SERVICES)
     for service in SERVICES:
         state = inspect(service)["State"]
         assert state["Running"], service
@@ -133,7 +168,8 @@ def test_make_demo_against_the_tts_container_writes_a_valid_wav(stack, tmp_path)
     proc = subprocess.run(["make", "--no-print-directory", "demo", f"DEMO_OUT={out}",
                            "TEXT=Hello from the container."],
                           cwd=ROOT, capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "TTS_API_KEY": KEY})
+                          env={**os.environ, "TTS_API_KEY": KEY,
+                               "TTS_GRPC_PORT": str(PORT["TTS_GRPC_PORT"])})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with wave.open(str(out)) as w:
         assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 24000)
@@ -145,32 +181,41 @@ def test_make_demo_against_the_tts_container_writes_a_valid_wav(stack, tmp_path)
 
 def test_the_tts_container_speaks_openai_http(stack):
     body = {"model": "tts-1", "input": "Hello over HTTP.", "voice": "vivian", "stream": False}
-    r = requests.post("http://127.0.0.1:8001/v1/audio/speech", timeout=30, json=body)
+    r = requests.post(f"{TTS_HTTP}/v1/audio/speech", timeout=30, json=body)
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", r.text
-    r = requests.post("http://127.0.0.1:8001/v1/audio/speech", timeout=120, json=body,
+    r = requests.post(f"{TTS_HTTP}/v1/audio/speech", timeout=120, json=body,
                       headers=AUTH)
     assert r.status_code == 200, r.text
     with wave.open(io.BytesIO(r.content)) as w:
         assert w.getframerate() == 24000 and w.getnframes() >= 1920
-    bad = requests.post("http://127.0.0.1:8001/v1/audio/speech", timeout=30,
+    bad = requests.post(f"{TTS_HTTP}/v1/audio/speech", timeout=30,
                         json={"input": "Hi", "voice": "alloy"}, headers=AUTH)
     assert bad.status_code == 404 and "unknown voice" in bad.json()["error"]["message"]
 
 
 def test_the_token_page_and_a_signed_token_come_from_the_token_container(stack):
-    page = requests.get("http://127.0.0.1:8080/", timeout=10)
+    page = requests.get(f"{TOKEN_HTTP}/", timeout=10)
     assert page.status_code == 200 and "text/html" in page.headers["Content-Type"]
-    bundle = requests.get("http://127.0.0.1:8080/static/dist/app.js", timeout=10)
+    bundle = requests.get(f"{TOKEN_HTTP}/static/dist/app.js", timeout=10)
     assert bundle.status_code == 200 and len(bundle.content) > 100_000  # livekit-client inside
+    if not LIVEKIT:  # the page talks to the agent's WebSocket; no tokens to hand out
+        assert 'data-transport="websocket"' in page.text
+        ws = f"ws://127.0.0.1:{PORT['AGENT_HTTP_PORT']}/v1/talk"
+        assert f'data-agent-ws-url="{ws}"' in page.text
+        r = requests.post(f"{TOKEN_HTTP}/api/token", timeout=10,
+                          json={"room": "compose-test", "identity": "web-alice"})
+        assert r.status_code == 409 and "TOKEN_AGENT_WS_URL" in r.json()["error"], r.text
+        return
+    assert 'data-transport="livekit"' in page.text
     # a stranger gets the page's kind of identity, not one of the app's users
-    r = requests.post("http://127.0.0.1:8080/api/token", timeout=10,
+    r = requests.post(f"{TOKEN_HTTP}/api/token", timeout=10,
                       json={"room": "compose-test", "identity": "admin"})
     assert r.status_code == 403 and r.json()["field"] == "identity", r.text
-    r = requests.post("http://127.0.0.1:8080/api/token", timeout=10,
+    r = requests.post(f"{TOKEN_HTTP}/api/token", timeout=10,
                       json={"room": "compose-test", "identity": "web-alice"})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["server_url"] == ENV_EXAMPLE["LIVEKIT_PUBLIC_URL"]
+    assert body["server_url"] == "ws://localhost:7880"
     header, payload, signature = body["participant_token"].split(".")
     unb64 = lambda s: base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))  # noqa: E731
     expected = hmac.new(ENV_EXAMPLE["LIVEKIT_API_SECRET"].encode(),
@@ -179,7 +224,7 @@ def test_the_token_page_and_a_signed_token_come_from_the_token_container(stack):
     claims = json.loads(unb64(payload))
     assert claims["iss"] == ENV_EXAMPLE["LIVEKIT_API_KEY"] and claims["sub"] == "web-alice"
     assert claims["video"]["room"] == "compose-test" and claims["video"]["roomJoin"] is True
-    bad = requests.post("http://127.0.0.1:8080/api/token", json={"room": "x"}, timeout=10)
+    bad = requests.post(f"{TOKEN_HTTP}/api/token", json={"room": "x"}, timeout=10)
     assert bad.status_code == 400
 
 
@@ -190,7 +235,7 @@ def test_the_thinker_answers_through_its_container(stack):
     request = pb.ChatRequest(
         messages=[pb.Message(role=pb.ROLE_USER, parts=[pb.Part(text="Say hello.")])],
         max_tokens=12, temperature=0.0)
-    with grpc.insecure_channel("127.0.0.1:50052") as channel:
+    with grpc.insecure_channel(f"127.0.0.1:{PORT['LLM_GRPC_PORT']}") as channel:
         with pytest.raises(grpc.RpcError) as refused:
             list(rpc.ThinkerStub(channel).Chat(request, timeout=60))
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -199,6 +244,66 @@ def test_the_thinker_answers_through_its_container(stack):
     final = deltas[-1].final
     assert final.completion_tokens > 0 and final.ttft_ms > 0
     assert "".join(d.text for d in deltas), "no text"
+
+
+def test_the_page_talks_to_the_agent_over_its_websocket(stack, tmp_path):
+    """As tests/mesh/test_mesh_page.py, against the containers: headless Chromium, its fake
+    microphone playing espeak-ng speech, the page served by the token container, the agent
+    container's /v1/talk. The greeting, then the user's words transcribed (PocketSphinx in
+    the agent image) and an audible reply."""
+    if LIVEKIT:
+        pytest.skip("LiveKit runs: the page uses LiveKit (no browser test for it here)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    sys.path.insert(0, str(ROOT / "tests" / "mesh"))
+    from test_mesh_page import CHROMIUM, mic_wav
+
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: run services/token/setup.sh (apt chromium)")
+    wav = mic_wav(tmp_path)
+    with playwright.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update",
+            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={wav}",
+            "--autoplay-policy=no-user-gesture-required"])
+        page = browser.new_page(viewport={"width": 1000, "height": 820})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{TOKEN_HTTP}/")
+        expect = playwright.expect
+        expect(page.locator("body")).to_have_attribute("data-transport", "websocket")
+        page.click("#join")
+        expect(page.locator("#state")).to_have_attribute("data-state", "listening",
+                                                         timeout=20_000)
+        audible = "() => window.voiceDemo.socket.stats.audible"
+        deadline = time.monotonic() + 10  # the greeting, from the agent's phrase cache
+        while page.evaluate(audible) < 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        greeting_frames = page.evaluate(audible)
+        expect(page.locator("#user-text")).not_to_have_text("–", timeout=60_000)
+        eot = page.locator('[data-metric="eot_to_first_audio_ms"] .last')
+        expect(eot).to_have_text(re.compile(r"^\d+ ms$"), timeout=60_000)
+        deadline = time.monotonic() + 30  # (wait_for_function would eval: CSP says no)
+        while page.evaluate(audible) < greeting_frames + 25 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stats = page.evaluate("window.voiceDemo.socket.stats")
+        state = page.locator("#state").get_attribute("data-state")
+        user_text = page.locator("#user-text").inner_text()
+        eot_text = eot.inner_text()
+        shot = ROOT / "artifacts" / "compose" / "page_websocket_conversation.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot))
+        page.click("#leave")
+        expect(page.locator("#state")).to_have_attribute("data-state", "idle")
+        browser.close()
+    print(f"page: user said {user_text!r}, EoT->first audio {eot_text}, received {stats}")
+    assert re.search(r"[a-z]", user_text) and "untranscribed" not in user_text  # words heard
+    assert stats["sent"] > 100, stats  # the mic streamed
+    assert greeting_frames >= 10, stats  # the greeting was heard
+    assert stats["peak"] > 1000 and stats["audible"] >= greeting_frames + 25, stats  # a reply
+    assert state in ("listening", "thinking", "speaking"), state  # still in the call
+    assert errors == [], errors
 
 
 def _targets() -> dict[str, str]:
@@ -244,7 +349,7 @@ def test_a_killed_tts_process_is_restarted_by_compose_and_gets_healthy(stack):
     t0 = time.monotonic()
     wait_for("tts-cpu restarted and healthy", restarted_and_healthy, timeout=240, every=2)
     print(f"tts-cpu restarted and healthy {time.monotonic() - t0:.0f} s after SIGKILL")
-    assert requests.get("http://127.0.0.1:8001/healthz", timeout=5).status_code == 200
+    assert requests.get(f"{TTS_HTTP}/healthz", timeout=5).status_code == 200
 
 
 def test_down_removes_every_container_network_and_volume(stack):
