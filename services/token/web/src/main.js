@@ -88,12 +88,12 @@ function withTimeout(promise, ms) {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-async function fetchToken(roomName, name) {
+async function fetchToken(roomName) {
   const res = await withTimeout(
     fetch('/api/token', {
       method: 'POST',
       headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ room: roomName, identity, ...(name ? { name } : {}) }),
+      body: JSON.stringify({ room: roomName, identity }),
     }),
     10000,
   );
@@ -117,7 +117,6 @@ async function join(event) {
   event?.preventDefault();
   const my = ++attempt;
   const roomName = $('room').value.trim();
-  const name = $('name').value.trim();
   notice('');
   where = transport === 'websocket' ? agentWsUrl : roomName;
   if (transport === 'websocket') {
@@ -127,7 +126,7 @@ async function join(event) {
   setState('token', `room ${roomName}`);
   let tok;
   try {
-    tok = await fetchToken(roomName, name);
+    tok = await fetchToken(roomName);
   } catch (err) {
     if (my === attempt) setState('token-error', err.message);
     return;
