@@ -7,6 +7,8 @@ if [ -f "${MESH_RUN_DIR:-.run}/mesh.json" ]; then
 fi
 if [ "${VOICE_UP:-auto}" != mesh ] && command -v docker >/dev/null 2>&1 \
     && docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; then
-  exec docker compose --profile gpu --profile cpu down
+  # Every profile, the optional ones too, so whatever `make up` chose is stopped.
+  exec docker compose --profile gpu --profile cpu --profile livekit --profile prometheus \
+    --profile grafana --profile dcgm down
 fi
 echo "down: nothing running"

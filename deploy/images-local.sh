@@ -12,14 +12,28 @@
 #        voice-local/node:bookworm        Node.js + npm for the web page build (NODE_IMAGE)
 #        voice-local/prometheus:bookworm  Debian's prometheus (PROMETHEUS_IMAGE)
 #
-# It prints the lines to put in .env to build and run with them. `--engine`: steps 1-2 only
-# (exit 1 when no engine can be had). Env: DEBIAN_MIRROR (default: the mirror apt uses
+# It prints the lines to put in .env to build and run with them (`make up` finds and uses
+# them by itself). `--engine`: steps 1-2 only (exit 1 when no engine can be had).
+# `--stop-engine`: stop the dockerd that step 1 started (its pid in $ENGINE_MARK), nothing
+# else: `make test-compose` and .ci/run stop the engine they started, so that it does not
+# turn the next `make up` into compose. Env: DEBIAN_MIRROR (default: the mirror apt uses
 # here), DEBIAN_SUITE (bookworm), LOCAL_IMAGE_PREFIX (voice-local).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 engine_only=0
+ENGINE_MARK=${XDG_RUNTIME_DIR:-/tmp}/voice-stack-dockerd.pid
 case "${1:-}" in
   --engine) engine_only=1 ;;
+  --stop-engine)
+    pid=$(cat "$ENGINE_MARK" 2>/dev/null || true)
+    rm -f "$ENGINE_MARK"
+    if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
+      echo "images-local: stopping the dockerd it started (pid $pid)"
+      if [ "$(id -u)" -eq 0 ]; then kill -TERM "$pid"; else sudo kill -TERM "$pid"; fi
+      for _ in $(seq 30); do [ -d "/proc/$pid" ] || exit 0; sleep 1; done
+      echo "images-local: dockerd $pid still runs after 30 s" >&2; exit 1
+    fi
+    exit 0 ;;
   -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "usage: $0 [--engine]" >&2; exit 2 ;;
@@ -45,12 +59,16 @@ apt_install() {
 # --- 1. the engine -------------------------------------------------------------------
 if ! docker info >/dev/null 2>&1; then
   command -v dockerd >/dev/null 2>&1 || apt_install docker.io
+  started=0
   if ! pgrep -x dockerd >/dev/null; then
     log "starting dockerd (log: /tmp/dockerd.log)"
     $SUDO setsid dockerd >/tmp/dockerd.log 2>&1 < /dev/null &
+    started=1
   fi
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { log "dockerd did not answer in 60 s: see /tmp/dockerd.log"; exit 1; }
+  # dockerd writes its pid here by default: what --stop-engine stops, and nothing else.
+  [ $started = 0 ] || cat /var/run/docker.pid > "$ENGINE_MARK" 2>/dev/null || true
 fi
 log "engine: Docker $(docker version --format '{{.Server.Version}}')"
 

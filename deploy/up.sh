@@ -3,6 +3,13 @@
 # (gpu profile when the NVIDIA runtime is there, else cpu); otherwise the local mesh
 # (deploy/local/mesh.py). VOICE_UP=compose|mesh picks one explicitly (default: auto).
 # --dry-run: print the choice and exit.
+#
+# On an engine that cannot pull (no registry answers), compose still runs: the images it
+# builds stand on local Debian bases (`make images-local`, run here when needed), and the
+# optional services whose images cannot be had (LiveKit, Grafana, ...) are left out, one line
+# each (deploy/compose-images.sh). Only when no base can be made does auto fall back to the
+# mesh. An engine that `make test-compose` or `.ci/run` started is stopped by them, so it
+# does not turn the next `make up` into compose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${VOICE_UP:-auto}
@@ -38,10 +45,35 @@ if [ $compose = 1 ]; then
   [ $dry_run = 1 ] && exit 0
   # .env from .env.example: a random LiveKit secret; variables a newer example added
   "${PYTHON:-python3}" deploy/dotenv.py . || exit 1
-  exec docker compose --profile "$profile" up --build
+  # shellcheck source=compose-images.sh
+  SAY=up; source deploy/compose-images.sh
+  # No buildx plugin (no registry had one): the legacy builder, which builds from local bases.
+  docker buildx version >/dev/null 2>&1 || export DOCKER_BUILDKIT=0 COMPOSE_DOCKER_CLI_BUILD=0
+  if [ "$profile" = gpu ] && ! have_image "$(compose_value CUDA_BASE_IMAGE)"; then
+    echo "up: profile cpu instead of gpu: the MPS daemon's image $(compose_value CUDA_BASE_IMAGE)" \
+      "is not here and no registry serves it (CUDA_BASE_IMAGE names another)"
+    profile=cpu
+  fi
+  if compose_bases; then
+    compose_inputs
+    compose_optional "$profile"
+    args=()
+    for p in "$profile" "${OPTIONAL_PROFILES[@]}"; do args+=(--profile "$p"); done
+    echo "up: docker compose ${args[*]} up --build (VOICE_UP=mesh runs the local mesh" \
+      "instead, no Docker; \`make down\` stops either)"
+    exec docker compose "${args[@]}" up --build
+  fi
+  if [ "$mode" = compose ]; then
+    echo "up: VOICE_UP=compose, but the images cannot be built here (see above)" >&2
+    exit 1
+  fi
+  mode=fallback
 fi
 
-if [ "$mode" = mesh ]; then
+if [ "$mode" = fallback ]; then
+  echo "up: local mesh instead (compose has no base images here; VOICE_UP=compose to retry" \
+    "once PYTHON_IMAGE and NODE_IMAGE name images this engine has)"
+elif [ "$mode" = mesh ]; then
   echo "up: local mesh (VOICE_UP=mesh)"
 elif [ $engine = 1 ]; then
   echo "up: local mesh (a Docker engine answers, but \`docker compose\` is missing: $compose_hint)"

@@ -22,10 +22,22 @@ from deploy_support import COMPOSE, DEPLOY, ENV_EXAMPLE, compose_binary
 FAKE_DOCKER = """#!/bin/sh
 # fake docker: records its arguments; `docker info` fails when FAKE_NO_ENGINE is set and
 # lists an nvidia runtime when FAKE_NVIDIA is set; with FAKE_NO_COMPOSE, `docker compose`
-# fails as the real client without the plugin does.
+# fails as the real client without the plugin does. Every image is here, except with
+# FAKE_NO_PULL (no registry): then only voice-local/* ones, and none with FAKE_NO_LOCAL.
+# `docker compose up` records the variables make up exports for compose.
 echo "docker $*" >> "$FAKE_LOG"
 if [ "$1" = compose ] && [ -n "$FAKE_NO_COMPOSE" ]; then
   echo "unknown flag: --profile" >&2; exit 125
+fi
+case "$*" in compose*up*)
+  echo "env PYTHON_IMAGE=$PYTHON_IMAGE LIVEKIT_PUBLIC_URL=$LIVEKIT_PUBLIC_URL" >> "$FAKE_LOG";;
+esac
+if [ -n "$FAKE_NO_PULL" ]; then
+  [ "$1" = pull ] && { echo "no such host" >&2; exit 1; }
+  if [ "$1 $2" = "image inspect" ]; then
+    case "$3" in voice-local/*) [ -z "$FAKE_NO_LOCAL" ] && exit 0;; esac
+    exit 1
+  fi
 fi
 if [ "$1" = info ]; then
   [ -n "$FAKE_NO_ENGINE" ] && exit 1
@@ -38,6 +50,10 @@ exit 0
 FAKE_MAKE = """#!/bin/sh
 echo "make $*" >> "$FAKE_LOG"
 """
+IMAGES_LOCAL_STUB = """#!/bin/sh
+echo "images-local $*" >> "$FAKE_LOG"
+[ -z "$FAKE_NO_LOCAL" ]
+"""
 MESH_STUB = """import os, sys
 open(os.environ["FAKE_LOG"], "a").write("mesh " + " ".join(sys.argv[1:]) + "\\n")
 """
@@ -47,8 +63,9 @@ open(os.environ["FAKE_LOG"], "a").write("mesh " + " ".join(sys.argv[1:]) + "\\n"
 def layout(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     root = tmp_path / "repo"
     (root / "deploy" / "local").mkdir(parents=True)
-    for script in ("up.sh", "down.sh", "dotenv.py"):
+    for script in ("up.sh", "down.sh", "dotenv.py", "compose-images.sh"):
         shutil.copy(DEPLOY / script, root / "deploy" / script)
+    (root / "deploy" / "images-local.sh").write_text(IMAGES_LOCAL_STUB)
     shutil.copy(ENV_EXAMPLE, root / ".env.example")
     (root / "deploy" / "local" / "mesh.py").write_text(MESH_STUB)
     bin_dir = tmp_path / "bin"
@@ -56,7 +73,7 @@ def layout(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     for name, text in (("docker", FAKE_DOCKER), ("make", FAKE_MAKE)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    for tool in ("bash", "sh", "cp", "dirname", "grep", "cat"):
+    for tool in ("bash", "sh", "cp", "dirname", "grep", "cat", "sed", "tail", "timeout"):
         real = shutil.which(tool)
         assert real, tool
         (bin_dir / tool).symlink_to(real)
@@ -119,6 +136,67 @@ def test_engine_with_nvidia_runtime_runs_compose_with_the_gpu_profile(layout):
     assert text.startswith("COMPOSE_PROFILES=gpu\nLIVEKIT_API_SECRET=mine-")
     assert "\nVOICE_BIND=127.0.0.1\n" in text and "VOICE_BIND" in proc.stdout
     assert text.count("LIVEKIT_API_SECRET=") == 1 and "warning" not in proc.stderr
+
+
+def test_with_every_image_to_be_had_the_optional_services_run_too(layout):
+    root, log, env = layout
+    proc = run(root, "up.sh", env)
+    assert proc.returncode == 0, proc.stderr
+    args = compose_call(log)
+    profiles = [args[i + 1] for i, a in enumerate(args) if a == "--profile"]
+    assert profiles == ["cpu", "livekit", "prometheus", "grafana"]
+    # LiveKit on: the browsers' URL, so the agent joins it and the page uses it
+    assert calls(log, "env") == ["env PYTHON_IMAGE=python:3.11-slim-bookworm "
+                                 "LIVEKIT_PUBLIC_URL=ws://localhost:7880"]
+    assert "left out" not in proc.stdout and not calls(log, "images-local")
+    assert "VOICE_UP=mesh" in proc.stdout.splitlines()[-1]  # how to choose the other
+
+
+def test_an_engine_that_cannot_pull_builds_on_local_bases_and_leaves_out_the_rest(layout):
+    """The issue's case: no registry answers. Compose still runs, on the Debian bases of
+    `make images-local`, without LiveKit and Grafana, and says so."""
+    root, log, env = layout
+    proc = run(root, "up.sh", env | {"FAKE_NO_PULL": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert calls(log, "images-local") == ["images-local "]
+    args = compose_call(log)
+    profiles = [args[i + 1] for i, a in enumerate(args) if a == "--profile"]
+    assert profiles == ["cpu", "prometheus"]  # images-local makes a Prometheus image
+    assert calls(log, "env") == ["env PYTHON_IMAGE=voice-local/python:bookworm "
+                                 "LIVEKIT_PUBLIC_URL="]
+    out = proc.stdout
+    assert "cannot pull" in out and "make images-local" in out
+    assert "left out: livekit" in out and "WebSocket" in out
+    assert "left out: grafana" in out
+    # a .env from before, naming a LiveKit URL, does not make the agent a worker
+    (root / ".env").write_text("LIVEKIT_PUBLIC_URL=ws://localhost:7880\n")
+    log.unlink()
+    assert run(root, "up.sh", env | {"FAKE_NO_PULL": "1"}).returncode == 0
+    assert calls(log, "env")[0].endswith("LIVEKIT_PUBLIC_URL=")
+
+
+def test_no_base_images_at_all_falls_back_to_the_mesh_unless_compose_is_asked(layout):
+    root, log, env = layout
+    env |= {"FAKE_NO_PULL": "1", "FAKE_NO_LOCAL": "1"}
+    proc = run(root, "up.sh", env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith("up: local mesh instead")
+    assert "VOICE_UP=compose" in proc.stdout.splitlines()[-1]
+    assert calls(log, "mesh") == ["mesh up"]
+    assert [c for c in calls(log, "docker compose") if " up" in c] == []
+    log.unlink()
+    proc = run(root, "up.sh", env | {"VOICE_UP": "compose"})
+    assert proc.returncode == 1 and "cannot be built here" in proc.stderr
+    assert not calls(log, "mesh")
+
+
+def test_a_gpu_host_without_the_mps_image_runs_the_cpu_profile_and_says_why(layout):
+    root, log, env = layout
+    proc = run(root, "up.sh", env | {"FAKE_NVIDIA": "1", "FAKE_NO_PULL": "1"})
+    assert proc.returncode == 0, proc.stderr
+    args = compose_call(log)
+    assert args[args.index("--profile") + 1] == "cpu"
+    assert "profile cpu instead of gpu" in proc.stdout and "CUDA_BASE_IMAGE" in proc.stdout
 
 
 def test_the_public_example_secret_is_warned_about(layout):
@@ -197,8 +275,10 @@ def test_down_stops_the_mesh_or_the_compose_project(layout):
     (root / ".run" / "mesh.json").unlink()
     assert run(root, "down.sh", env).returncode == 0
     args = compose_call(log)
-    # Both profiles, so whichever ran is stopped.
-    assert args.count("--profile") == 2 and {"gpu", "cpu"} <= set(args) and "down" in args
+    # Every profile, so whichever ran is stopped, with the optional services.
+    profiles = {args[i + 1] for i, a in enumerate(args) if a == "--profile"}
+    assert profiles == {"gpu", "cpu", "livekit", "prometheus", "grafana", "dcgm"}
+    assert "down" in args
 
 
 @pytest.mark.parametrize("profile", ["gpu", "cpu"])
