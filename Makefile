@@ -2,7 +2,9 @@
 #
 # Every target builds what it needs: one virtualenv per service under .venv/<name>
 # (services have their own dependencies: the token service must not pull in torch),
-# stamped so that a second run only reinstalls what changed.
+# stamped so that a second run only reinstalls what changed. A venv is built in two
+# steps: .run (what the service runs on: `make up`, `make demo`) and .ok (.run plus its
+# tests' extras and system packages: `make test`).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -13,6 +15,9 @@ TORCH ?= torch==2.13.0
 TRITON ?= triton==3.8.0
 VENV := .venv
 PIP := pip install -q --disable-pip-version-check
+# The first `make up` downloads torch and the services' dependencies (minutes): pip shows
+# what it fetches, with progress bars.
+PIP_SHOW := pip install --disable-pip-version-check
 PROTOS := $(shell find proto -name '*.proto' -o -name setup.py -o -name pyproject.toml | sort)
 SERVICES := $(sort $(notdir $(patsubst %/pyproject.toml,%,$(wildcard services/*/pyproject.toml))))
 TORCH_SERVICES := tts llm
@@ -55,11 +60,11 @@ down: ## stop what `make up` started
 # LLM_API_KEY say otherwise; none: the local mesh asks for none.
 ENV_KEY = $$(sed -n 's/^VOICE_API_KEY=//p' .env 2>/dev/null)
 
-demo: $(VENV)/tts/.ok ## speak TEXT="..." through the running TTS service into demo.wav
+demo: $(VENV)/tts/.run ## speak TEXT="..." through the running TTS service into demo.wav
 	TTS_API_KEY="$${TTS_API_KEY:-$(ENV_KEY)}" $(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
 		--text "$(TEXT)" --voice "$(VOICE)" --out $(DEMO_OUT) $(DEMO_ARGS)
 
-demo-chat: $(VENV)/tts/.ok ## ask the thinker ASK="..." and speak its streamed answer into chat.wav
+demo-chat: $(VENV)/tts/.run ## ask the thinker ASK="..." and speak its streamed answer into chat.wav
 	TTS_API_KEY="$${TTS_API_KEY:-$(ENV_KEY)}" LLM_API_KEY="$${LLM_API_KEY:-$(ENV_KEY)}" \
 	$(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
 		--chat "$(ASK)" --thinker 127.0.0.1:$${LLM_GRPC_PORT:-50052} --voice "$(VOICE)" \
@@ -90,7 +95,8 @@ proto: $(VENV)/tools/.ok ## (re)generate and lint the gRPC stubs
 	$(VENV)/tools/bin/pip install -q --force-reinstall --no-deps ./proto
 	@bash tests/proto/buf.sh lint
 
-venvs-mesh: $(foreach s,tts llm token agent,$(if $(filter $(s),$(SERVICES)),$(VENV)/$(s)/.ok))
+# What `make up` runs on: the services' runtime venvs, no test extras.
+venvs-mesh: $(foreach s,tts llm token agent,$(if $(filter $(s),$(SERVICES)),$(VENV)/$(s)/.run))
 
 venvs: $(VENV)/tools/.ok $(VENV)/oracle/.ok $(foreach s,$(SERVICES),$(VENV)/$(s)/.ok)
 
@@ -118,12 +124,21 @@ $(VENV)/oracle/.ok:
 	$(VENV)/oracle/bin/$(PIP) --no-deps qwen-tts-hf==0.1.1.post1
 	touch $@
 
+# services/<s>/setup.sh, if any, installs what pip cannot: `setup.sh run` what the service
+# runs on (the token page's JS bundle), `setup.sh test` what its tests add (chromium,
+# espeak-ng, sox).
 define service_venv
-$(VENV)/$(1)/.ok: services/$(1)/pyproject.toml $(if $(LOCAL_DEPS_$(1)),services/agent/pyproject.toml) $(if $(filter $(1),$(TESTKIT_SERVICES)),$(TESTKIT)/pyproject.toml) $(if $(filter $(1),$(KEYS_SERVICES)),$(KEYS)/pyproject.toml) $(wildcard services/$(1)/setup.sh) $(if $(filter $(1),$(PROTO_SERVICES)),$(PROTOS))
-	@if [ -x services/$(1)/setup.sh ] || [ -f services/$(1)/setup.sh ]; then bash services/$(1)/setup.sh; fi
-	$(PYTHON) -m venv $(VENV)/$(1)
-	$(if $(filter $(1),$(TORCH_SERVICES)),$(VENV)/$(1)/bin/$(PIP) $(TORCH))
-	$(VENV)/$(1)/bin/$(PIP) $(if $(filter $(1),$(PROTO_SERVICES)),./proto) $(LOCAL_DEPS_$(1)) $(if $(filter $(1),$(KEYS_SERVICES)),-e $(KEYS)) $(if $(filter $(1),$(TESTKIT_SERVICES)),-e $(TESTKIT)) -e 'services/$(1)[test]' $(EXTRA_$(1))
+$(VENV)/$(1)/.run: services/$(1)/pyproject.toml $(if $(LOCAL_DEPS_$(1)),services/agent/pyproject.toml) $(if $(filter $(1),$(KEYS_SERVICES)),$(KEYS)/pyproject.toml) $(wildcard services/$(1)/setup.sh) $(if $(filter $(1),$(PROTO_SERVICES)),$(PROTOS))
+	@echo "venv $(1): what it runs on (.venv/$(1))"
+	@if [ -f services/$(1)/setup.sh ]; then bash services/$(1)/setup.sh run; fi
+	@$(PYTHON) -m venv $(VENV)/$(1)
+	$(if $(filter $(1),$(TORCH_SERVICES)),$(VENV)/$(1)/bin/$(PIP_SHOW) $(TORCH))
+	$(VENV)/$(1)/bin/$(PIP_SHOW) $(if $(filter $(1),$(PROTO_SERVICES)),./proto) $(LOCAL_DEPS_$(1)) $(if $(filter $(1),$(KEYS_SERVICES)),-e $(KEYS)) -e services/$(1)
+	touch $$@
+$(VENV)/$(1)/.ok: $(VENV)/$(1)/.run $(if $(filter $(1),$(TESTKIT_SERVICES)),$(TESTKIT)/pyproject.toml)
+	@echo "venv $(1): what its tests add"
+	@if [ -f services/$(1)/setup.sh ]; then bash services/$(1)/setup.sh test; fi
+	$(VENV)/$(1)/bin/$(PIP) $(LOCAL_DEPS_$(1)) $(if $(filter $(1),$(TESTKIT_SERVICES)),-e $(TESTKIT)) -e 'services/$(1)[test]' $(EXTRA_$(1))
 	touch $$@
 endef
 $(foreach s,$(SERVICES),$(eval $(call service_venv,$(s))))

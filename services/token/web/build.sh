@@ -13,6 +13,7 @@ if [ -f "$out/app.js" ] && [ "$(cat "$out/.inputs" 2>/dev/null)" = "$inputs" ]; 
 fi
 lock=$(sha256sum package-lock.json | cut -d' ' -f1)
 if [ ! -x node_modules/.bin/esbuild ] || [ "$(cat node_modules/.lock-hash 2>/dev/null)" != "$lock" ]; then
+  echo "token/web: npm ci (livekit-client, esbuild)"
   npm ci --no-audit --no-fund --loglevel=error
   echo "$lock" > node_modules/.lock-hash
 fi
