@@ -61,11 +61,11 @@ down: ## stop what `make up` started
 ENV_KEY = $$(sed -n 's/^VOICE_API_KEY=//p' .env 2>/dev/null)
 
 demo: $(VENV)/tts/.run ## speak TEXT="..." through the running TTS service into demo.wav
-	TTS_API_KEY="$${TTS_API_KEY:-$(ENV_KEY)}" $(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
+	@TTS_API_KEY="$${TTS_API_KEY:-$(ENV_KEY)}" $(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
 		--text "$(TEXT)" --voice "$(VOICE)" --out $(DEMO_OUT) $(DEMO_ARGS)
 
 demo-chat: $(VENV)/tts/.run ## ask the thinker ASK="..." and speak its streamed answer into chat.wav
-	TTS_API_KEY="$${TTS_API_KEY:-$(ENV_KEY)}" LLM_API_KEY="$${LLM_API_KEY:-$(ENV_KEY)}" \
+	@TTS_API_KEY="$${TTS_API_KEY:-$(ENV_KEY)}" LLM_API_KEY="$${LLM_API_KEY:-$(ENV_KEY)}" \
 	$(VENV)/tts/bin/python -m voice_tts.client --addr 127.0.0.1:$${TTS_GRPC_PORT:-50051} \
 		--chat "$(ASK)" --thinker 127.0.0.1:$${LLM_GRPC_PORT:-50052} --voice "$(VOICE)" \
 		--out $(CHAT_OUT) $(DEMO_ARGS)
