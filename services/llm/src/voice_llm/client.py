@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--text", default="", help="the user's message")
     p.add_argument("--wav", default="", help="a 16 kHz mono 16-bit WAV to send as audio")
     p.add_argument("--system", default="", help="system prompt")
-    p.add_argument("--max-tokens", type=int, default=0, help="0 = server default (150)")
+    p.add_argument("--max-tokens", type=int, default=0,
+                   help="0 = the server's LLM_DEFAULT_MAX_TOKENS (150; `make up`'s random "
+                   "thinker: 32)")
     p.add_argument("--temperature", type=float, default=None, help="unset = server's 0.3")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
