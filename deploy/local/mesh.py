@@ -91,6 +91,10 @@ def services() -> list[Service]:
             {"HTTP": tok_h}, tok_h),
         Service("agent", "agent", ["-m", "voice_agent", "serve-direct"], {
             "AGENT_TTS_ADDR": f"127.0.0.1:{tts_g}", "AGENT_THINKER_ADDR": f"127.0.0.1:{llm_g}",
+            # the agent asks for 150 tokens itself: a random thinker's babble would be a
+            # minute of noise on the page
+            **({} if llm_weights else {
+                "AGENT_LLM_MAX_TOKENS": os.environ.get("AGENT_LLM_MAX_TOKENS", "32")}),
             "AGENT_HTTP_HOST": "127.0.0.1", "AGENT_HTTP_PORT": str(agent_h)},
             {"HTTP": agent_h}, agent_h),
     ]
