@@ -5,7 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=services/tts/src:libs/voice-keys/src:.
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/services/tts/src:$PWD/libs/voice-keys/src:$PWD
 # .whl-llm: transformers and its deps, for the thinker; .whl-agent, .whl-av, .whl-sphinx: the
 # agent's (livekit-agents, silero, ...; av; pocketsphinx), for the loop. Over the 64 MiB a call
 # carries, so they can come in two calls: what one call installs stays while the machine
