@@ -9,6 +9,7 @@
 #                      pip trusts here, the CPU torch wheel from pip's find-links.
 #   compose_optional   PROFILE: the optional profiles (compose.yaml) whose images are here
 #                      or pullable, in OPTIONAL_PROFILES; one line per service left out.
+#   compose_ports_free the core's host ports are free (else which variable to change).
 #
 # A variable's value: the environment's, else ENV_FILE's (default .env), else compose.yaml's
 # default (the same as .env.example's). Messages go to stdout, prefixed with $SAY (default up).
@@ -72,6 +73,26 @@ compose_inputs() {
       echo "${SAY:-up}: build input: $(basename "$whl")"
     done
   done
+}
+
+# The core's host ports (compose.yaml's port variables) are free, or say who holds one and
+# what to do. Returns 1 when one is taken. Our own running project holds them: fine.
+compose_ports_free() {
+  local var port taken=0
+  [ -z "$(docker compose ps -q 2>/dev/null)" ] || return 0
+  for var in TTS_GRPC_PORT TTS_HTTP_PORT LLM_GRPC_PORT LLM_HTTP_PORT AGENT_HTTP_PORT \
+      TOKEN_HTTP_PORT; do
+    port=$(compose_value "$var")
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "${SAY:-up}: port $port ($var) is taken on this host: set $var=another port" \
+        "(in .env or the environment), or stop what holds it" >&2
+      taken=1
+    fi
+  done
+  if [ $taken = 1 ] && [ -f "${MESH_RUN_DIR:-.run}/mesh.json" ]; then
+    echo "${SAY:-up}: the local mesh is running (\`make down\` stops it)" >&2
+  fi
+  return $taken
 }
 
 # compose_optional PROFILE: sets OPTIONAL_PROFILES (and LIVEKIT_PUBLIC_URL with LiveKit).

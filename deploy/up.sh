@@ -43,10 +43,11 @@ if [ $compose = 1 ]; then
   fi
   echo "up: docker compose (profile $profile; $why)"
   [ $dry_run = 1 ] && exit 0
-  # .env from .env.example: a random LiveKit secret; variables a newer example added
-  "${PYTHON:-python3}" deploy/dotenv.py . || exit 1
   # shellcheck source=compose-images.sh
   SAY=up; source deploy/compose-images.sh
+  compose_ports_free || exit 1
+  # .env from .env.example: a random LiveKit secret; variables a newer example added
+  "${PYTHON:-python3}" deploy/dotenv.py . || exit 1
   # No buildx plugin (no registry had one): the legacy builder, which builds from local bases.
   docker buildx version >/dev/null 2>&1 || export DOCKER_BUILDKIT=0 COMPOSE_DOCKER_CLI_BUILD=0
   if [ "$profile" = gpu ] && ! have_image "$(compose_value CUDA_BASE_IMAGE)"; then

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,20 @@ exit 0
 FAKE_MAKE = """#!/bin/sh
 echo "make $*" >> "$FAKE_LOG"
 """
+PORT_VARS = ("TTS_GRPC_PORT", "TTS_HTTP_PORT", "LLM_GRPC_PORT", "LLM_HTTP_PORT",
+             "AGENT_HTTP_PORT", "TOKEN_HTTP_PORT")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
 IMAGES_LOCAL_STUB = """#!/bin/sh
 echo "images-local $*" >> "$FAKE_LOG"
 [ -z "$FAKE_NO_LOCAL" ]
@@ -80,7 +95,9 @@ def layout(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     # A real interpreter, not a shim (pyenv's python3 is a script that needs pyenv).
     (bin_dir / "python3").symlink_to(Path(sys.executable).resolve())
     log = tmp_path / "calls.log"
-    env = {"PATH": str(bin_dir), "FAKE_LOG": str(log), "HOME": str(tmp_path)}
+    env = {"PATH": str(bin_dir), "FAKE_LOG": str(log), "HOME": str(tmp_path),
+           # free host ports for compose's core (a mesh may run on the defaults here)
+           **dict(zip(PORT_VARS, map(str, free_ports(len(PORT_VARS))), strict=True))}
     return root, log, env
 
 
@@ -95,7 +112,8 @@ def calls(log: Path, prefix: str = "") -> list[str]:
 
 
 def compose_call(log: Path) -> list[str]:
-    [call] = [c for c in calls(log, "docker compose") if c != "docker compose version"]
+    [call] = [c for c in calls(log, "docker compose")
+              if c not in ("docker compose version", "docker compose ps -q")]
     return call.split()
 
 
@@ -197,6 +215,22 @@ def test_a_gpu_host_without_the_mps_image_runs_the_cpu_profile_and_says_why(layo
     args = compose_call(log)
     assert args[args.index("--profile") + 1] == "cpu"
     assert "profile cpu instead of gpu" in proc.stdout and "CUDA_BASE_IMAGE" in proc.stdout
+
+
+def test_a_taken_port_names_its_variable_and_the_running_mesh(layout):
+    root, log, env = layout
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", int(env["TOKEN_HTTP_PORT"])))
+        holder.listen()
+        proc = run(root, "up.sh", env)
+        assert proc.returncode == 1
+        assert f"port {env['TOKEN_HTTP_PORT']} (TOKEN_HTTP_PORT) is taken" in proc.stderr
+        assert "set TOKEN_HTTP_PORT=" in proc.stderr and "mesh" not in proc.stderr
+        (root / ".run").mkdir()
+        (root / ".run" / "mesh.json").write_text("{}")
+        proc = run(root, "up.sh", env)
+        assert proc.returncode == 1 and "the local mesh is running (`make down`" in proc.stderr
+    assert [c for c in calls(log, "docker compose") if " up" in c] == []
 
 
 def test_the_public_example_secret_is_warned_about(layout):
