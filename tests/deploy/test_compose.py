@@ -320,6 +320,9 @@ def test_the_cpu_core_runs_without_optional_services_and_the_page_uses_the_agent
     ws = cfg["token"]["environment"]["TOKEN_AGENT_WS_URL"]
     published = {p["published"] for p in cfg["agent"]["ports"] if p["host_ip"] == "127.0.0.1"}
     assert ws == "ws://127.0.0.1:8003/v1/talk" and "8003" in published
+    # The agent leaves the reply length to the thinker: short on the random CPU one.
+    assert cfg["agent"]["environment"]["AGENT_LLM_MAX_TOKENS"] == "0"
+    assert cfg["llm-cpu"]["environment"]["LLM_DEFAULT_MAX_TOKENS"] == "32"
     # With LiveKit (LIVEKIT_PUBLIC_URL set, profile livekit): the worker, the page on LiveKit.
     cfg = compose_config("cpu", empty, optional=("livekit",), env=WITH_LIVEKIT)["services"]
     assert cfg["agent"]["environment"]["LIVEKIT_URL"] == "ws://livekit:7880"

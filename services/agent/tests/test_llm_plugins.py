@@ -48,6 +48,23 @@ async def test_reply_streams_with_ttft(thinker: Server) -> None:
     assert 0 < turn.llm_first - turn.llm_sent < 5
 
 
+async def test_max_tokens_0_takes_the_thinkers_default(tmp_path: Path) -> None:
+    """Compose's agent asks for 0: each profile's thinker caps the reply with its own
+    LLM_DEFAULT_MAX_TOKENS (32 for the random CPU one)."""
+    short = start_thinker(tmp_path, LLM_DEFAULT_MAX_TOKENS="7")
+    try:
+        # seed 1 at temperature 0.3 runs to max_tokens
+        llm = LLM(addr=short.addr, max_tokens=0, temperature=0.3, seed=1)
+        usage = None
+        async with llm.chat(chat_ctx=chat(), conn_options=ONCE) as stream:
+            async for chunk in stream:
+                usage = chunk.usage or usage
+        await llm.aclose()
+    finally:
+        short.stop()
+    assert usage is not None and usage.completion_tokens == 7
+
+
 async def test_cancel_aborts_the_generation_in_the_thinker(thinker: Server) -> None:
     # seed 1 at temperature 0.3 runs to max_tokens (seconds of generation on CPU)
     llm = LLM(addr=thinker.addr, max_tokens=400, temperature=0.3, seed=1)

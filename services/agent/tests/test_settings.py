@@ -27,6 +27,12 @@ def test_env_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.tts_addr == "tts:1234" and s.livekit_url == "ws://lk:7880"
 
 
+def test_llm_max_tokens_0_leaves_the_reply_length_to_the_thinker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_LLM_MAX_TOKENS", "0")
+    assert load_settings().llm_max_tokens == 0
+
+
 @pytest.mark.parametrize(("env", "value", "needle"), [
     ("AGENT_TTS_ADDR", "no-port", "AGENT_TTS_ADDR"),
     ("AGENT_HTTP_PORT", "70000", "AGENT_HTTP_PORT"),

@@ -70,8 +70,10 @@ class AgentSettings(BaseSettings):
         "You are a friendly voice assistant. Answer briefly, in one or two short spoken "
         "sentences, in the language the user speaks. No lists, no markdown."
     )
-    # Upper bound on reply tokens (seed: 150 keeps a spoken reply short).
-    llm_max_tokens: int = Field(150, ge=1, le=4096)
+    # Upper bound on reply tokens (seed: 150 keeps a spoken reply short). 0: the thinker's own
+    # default (LLM_DEFAULT_MAX_TOKENS): compose's agent runs against either profile's
+    # thinker, and the random CPU one keeps its replies short (32) while real weights keep 150.
+    llm_max_tokens: int = Field(150, ge=0, le=4096)
     # Sampling temperature of replies (seed: 0.3).
     llm_temperature: float = Field(0.3, ge=0.0, le=2.0)
     # Sampling seed for replies (reproducible runs); unset = random.
