@@ -111,10 +111,10 @@ clean: ## remove virtualenvs and build outputs
 
 # --- virtualenvs -------------------------------------------------------------
 
-$(VENV)/tools/.ok: tests/requirements.txt $(PROTOS) deploy/setup.sh
+$(VENV)/tools/.ok: tests/requirements.txt $(PROTOS) deploy/setup.sh $(TESTKIT)/pyproject.toml
 	bash deploy/setup.sh
 	$(PYTHON) -m venv $(VENV)/tools
-	$(VENV)/tools/bin/$(PIP) ruff==0.17.5 -r tests/requirements.txt ./proto
+	$(VENV)/tools/bin/$(PIP) ruff==0.17.5 -r tests/requirements.txt ./proto -e $(TESTKIT)
 	touch $@
 
 # The official qwen-tts code, the test oracle of the TTS engine (its pins clash with ours).

@@ -23,7 +23,6 @@ import hmac
 import io
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -37,6 +36,7 @@ from pathlib import Path
 import grpc
 import pytest
 import requests
+from voice_testkit import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "voice-test"
@@ -47,20 +47,10 @@ SERVICES = ["tts-cpu", "llm-cpu", "token", "agent", "prometheus",
 LIVEKIT = "livekit" in OPTIONAL
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 # The host ports compose.yaml publishes the core on (its port variables), free ones here.
 PORT_VARS = ("TTS_GRPC_PORT", "TTS_HTTP_PORT", "LLM_GRPC_PORT", "LLM_HTTP_PORT",
              "AGENT_HTTP_PORT", "TOKEN_HTTP_PORT")
-PORT = dict(zip(PORT_VARS, _free_ports(len(PORT_VARS)), strict=True))
+PORT = dict(zip(PORT_VARS, free_ports(len(PORT_VARS)), strict=True))
 TTS_HTTP = f"http://127.0.0.1:{PORT['TTS_HTTP_PORT']}"
 TOKEN_HTTP = f"http://127.0.0.1:{PORT['TOKEN_HTTP_PORT']}"
 # Fixed host ports of the optional services (LiveKit and Grafana on VOICE_BIND).
@@ -253,57 +243,14 @@ def test_the_page_talks_to_the_agent_over_its_websocket(stack, tmp_path):
     the agent image) and an audible reply."""
     if LIVEKIT:
         pytest.skip("LiveKit runs: the page uses LiveKit (no browser test for it here)")
-    playwright = pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("playwright.sync_api")
     sys.path.insert(0, str(ROOT / "tests" / "mesh"))
-    from test_mesh_page import CHROMIUM, mic_wav
+    from test_mesh_page import CHROMIUM, assert_conversation, mic_wav, page_conversation
 
     if not shutil.which(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: run services/token/setup.sh (apt chromium)")
-    wav = mic_wav(tmp_path)
-    with playwright.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update",
-            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={wav}",
-            "--autoplay-policy=no-user-gesture-required"])
-        page = browser.new_page(viewport={"width": 1000, "height": 820})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{TOKEN_HTTP}/")
-        expect = playwright.expect
-        expect(page.locator("body")).to_have_attribute("data-transport", "websocket")
-        page.click("#join")
-        expect(page.locator("#state")).to_have_attribute("data-state", "listening",
-                                                         timeout=20_000)
-        audible = "() => window.voiceDemo.socket.stats.audible"
-        deadline = time.monotonic() + 10  # the greeting, from the agent's phrase cache
-        while page.evaluate(audible) < 10 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        greeting_frames = page.evaluate(audible)
-        expect(page.locator("#user-text")).not_to_have_text("–", timeout=60_000)
-        eot = page.locator('[data-metric="eot_to_first_audio_ms"] .last')
-        expect(eot).to_have_text(re.compile(r"^\d+ ms$"), timeout=60_000)
-        deadline = time.monotonic() + 30  # (wait_for_function would eval: CSP says no)
-        while page.evaluate(audible) < greeting_frames + 25 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        stats = page.evaluate("window.voiceDemo.socket.stats")
-        state = page.locator("#state").get_attribute("data-state")
-        user_text = page.locator("#user-text").inner_text()
-        eot_text = eot.inner_text()
-        shot = ROOT / "artifacts" / "compose" / "page_websocket_conversation.png"
-        shot.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(shot))
-        page.click("#leave")
-        expect(page.locator("#state")).to_have_attribute("data-state", "idle")
-        browser.close()
-    print(f"page: user said {user_text!r}, EoT->first audio {eot_text}, received {stats}")
-    assert re.search(r"[a-z]", user_text) and "untranscribed" not in user_text  # words heard
-    assert stats["sent"] > 100, stats  # the mic streamed
-    assert greeting_frames >= 10, stats  # the greeting was heard
-    assert stats["peak"] > 1000 and stats["audible"] >= greeting_frames + 25, stats  # a reply
-    assert state in ("listening", "thinking", "speaking"), state  # still in the call
-    assert errors == [], errors
+    shot = ROOT / "artifacts" / "compose" / "page_websocket_conversation.png"
+    assert_conversation(page_conversation(mic_wav(tmp_path), f"{TOKEN_HTTP}/", shot))
 
 
 def _targets() -> dict[str, str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from deploy_support import COMPOSE, DEPLOY, ENV_EXAMPLE, compose_binary
+from voice_testkit import free_ports
 
 FAKE_DOCKER = """#!/bin/sh
 # fake docker: records its arguments; `docker info` fails when FAKE_NO_ENGINE is set and
@@ -53,16 +54,6 @@ echo "make $*" >> "$FAKE_LOG"
 """
 PORT_VARS = ("TTS_GRPC_PORT", "TTS_HTTP_PORT", "LLM_GRPC_PORT", "LLM_HTTP_PORT",
              "AGENT_HTTP_PORT", "TOKEN_HTTP_PORT")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 IMAGES_LOCAL_STUB = """#!/bin/sh

@@ -18,6 +18,7 @@ import wave
 from pathlib import Path
 
 import pytest
+from voice_testkit import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "deploy" / "local"))
@@ -29,16 +30,6 @@ PORT_VARS = ("TTS_GRPC_PORT", "TTS_HTTP_PORT", "LLM_GRPC_PORT", "LLM_HTTP_PORT",
 pytestmark = pytest.mark.skipif(
     not all((ROOT / ".venv" / v / "bin/python").exists() for v in ("tts", "llm", "token", "agent")),
     reason="service venvs missing (make venvs)")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def pid_alive(pid: int) -> bool:

@@ -23,7 +23,8 @@ import wave
 from pathlib import Path
 
 import pytest
-from test_mesh import PORT_VARS, ROOT, free_ports
+from test_mesh import PORT_VARS, ROOT
+from voice_testkit import free_ports
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -53,6 +54,16 @@ def mic_wav(tmp: Path) -> Path:
         w.setframerate(rate)
         w.writeframes(pcm)
     return out
+
+
+def fake_mic_chromium(pw, wav: Path):
+    """Headless Debian chromium whose microphone plays `wav`, mic permission granted."""
+    return pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+        "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update",
+        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}",
+        "--autoplay-policy=no-user-gesture-required"])
 
 
 def start_mesh(tmp: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
@@ -92,63 +103,73 @@ def stop_mesh(proc: subprocess.Popen[str]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def page_conversation(wav: Path, url: str, shot: Path, ws_url: str | None = None) -> dict:
+    """One call through the page at `url` in chromium whose microphone plays `wav`: Join,
+    hear the greeting, say the words, wait for the transcript, the latency record and the
+    reply's audio, screenshot to `shot`, Leave. What the page showed, for the asserts."""
+    with playwright.sync_playwright() as pw:
+        browser = fake_mic_chromium(pw, wav)
+        page = browser.new_page(viewport={"width": 1000, "height": 820})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(url)
+        expect = playwright.expect
+        expect(page.locator("body")).to_have_attribute("data-transport", "websocket")
+        if ws_url:
+            expect(page.locator("#transport")).to_contain_text(ws_url)
+        page.click("#join")
+        expect(page.locator("#state")).to_have_attribute("data-state", "listening",
+                                                         timeout=20_000)
+        audible = "() => window.voiceDemo.socket.stats.audible"
+        deadline = time.monotonic() + 10  # the greeting, from the agent's phrase cache
+        while page.evaluate(audible) < 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        greeting_frames = page.evaluate(audible)
+        # the user's turn: transcript, then the reply's latency record and its audio
+        expect(page.locator("#user-text")).not_to_have_text("–", timeout=60_000)
+        eot = page.locator('[data-metric="eot_to_first_audio_ms"] .last')
+        expect(eot).to_have_text(re.compile(r"^\d+ ms$"), timeout=60_000)
+        deadline = time.monotonic() + 30  # (wait_for_function would eval: CSP says no)
+        while page.evaluate(audible) < greeting_frames + 25 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        expect(page.locator("#agent-text")).not_to_have_text("–", timeout=30_000)
+        talk = {"stats": page.evaluate("window.voiceDemo.socket.stats"),
+                "state": page.locator("#state").get_attribute("data-state"),
+                "user_text": page.locator("#user-text").inner_text(),
+                "eot": eot.inner_text(), "greeting_frames": greeting_frames,
+                "errors": errors}
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot))
+        page.click("#leave")
+        expect(page.locator("#state")).to_have_attribute("data-state", "idle")
+        browser.close()
+    print(f"\npage: user said {talk['user_text']!r}, EoT->first audio {talk['eot']}, "
+          f"received {talk['stats']}")
+    return talk
+
+
+def assert_conversation(talk: dict) -> None:
+    stats, greeting_frames = talk["stats"], talk["greeting_frames"]
+    user_text = talk["user_text"]
+    assert re.search(r"[a-z]", user_text) and "untranscribed" not in user_text  # words heard
+    assert stats["sent"] > 100, stats  # the mic streamed
+    assert greeting_frames >= 10, stats  # the greeting was heard
+    assert stats["peak"] > 1000 and stats["audible"] >= greeting_frames + 25, stats  # a reply
+    assert talk["state"] in ("listening", "thinking", "speaking"), talk  # still in the call
+    assert talk["errors"] == [], talk["errors"]
+
+
 def test_page_talks_to_the_agent_over_its_websocket(tmp_path: Path) -> None:
     if not shutil.which(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: run services/token/setup.sh (apt chromium)")
     subprocess.run(["bash", str(ROOT / "services/token/web/build.sh")], check=True)
     wav = mic_wav(tmp_path)
     proc, env = start_mesh(tmp_path)
+    shot = ARTIFACTS / "page_websocket_conversation.png"
     try:
-        with playwright.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-                "--no-sandbox", "--disable-gpu", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update",
-                "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-                f"--use-file-for-fake-audio-capture={wav}",
-                "--autoplay-policy=no-user-gesture-required"])
-            page = browser.new_page(viewport={"width": 1000, "height": 820})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"http://127.0.0.1:{env['TOKEN_HTTP_PORT']}/")
-            expect = playwright.expect
-            expect(page.locator("body")).to_have_attribute("data-transport", "websocket")
-            expect(page.locator("#transport")).to_contain_text(
-                f"ws://127.0.0.1:{env['AGENT_HTTP_PORT']}/v1/talk")
-            page.click("#join")
-            expect(page.locator("#state")).to_have_attribute("data-state", "listening",
-                                                             timeout=20_000)
-            # the greeting, from the agent's memory: audible within a few seconds
-            deadline = time.monotonic() + 10
-            while (page.evaluate("() => window.voiceDemo.socket.stats.audible") < 10
-                   and time.monotonic() < deadline):
-                time.sleep(0.1)
-            greeting_frames = page.evaluate("() => window.voiceDemo.socket.stats.audible")
-            # the user's turn: transcript, then the reply's latency record and its audio
-            expect(page.locator("#user-text")).not_to_have_text("–", timeout=60_000)
-            eot = page.locator('[data-metric="eot_to_first_audio_ms"] .last')
-            expect(eot).to_have_text(re.compile(r"^\d+ ms$"), timeout=60_000)
-            deadline = time.monotonic() + 30  # (wait_for_function would eval: CSP says no)
-            while (page.evaluate("() => window.voiceDemo.socket.stats.audible")
-                   < greeting_frames + 25 and time.monotonic() < deadline):
-                time.sleep(0.1)
-            expect(page.locator("#agent-text")).not_to_have_text("–", timeout=30_000)
-            stats = page.evaluate("window.voiceDemo.socket.stats")
-            state = page.locator("#state").get_attribute("data-state")
-            user_text = page.locator("#user-text").inner_text()
-            eot_text = eot.inner_text()
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            shot = ARTIFACTS / "page_websocket_conversation.png"
-            page.screenshot(path=str(shot))
-            page.click("#leave")
-            expect(page.locator("#state")).to_have_attribute("data-state", "idle")
-            browser.close()
+        talk = page_conversation(wav, f"http://127.0.0.1:{env['TOKEN_HTTP_PORT']}/", shot,
+                                 f"ws://127.0.0.1:{env['AGENT_HTTP_PORT']}/v1/talk")
     finally:
         stop_mesh(proc)
-    print(f"\npage: user said {user_text!r}, EoT->first audio {eot_text}, received {stats}")
-    assert re.search(r"[a-z]", user_text) and "untranscribed" not in user_text  # words heard
-    assert stats["sent"] > 100, stats  # the mic streamed
-    assert greeting_frames >= 10, stats  # the greeting was heard
-    assert stats["peak"] > 1000 and stats["audible"] >= greeting_frames + 25, stats  # a reply
-    assert state in ("listening", "thinking", "speaking"), state  # still in the call
-    assert errors == [], errors
+    assert_conversation(talk)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["free_port", "metric_value", "stop_process", "wait_grpc_serving"]
+__all__ = ["free_port", "free_ports", "metric_value", "stop_process", "wait_grpc_serving"]
 
 
 def free_port() -> int:
@@ -24,6 +24,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free localhost ports (all held open while the OS picks, so none repeats)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def wait_grpc_serving(addr: str, proc: subprocess.Popen | None = None,
