@@ -15,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from voice_testkit import free_port, metric_value, stop_process, wait_grpc_serving
+from voice_testkit import free_port, free_ports, metric_value, stop_process, wait_grpc_serving
 
 
 @pytest.fixture
@@ -48,6 +48,18 @@ def test_free_port_can_be_bound() -> None:
     port = free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+def test_free_ports_are_distinct_and_can_all_be_bound_at_once() -> None:
+    ports = free_ports(6)
+    assert len(set(ports)) == 6
+    socks = [socket.socket() for _ in ports]
+    try:
+        for s, port in zip(socks, ports, strict=True):
+            s.bind(("127.0.0.1", port))
+    finally:
+        for s in socks:
+            s.close()
 
 
 @pytest.fixture
