@@ -23,6 +23,9 @@ VALIDATOR = Path(sys.executable).parent / "kubernetes-validate"
 NOT_RESOURCES = {"kustomization.yaml", "prometheus-adapter-values.yaml"}
 MANIFESTS = sorted(p for p in K8S.rglob("*.yaml") if p.name not in NOT_RESOURCES)
 GPU_WORKLOADS = {"tts", "llm"}
+# Secrets the user creates (not in the kustomization): file -> the Secret's name.
+EXAMPLES = {"livekit-secret.example.yaml": "livekit-credentials",
+            "api-keys-secret.example.yaml": "voice-api-keys"}
 
 
 def load(path: Path) -> list[dict]:
@@ -73,7 +76,7 @@ def test_the_validator_rejects_a_wrong_type_and_an_unknown_field(tmp_path):
 
 def test_kustomization_lists_every_manifest_and_renders():
     kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    top = {p.name for p in K8S.glob("*.yaml")} - NOT_RESOURCES - {"livekit-secret.example.yaml"}
+    top = {p.name for p in K8S.glob("*.yaml")} - NOT_RESOURCES - set(EXAMPLES)
     assert set(kust["resources"]) == top
     kubectl = shutil.which("kubectl")
     if not kubectl:
@@ -84,6 +87,21 @@ def test_kustomization_lists_every_manifest_and_renders():
     rendered = [d for d in yaml.safe_load_all(proc.stdout) if d]
     assert len(rendered) == sum(len(load(K8S / r)) for r in kust["resources"])
     assert {d["metadata"].get("namespace", "voice") for d in rendered} == {"voice"}
+
+
+def test_the_api_key_secret_reaches_both_servers_and_the_agent_that_calls_them(resources):
+    """As compose does with VOICE_API_KEY: the TTS and the thinker ask for the key, the
+    agent sends it, all from one optional Secret (absent: no keys, no failed pods)."""
+    workloads = by_kind(resources, "Deployment")
+    wanted = {"tts": {"TTS_API_KEYS"}, "llm": {"LLM_API_KEYS"},
+              "agent": {"AGENT_TTS_API_KEY", "AGENT_LLM_API_KEY"}}
+    secret = by_kind(resources, "Secret")["voice-api-keys"]
+    for name, names in wanted.items():
+        env = {e["name"]: e for c in containers(workloads[name]) for e in c.get("env", [])}
+        for var in names:
+            ref = env[var]["valueFrom"]["secretKeyRef"]
+            assert ref["name"] == secret["metadata"]["name"] and ref.get("optional") is True
+            assert ref["key"] in secret["stringData"], var
 
 
 def containers(workload: dict) -> list[dict]:
