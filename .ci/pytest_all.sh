@@ -10,7 +10,7 @@ run() {  # run NAME PYTHON ARGS...
   local name=$1 py=$2; shift 2
   echo "=== pytest: $name"
   local t0=$SECONDS
-  "$py" -m pytest -q -p no:cacheprovider "$@"
+  "$py" -m pytest -q -p no:cacheprovider --durations=10 "$@"  # the slowest: where time goes
   local rc=$?
   echo "=== $name: rc=$rc in $((SECONDS - t0)) s"
   [ $rc -eq 0 ] || failed+=("$name")
