@@ -34,13 +34,10 @@ compose_bases() {
   local var image missing=()
   for var in PYTHON_IMAGE NODE_IMAGE; do
     image=$(compose_value "$var")
+    export "$var=$image"
     have_image "$image" || missing+=("$image")
   done
-  if [ ${#missing[@]} -eq 0 ]; then
-    export PYTHON_IMAGE NODE_IMAGE
-    PYTHON_IMAGE=$(compose_value PYTHON_IMAGE) NODE_IMAGE=$(compose_value NODE_IMAGE)
-    return 0
-  fi
+  [ ${#missing[@]} -eq 0 ] && return 0
   echo "${SAY:-up}: ${missing[*]}: not here and this engine cannot pull them (no registry" \
     "answers): building on local Debian bases (make images-local; PYTHON_IMAGE and" \
     "NODE_IMAGE pick others)"
