@@ -122,6 +122,8 @@ $(VENV)/oracle/.ok:
 	$(PYTHON) -m venv $(VENV)/oracle
 	$(VENV)/oracle/bin/$(PIP) $(TORCH) transformers==5.17.0 accelerate einops numpy onnxruntime safetensors
 	$(VENV)/oracle/bin/$(PIP) --no-deps qwen-tts-hf==0.1.1.post1
+	# The voice-clone path: its mel filters and resampling come from librosa.
+	$(VENV)/oracle/bin/$(PIP) librosa==0.11.0 soundfile==0.14.0
 	touch $@
 
 # services/<s>/setup.sh, if any, installs what pip cannot: `setup.sh run` what the service
