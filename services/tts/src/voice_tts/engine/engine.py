@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from . import offline
@@ -32,11 +33,18 @@ from .config import ModelConfig
 from .faults import EngineFailed, FaultInjection, poisons_device
 from .model import Qwen3TTS
 from .output import InFlight, Output
-from .runner import Runner, Step
+from .runner import Runner, Step, icl_codec_rows
 from .scheduler import Row, Scheduler, SchedulerOutput
 from .session import Session, Sink
 from .text import TextTokenizer, load_text_tokenizer
-from .voices import UnknownVoice, Voice, VoiceTable
+from .voices import (
+    IclPrompt,
+    LibraryVoice,
+    UnknownVoice,
+    Voice,
+    VoicePrompt,
+    VoiceTable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +71,7 @@ class Engine:
         self.scheduler = Scheduler(self.settings, self.cfg)
         self.output = Output(self.settings, self._fail,
                              self.cfg.speech_decoder.codebook_size)
-        self.voice_table = VoiceTable(self.cfg.talker)
+        self.voice_table = VoiceTable(self.cfg.talker, self.cfg.tts_model_type)
         self._fault = FaultInjection(self.settings.fault) if self.settings.fault else None
         self._name = name or self.cfg.name
         self._step_lock = threading.Lock()
@@ -135,8 +143,75 @@ class Engine:
         """Its thread is stepping (else `run_once` steps it)."""
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def model_type(self) -> str:
+        """"base" (cloned voices), "custom_voice" (presets) or "voice_design"."""
+        return self.cfg.tts_model_type
+
     def voices(self) -> list[Voice]:
+        """Presets (CustomVoice) and the library voices added with `add_voice`."""
         return self.voice_table.voices()
+
+    # --- library voices -------------------------------------------------------------------
+
+    def make_voice_prompt(self, audio: np.ndarray, sample_rate: int, ref_text: str = "",
+                          x_vector_only: bool = False) -> VoicePrompt:
+        """A clone of a reference recording (Base checkpoints): its x-vector and, unless
+        `x_vector_only` or without a transcript, its codes for in-context cloning. Mono
+        (or channels last, averaged) at any rate; eager float32, off the hot path."""
+        if self.model_type != "base":
+            raise ValueError(f"voice cloning needs a base checkpoint; this one is "
+                             f"{self.model_type}")
+        from .model.speaker_encoder import x_vector
+        from .model.speech_encoder import reference_codes
+
+        wav = resample_24k(audio, sample_rate)
+        icl = not x_vector_only and bool(ref_text.strip())
+        return VoicePrompt(x_vector=x_vector(self.model, wav),
+                           ref_codes=reference_codes(self.model, wav) if icl else None,
+                           ref_text=ref_text if icl else "")
+
+    def design_voice_prompt(self, description: str) -> VoicePrompt:
+        """A designed voice (VoiceDesign checkpoints): the description is its instruct."""
+        if self.model_type != "voice_design":
+            raise ValueError(f"voice design needs a voice_design checkpoint; this one is "
+                             f"{self.model_type}")
+        prompt = VoicePrompt(instruct=description)
+        prompt.check(self.model_type)
+        return prompt
+
+    @torch.no_grad()
+    def add_voice(self, name: str, prompt: VoicePrompt) -> None:
+        """Add (or replace) a library voice; sessions name it like a preset. ValueError:
+        a preset's name, or a prompt of another model type."""
+        prompt.check(self.model_type)
+        if prompt.x_vector is not None:
+            vec = torch.as_tensor(np.asarray(prompt.x_vector, dtype=np.float32))
+            if vec.shape != (self.cfg.talker.hidden_size,):
+                raise ValueError(f"x-vector of shape {tuple(vec.shape)}; the talker needs "
+                                 f"({self.cfg.talker.hidden_size},)")
+            voice = LibraryVoice(prompt, vec.to(self.device, self.runner.dtype),
+                                 self._icl_prompt(prompt))
+        else:
+            voice = LibraryVoice(prompt, instruct_ids=self.tokenizer.instruct_ids(
+                prompt.instruct))
+        self.voice_table.add(name, voice)
+
+    def _icl_prompt(self, prompt: VoicePrompt) -> IclPrompt | None:
+        if prompt.ref_codes is None:
+            return None
+        codes = torch.as_tensor(np.asarray(prompt.ref_codes, dtype=np.int64),
+                                device=self.device)
+        groups = self.cfg.code_predictor.num_code_groups
+        size = self.cfg.speech_decoder.codebook_size
+        if codes.shape[1] != groups or int(codes.min()) < 0 or int(codes.max()) >= size:
+            raise ValueError(f"reference codes must be (T, {groups}) in 0..{size - 1}")
+        return IclPrompt(self.tokenizer.ref_ids(prompt.ref_text),
+                         icl_codec_rows(self.model, codes), codes)
+
+    def remove_voice(self, name: str) -> None:
+        """Remove a library voice (UnknownVoice if none); open sessions keep theirs."""
+        self.voice_table.remove(name)
 
     def languages(self) -> list[str]:
         return self.voice_table.languages()
@@ -152,8 +227,10 @@ class Engine:
             raise ValueError("max_frames must be >= 1")
         if not callable(sink):
             raise ValueError("sink must be callable")
-        instruct_ids = None
-        if params.instruct and self.cfg.supports_instruct:
+        # A designed voice's description is its instruct (the session's replaces it); a
+        # clone takes none (the official clone path has no instruct).
+        instruct_ids = voice.instruct_ids
+        if params.instruct and self.cfg.supports_instruct and voice.kind != "clone":
             instruct_ids = self.tokenizer.instruct_ids(params.instruct)
         if self.fatal is not None:
             raise EngineFailed(f"engine stopped after a fatal fault: {self.fatal}")
@@ -289,6 +366,21 @@ class Engine:
     def synthesize(self, text: str, voice: str, *args, **kw):
         """Whole text in, whole utterance out: `offline.synthesize` (same arguments)."""
         return offline.synthesize(self, text, voice, *args, **kw)
+
+
+def resample_24k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Mono float32 at 24 kHz as the official code makes it: channels (last axis)
+    averaged, soxr "HQ" (bit-equal to its `librosa.resample`)."""
+    wav = np.asarray(audio, dtype=np.float32)
+    if wav.ndim > 1:
+        wav = wav.mean(axis=-1).astype(np.float32)
+    if wav.ndim != 1 or not len(wav):
+        raise ValueError("reference audio must be a non-empty mono (or channels-last) array")
+    if int(sample_rate) != 24000:
+        import soxr
+
+        wav = soxr.resample(wav, int(sample_rate), 24000, quality="HQ").astype(np.float32)
+    return wav
 
 
 __all__ = ["Engine", "EngineFull", "UnknownVoice"]

@@ -26,8 +26,11 @@ import torch
 log = logging.getLogger(__name__)
 PARTS = ("talker_ms", "code_predictor_ms", "decoder_ms")  # the step's parts, in order
 # Prompt-length buckets of the prefill graphs: a streaming prompt is ~10 rows, a voice
-# instruction adds its tokens; longer prompts (offline text) run eagerly.
-PROMPT_BUCKETS = (16, 32, 64, 128)
+# instruction adds its tokens, an in-context clone its reference (12.5 rows a second:
+# 30 s ~ 380 rows); longer prompts (offline text) run eagerly. Past 128 rows, graphs
+# only for batches up to LONG_PROMPT_BATCH (their input buffers and capture time).
+PROMPT_BUCKETS = (16, 32, 64, 128, 256, 512)
+LONG_PROMPT_BATCH = 8
 
 
 def buckets_for(max_batch: int) -> list[int]:
@@ -176,12 +179,14 @@ class DecodeGraphs:
         """Make the engine's stream wait for the decoder's (before eager decoder work)."""
         torch.cuda.current_stream().wait_stream(self.stream)
 
-    def reset_decoder(self, slots: torch.Tensor) -> None:
+    def reset_decoder(self, slots: torch.Tensor, then: Callable[[], None]) -> None:
         """Zero the decoder state of `slots` on the decoder's stream, after the steps of
-        the slots' previous owners that may still be decoding there."""
+        the slots' previous owners that may still be decoding there; then `then()` there
+        (eager decoder work: priming with reference codes)."""
         self.stream.wait_stream(torch.cuda.current_stream())  # slots was written here
         with torch.cuda.stream(self.stream):
             self.runner.decoder_slots.reset(slots)
+            then()
         slots.record_stream(self.stream)
 
     def launch(self, slots: list[int], text_ids: list[int], talk: list[bool]
@@ -245,56 +250,69 @@ class PrefillGraphs:
     how long a mass join holds up the running streams.
 
     Input buffer per bucket, int64 (b, 2 + 2L): [slot, last row, L text ids, L codec ids];
-    padding rows point at the scratch slot, padding ids are -1 (absent: zero rows)."""
+    padding rows point at the scratch slot, padding ids are -1 (absent: zero rows). The
+    extra vectors (x-vector, in-context rows) go into one shared (b, L, H) buffer (graphs
+    replay one at a time)."""
 
     def __init__(self, runner, batches: list[int], lengths: list[int], pool) -> None:
         self.runner, self.batches, self.lengths, self.pool = runner, batches, lengths, pool
         self._buf: dict[tuple[int, int], torch.Tensor] = {}
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        rows = max((b * n for b, n in self.shapes()), default=0)
+        self._extra = torch.zeros(rows, runner.cfg.talker.hidden_size, dtype=runner.dtype,
+                                  device=runner.device)
         self.replays = 0
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """The (batch, length) buckets captured, largest first."""
+        return [(b, n) for b in reversed(self.batches) for n in reversed(self.lengths)
+                if n <= 128 or b <= LONG_PROMPT_BATCH]
 
     def length_bucket(self, n: int) -> int | None:
         return fit(self.lengths, n)
 
+    def extra(self, b: int, length: int) -> torch.Tensor:
+        return self._extra[:b * length].view(b, length, -1)
+
     def fn(self, buf: torch.Tensor, length: int):
         """The captured work for one bucket's input buffer (eager when called directly)."""
         ids = buf[:, 2:].view(-1, 2, length).transpose(0, 1)
+        extra = self.extra(buf.shape[0], length)
         # The Triton kernels index slots by row: give them a contiguous copy.
-        return lambda: self.runner.prefill_rows(buf[:, 0].contiguous(), ids, buf[:, 1])
+        return lambda: self.runner.prefill_rows(buf[:, 0].contiguous(), ids, buf[:, 1], extra)
 
     def capture(self) -> None:
         t0 = time.perf_counter()
         r = self.runner
-        for b in reversed(self.batches):
-            for length in reversed(self.lengths):
-                buf = torch.full((b, 2 + 2 * length), -1, dtype=torch.long, device=r.device)
-                buf[:, 0], buf[:, 1] = r.scratch_slot, 0
-                [g] = capture_graphs([self.fn(buf, length)], self.pool)
-                self.pool = g.pool()
-                self._buf[b, length], self._graphs[b, length] = buf, g
+        for b, length in self.shapes():
+            buf = torch.full((b, 2 + 2 * length), -1, dtype=torch.long, device=r.device)
+            buf[:, 0], buf[:, 1] = r.scratch_slot, 0
+            [g] = capture_graphs([self.fn(buf, length)], self.pool)
+            self.pool = g.pool()
+            self._buf[b, length], self._graphs[b, length] = buf, g
         torch.cuda.synchronize()
         log.info("captured prefill graphs for batch %s x prompt rows %s in %.1f s",
                  self.batches, self.lengths, time.perf_counter() - t0)
 
-    def inputs(self, b: int, slots: list[int], ids: list[tuple[list[int], list[int]]],
-               last: list[int]) -> torch.Tensor:
-        """A bucket's input buffer (host) for these rows, padded to b rows."""
-        length = len(ids[0][0])
+    def inputs(self, b: int, slots: list[int], rows: list, last: list[int]) -> torch.Tensor:
+        """A bucket's input buffer (host) for these `PromptRows`, padded to b rows."""
+        length = len(rows[0].text)
         host = torch.full((b, 2 + 2 * length), -1, dtype=torch.long)
         host[:, 0], host[:, 1] = self.runner.scratch_slot, 0
         n = len(slots)
         host[:n, 0], host[:n, 1] = torch.tensor(slots), torch.tensor(last)
-        host[:n, 2:] = torch.tensor([text + codec for text, codec in ids])
+        host[:n, 2:] = torch.tensor([r.text + r.codec for r in rows])
         return host
 
-    def run(self, slots: list[int], ids: list[tuple[list[int], list[int]]],
-            last: list[int]) -> bool:
-        """Prefill these rows (ids padded to one bucket length); False when no graph fits."""
-        length = len(ids[0][0])
+    def run(self, slots: list[int], rows: list, last: list[int]) -> bool:
+        """Prefill these `PromptRows` (padded to one bucket length); False when no graph
+        fits."""
+        length = len(rows[0].text)
         b = fit(self.batches, len(slots))
         if b is None or (b, length) not in self._graphs:
             return False
-        self._buf[b, length].copy_(self.inputs(b, slots, ids, last))
+        self._buf[b, length].copy_(self.inputs(b, slots, rows, last))
+        self.runner.extra_rows(rows, length, out=self.extra(b, length))
         self._graphs[b, length].replay()
         self.replays += 1
         return True

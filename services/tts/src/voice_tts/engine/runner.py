@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import partial
 from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -51,6 +52,7 @@ from .sampling import (
     talker_scores,
     warp_and_sample,
 )
+from .voices import IclPrompt
 
 
 @dataclass
@@ -59,9 +61,22 @@ class PrefillRequest:
     role_ids: list[int]  # [im_start, "assistant", "\n"]
     codec_prefix: list[int]  # [nothink, think_bos, think_eos] or [think, think_bos, lang, eos]
     speaker_id: int | None
-    text_ids: list[int]  # streaming: the first text id; offline: all text ids
+    # streaming: the first text id (in-context: the first Ly - Lr, fewer = the whole text);
+    # offline: all text ids
+    text_ids: list[int]
     non_streaming: bool = False
     instruct_ids: list[int] | None = None
+    speaker_vec: torch.Tensor | None = None  # (H,) a clone's x-vector: the speaker row
+    icl: IclPrompt | None = None  # an in-context clone's reference rows
+
+
+class PromptRows(NamedTuple):
+    """A prompt as rows: each row is text_embed(text id) + codec_embed(codec id) (-1 =
+    absent) + the vectors of `extra` that fall on it."""
+
+    text: list[int]
+    codec: list[int]
+    extra: list[tuple[int, torch.Tensor]]  # (first row, vectors (n, H)): x-vector, ICL rows
 
 
 class Step:
@@ -174,15 +189,21 @@ def talker_step(model: Qwen3TTS, codec_track: torch.Tensor, text_ids: torch.Tens
     return sample(talker.logits(hidden)), hidden
 
 
-def prompt_rows(cfg: ModelConfig, req: PrefillRequest) -> tuple[list[int], list[int]]:
-    """The official prompt layout (`Qwen3TTSForConditionalGeneration.generate`) as two id
-    rows: each prompt row is text_embed(text id) + codec_embed(codec id), -1 = absent."""
+def prompt_rows(cfg: ModelConfig, req: PrefillRequest) -> PromptRows:
+    """The official prompt layout (`Qwen3TTSForConditionalGeneration.generate`): optional
+    instruct rows, the role, the codec prefix (+ speaker row, + pad) under tts_pad, bos
+    under tts_bos, then the text: the first text id over codec bos (streaming), the whole
+    text over codec pad then tts_pad over bos (offline), or the in-context rows."""
     t = cfg.talker
-    codec = [*req.codec_prefix, *([] if req.speaker_id is None else [req.speaker_id]),
-             t.codec_pad_id, t.codec_bos_id]
+    speaker = [] if req.speaker_id is None and req.speaker_vec is None else [
+        -1 if req.speaker_id is None else req.speaker_id]
+    codec = [*req.codec_prefix, *speaker, t.codec_pad_id, t.codec_bos_id]
     text = [*req.role_ids, *[cfg.tts_pad_token_id] * (len(codec) - 2), cfg.tts_bos_token_id]
     codecs = [-1] * len(req.role_ids) + codec[:-1]
-    if not req.non_streaming:
+    extra = [] if req.speaker_vec is None else [(len(codecs) - 2, req.speaker_vec[None])]
+    if req.icl is not None:
+        _icl_rows(cfg, req, text, codecs, extra)
+    elif not req.non_streaming:
         text.append(req.text_ids[0])
         codecs.append(codec[-1])
     else:
@@ -190,9 +211,41 @@ def prompt_rows(cfg: ModelConfig, req: PrefillRequest) -> tuple[list[int], list[
         text += [*req.text_ids, cfg.tts_eos_token_id, cfg.tts_pad_token_id]
         codecs += [t.codec_pad_id] * (n + 1) + [t.codec_bos_id]
     if req.instruct_ids:
-        text = [*req.instruct_ids, *text]
-        codecs = [-1] * len(req.instruct_ids) + codecs
-    return text, codecs
+        n = len(req.instruct_ids)
+        text, codecs = [*req.instruct_ids, *text], [-1] * n + codecs
+        extra = [(row + n, vecs) for row, vecs in extra]
+    return PromptRows(text, codecs, extra)
+
+
+def _icl_rows(cfg: ModelConfig, req: PrefillRequest, text: list[int], codecs: list[int],
+              extra: list[tuple[int, torch.Tensor]]) -> None:
+    """Append the in-context rows (`generate_icl_prompt`): text track X = reference ids,
+    target ids, tts_eos; codec track Y = bos, the reference frames. Streaming: X over Y
+    row by row (X cut at Ly, or padded with tts_pad); offline: X over codec pad, then Y
+    under tts_pad."""
+    icl, pad = req.icl, cfg.tts_pad_token_id
+    x = [*icl.ref_ids, *req.text_ids]
+    ly = icl.codec_len
+    if req.non_streaming or len(x) < ly:  # the whole text is here: it ends with tts_eos
+        x.append(cfg.tts_eos_token_id)
+    if req.non_streaming:
+        text += [*x, *[pad] * ly]
+        codecs += [cfg.talker.codec_pad_id] * len(x)
+    else:
+        text += (x + [pad] * ly)[:ly]
+    codecs.append(cfg.talker.codec_bos_id)
+    extra.append((len(codecs), icl.codec_rows))
+    codecs += [-1] * (ly - 1)
+
+
+def icl_codec_rows(model: Qwen3TTS, ref_codes: torch.Tensor) -> torch.Tensor:
+    """Reference codes (T, 16) -> their codec-track rows (T, H), summed as the official
+    `generate_icl_prompt` sums them (stacked (T, 16, H), then sum over the 16)."""
+    talker = model.talker
+    embeds = [talker.codec_embed(ref_codes[:, :1])]
+    embeds += [talker.code_predictor.model.codec_embedding[i - 1](ref_codes[:, i:i + 1])
+               for i in range(1, ref_codes.shape[1])]
+    return torch.cat(embeds, dim=1).sum(1)
 
 
 class Runner:
@@ -357,28 +410,48 @@ class Runner:
     # --- host entry points --------------------------------------------------------------
 
     @torch.no_grad()
-    def embed_prompts(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids (2, B, L) from `prompt_rows` -> prompt rows (B, L, H): the projected text
-        embedding plus the codec embedding, each where its id is >= 0 (the official
-        `generate` adds exactly these two per row; absent ones are exact zeros here)."""
+    def embed_prompts(self, ids: torch.Tensor, extra: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+        """ids (2, B, L) from `prompt_rows` (+ extra (B, L, H): its vectors, zeros
+        elsewhere) -> prompt rows (B, L, H): the projected text embedding plus the codec
+        embedding, each where its id is >= 0, plus the extra vector (the official
+        `generate` adds exactly these per row; absent ones are exact zeros here)."""
         talker = self.model.talker
         text, codec = ids[0], ids[1]
         t = talker.text_embed(text.clamp(min=0)) * (text >= 0).unsqueeze(-1).to(self.dtype)
         c = talker.codec_embed(codec.clamp(min=0)) * (codec >= 0).unsqueeze(-1).to(self.dtype)
-        return t + c
+        return t + c if extra is None else t + c + extra
 
-    def prefill_rows(self, slots: torch.Tensor, ids: torch.Tensor, last: torch.Tensor) -> None:
-        """Prompts (2, B, L) into slots (B,), each row's prompt ending at row last (B,):
-        samples codebook 0 of frame 0 and sets the slots' talker state. Rows past
-        `last` are padding: they write cache positions the first decode steps overwrite
-        before any query can read them. Pure tensor work (graph-capturable)."""
+    def extra_rows(self, rows: list[PromptRows], length: int,
+                   out: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The prompts' extra vectors as (B, length, H), zeros elsewhere (into `out` when
+        given); None when no prompt has any (and no `out`)."""
+        if out is None:
+            if not any(r.extra for r in rows):
+                return None
+            out = torch.zeros(len(rows), length, self.cfg.talker.hidden_size,
+                              dtype=self.dtype, device=self.device)
+        else:
+            out.zero_()
+        for i, r in enumerate(rows):
+            for start, vecs in r.extra:
+                out[i, start:start + len(vecs)] = vecs
+        return out
+
+    def prefill_rows(self, slots: torch.Tensor, ids: torch.Tensor, last: torch.Tensor,
+                     extra: torch.Tensor | None = None) -> None:
+        """Prompts (2, B, L) (+ extra vectors (B, L, H)) into slots (B,), each row's
+        prompt ending at row last (B,): samples codebook 0 of frame 0 and sets the slots'
+        talker state. Rows past `last` are padding: they write cache positions the first
+        decode steps overwrite before any query can read them. Pure tensor work
+        (graph-capturable)."""
         s = self.state
         b, length = ids.shape[1:]
         s.seen.index_fill_(0, slots, False)
         s.n_generated.index_fill_(0, slots, 0)
         positions = self._arange[:length][None].expand(b, -1)
         talker = self.model.talker
-        hidden = talker(self.embed_prompts(ids), slots, positions, length)
+        hidden = talker(self.embed_prompts(ids, extra), slots, positions, length)
         hidden = hidden[self._arange[:b], last]  # each prompt's last row
         token = self._sample_talker(slots, s.n_generated[slots], talker.logits(hidden))
         s.seen.index_put_((slots, token), self._true)
@@ -391,19 +464,20 @@ class Runner:
     def prompt_error(self, req: PrefillRequest) -> str | None:
         """Why this prompt cannot run (its rows plus one frame must fit the KV cache), or
         None."""
-        rows = len(prompt_rows(self.cfg, req)[0])
+        rows = len(prompt_rows(self.cfg, req).text)
         if rows + 1 < self.max_seq_len:
             return None
-        return (f"the prompt ({rows} rows: text plus instruction) does not fit "
+        return (f"the prompt ({rows} rows: text, instruction, reference) does not fit "
                 f"max_seq_len {self.max_seq_len}")
 
     @torch.no_grad()
     def prefill(self, reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> list[int]:
         """Prompts (request, sampling, noise seed) into their slots. Prompts run as one
-        batch per length (on CUDA: per length bucket, a captured graph where one exists).
+        batch per length (on CUDA: per length bucket, a captured graph where one exists);
+        an in-context clone's speech decoder state then takes its reference codes.
         -> the prompt lengths."""
         rows = [prompt_rows(self.cfg, req) for req, _, _ in reqs]
-        lengths = [len(text) for text, _ in rows]
+        lengths = [len(r.text) for r in rows]
         for req, _, _ in reqs:
             if (error := self.prompt_error(req)) is not None:
                 raise ValueError(error)
@@ -415,22 +489,37 @@ class Runner:
             slots = [reqs[i][0].slot for i in group]
             slots_t = torch.tensor(slots, device=self.device)
             self._set_sampling(slots_t, [reqs[i] for i in group])
-            padded = [(t + [-1] * (length - len(t)), c + [-1] * (length - len(c)))
-                      for t, c in (rows[i] for i in group)]
+            padded = [PromptRows(r.text + [-1] * (length - len(r.text)),
+                                 r.codec + [-1] * (length - len(r.codec)), r.extra)
+                      for r in (rows[i] for i in group)]
             last = [lengths[i] - 1 for i in group]
             if self.prefill_graphs is None or not self.prefill_graphs.run(slots, padded, last):
-                self.prefill_rows(slots_t, torch.tensor(padded, device=self.device)
-                                  .transpose(0, 1), torch.tensor(last, device=self.device))
-            self._reset_decoder(slots_t)
+                ids = torch.tensor([(r.text, r.codec) for r in padded], device=self.device)
+                self.prefill_rows(slots_t, ids.transpose(0, 1),
+                                  torch.tensor(last, device=self.device),
+                                  self.extra_rows(padded, length))
+            self._reset_decoder(slots_t, [(req.slot, req.icl.ref_codes) for req in
+                                          (reqs[i][0] for i in group) if req.icl is not None])
             for slot, n in zip(slots, (lengths[i] for i in group), strict=True):
                 self._positions[slot] = n
         return lengths
 
-    def _reset_decoder(self, slots: torch.Tensor) -> None:
+    def _reset_decoder(self, slots: torch.Tensor,
+                       primes: list[tuple[int, torch.Tensor]]) -> None:
+        """Fresh speech-decoder state for these slots; an in-context clone's slot then
+        decodes its reference codes (slot, (T_ref, 16)) with the output dropped, so its
+        audio continues the reference as the official decode of cat(reference codes,
+        codes) does."""
         if self.graphs is not None:  # on the decoder's stream, after its steps in flight
-            self.graphs.reset_decoder(slots)
+            self.graphs.reset_decoder(slots, lambda: self._prime_decoder(primes))
         else:
             self.decoder_slots.reset(slots)
+            self._prime_decoder(primes)
+
+    def _prime_decoder(self, primes: list[tuple[int, torch.Tensor]]) -> None:
+        for slot, codes in primes:
+            rows = self.decoder_slots.rows(torch.tensor([slot], device=self.device))
+            self.model.speech_decoder(codes.T[None], rows)
 
     def _set_sampling(self, slots: torch.Tensor,
                       reqs: list[tuple[PrefillRequest, SamplingParams, int]]) -> None:

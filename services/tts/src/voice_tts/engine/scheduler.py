@@ -152,36 +152,61 @@ class Scheduler:
                 return Need.END_EMPTY
             if s.params.non_streaming_mode:
                 return Need.PREFILL if text.finished else Need.NOTHING
-            return Need.PREFILL if utt.stream.has_content and text.text else Need.NOTHING
+            ready = text.finished or len(text.text) >= max(1, self._prompt_ids(s))
+            return Need.PREFILL if utt.stream.has_content and text.text and ready \
+                else Need.NOTHING
         return Need.DECODE if self._ready_to_step(Row(s, utt), text, utt.steps) \
             else Need.NOTHING
 
+    @staticmethod
+    def _prompt_ids(s: Session) -> int:
+        """Text ids a streaming prompt takes: the first (presets, x-vector clones,
+        designs); an in-context clone's, those under its reference's codec track
+        (Ly - Lr: with live text its first audio waits for them, or for the flush)."""
+        icl = s.voice.icl
+        return 1 if icl is None else max(0, icl.codec_len - len(icl.ref_ids))
+
     def _ready_to_step(self, row: Row, text: TextIds, steps: int) -> bool:
         """It can make its next frame after `steps` steps: the first needs no text (its
-        prompt began the frame); step k feeds text-track id k, known or flushed."""
+        prompt began the frame); step k feeds the text-track id after the prompt's,
+        known or flushed."""
         if steps == 0 or row.session.params.non_streaming_mode or text.finished:
             return True
-        return steps < len(text.text)
+        return self._track_id(row.session, text, steps) is not None
 
     def next_text_id(self, row: Row, text: TextIds) -> int:
-        """The text-track id of the row's next talker step (its frame k: id k; the prompt
-        fed id 0): the next text id, tts_eos right after the last one, then tts_pad
-        (offline prompts hold the whole text: pad only; a first step: unused, pad)."""
-        n_text, idx = len(text.text), row.utt.steps
-        if row.session.params.non_streaming_mode or idx > n_text or idx == 0:
+        """The text-track id of the row's next talker step (offline prompts hold the
+        whole text: pad only; a first step: unused, pad)."""
+        if row.session.params.non_streaming_mode or row.utt.steps == 0:
             return self.cfg.tts_pad_token_id
-        if idx == n_text:
-            return self.cfg.tts_eos_token_id
-        return text.text[idx]
+        return self._track_id(row.session, text, row.utt.steps)
+
+    def _track_id(self, s: Session, text: TextIds, k: int) -> int | None:
+        """Streaming text track X = [reference ids (in-context clones)] + text ids +
+        tts_eos, then tts_pad. The prompt holds X up to the first text id (or, in-context,
+        X[:Ly]); talker step k >= 1 feeds the id after it: X[k], in-context X[Ly + k - 1].
+        None: not known yet."""
+        j, icl = k, s.voice.icl
+        if icl is not None:
+            j = icl.codec_len + k - 1 - len(icl.ref_ids)  # index into the text ids
+            if j < 0:  # still in the reference transcript
+                return icl.ref_ids[j]
+        if j < len(text.text):
+            return text.text[j]
+        if not text.finished:
+            return None
+        return self.cfg.tts_eos_token_id if j == len(text.text) else self.cfg.tts_pad_token_id
 
     def prompt(self, row: Row) -> tuple[PrefillRequest, SamplingParams, int]:
-        """The row's prompt (streaming: its first text id; offline: all of them), its
+        """The row's prompt (streaming: the text ids it takes; offline: all of them), its
         sampling parameters and the noise seed of its utterance."""
         s, text = row.session, row.utt.stream.ids()
+        v = s.voice
         req = PrefillRequest(
-            slot=s.slot, role_ids=text.role, codec_prefix=s.voice.codec_prefix,
-            speaker_id=s.voice.speaker_id,
-            text_ids=text.text if s.params.non_streaming_mode else text.text[:1],
+            slot=s.slot, role_ids=text.role, codec_prefix=v.codec_prefix,
+            speaker_id=v.speaker_id, speaker_vec=v.speaker_vec, icl=v.icl,
+            text_ids=text.text if s.params.non_streaming_mode else
+            text.text[:self._prompt_ids(s)],
             non_streaming=s.params.non_streaming_mode, instruct_ids=s.instruct_ids)
         return req, s.params.sampling, s.next_seed()
 

@@ -98,6 +98,16 @@ class TextTokenizer:
         """The official full prompt ids of `text` (for tests and the offline path)."""
         return [self.im_start, *self.encode(ROLE_PREFIX + text), *self.suffix_ids]
 
+    def ref_ids(self, ref_text: str) -> list[int]:
+        """A reference transcript's ids as the official in-context prompt takes them:
+        `<|im_start|>assistant\\n{ref_text}<|im_end|>\\n` minus the role and the end."""
+        return self.encode(ROLE_PREFIX + ref_text)[ROLE_LEN - 1:]
+
+    def ref_prompt_ids(self, ref_text: str) -> list[int]:
+        """The official full reference prompt ids (for tests)."""
+        return [self.im_start, *self.encode(ROLE_PREFIX + ref_text), self.im_end,
+                *self.newline_ids]
+
     def instruct_ids(self, instruct: str) -> list[int]:
         """<|im_start|>user\\n{instruct}<|im_end|>\\n"""
         return [self.im_start, *self.encode("user\n" + instruct), self.im_end,
