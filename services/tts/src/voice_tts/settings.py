@@ -101,6 +101,13 @@ class TTSSettings(BaseSettings):
     # Seconds a connection to the HTTP port may take to send its first request's headers
     # (slow senders hold sockets: slowloris); it is closed after that.
     header_timeout_s: float = Field(10.0, gt=0, le=300)
+    # The voice library (server/voice_library.py): cloned and designed voices, one file
+    # each, kept across restarts (a volume in compose). Empty: no library (creating a
+    # voice is refused; inline reference audio still works where the model clones).
+    voice_dir: Path | None = None
+    # Largest reference audio upload (a file or raw PCM), in bytes: 30 s of 48 kHz
+    # stereo s16 is 5.8 MB. Over it: HTTP 413, gRPC RESOURCE_EXHAUSTED.
+    voice_max_upload_bytes: int = Field(16 << 20, ge=1024, le=256 << 20)
     # Tests only: the engine's n-th decode step fails, `<cuda|bug|hang>@<n>[:launch|tokens]`
     # (engine/faults.py `FaultInjection`; checked when the engine is built). Empty: none.
     test_fault: str = ""
@@ -112,6 +119,11 @@ class TTSSettings(BaseSettings):
         if v not in allowed:
             raise ValueError(f"TTS_DTYPE must be one of {allowed}, got {v!r}")
         return v
+
+    @field_validator("voice_dir", mode="before")
+    @classmethod
+    def _voice_dir(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v  # empty: no library
 
     @field_validator("log_level")
     @classmethod

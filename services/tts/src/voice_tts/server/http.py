@@ -1,6 +1,7 @@
 """The service's HTTP side: `/metrics` for Prometheus, `/healthz` for orchestrators, and
 the speech interfaces other TTS servers offer: OpenAI's `POST /v1/audio/speech` (with
-`/v1/models`, `/v1/audio/voices`; `openai_speech.py`) and a live-text WebSocket,
+`/v1/models`; `openai_speech.py`), the voice library (`/v1/audio/voices`, create / list /
+get / delete; `voices_http.py`) and a live-text WebSocket,
 `/v1/audio/speech/stream` (`ws_speech.py`). Both are adapters over `Synthesis.call`, as
 gRPC is.
 
@@ -21,6 +22,8 @@ from voice_keys import ApiKeys, bearer
 from voice_tts.server.http_guards import GuardedSite, origin_guard
 from voice_tts.server.openai_speech import MAX_BODY_BYTES, ApiError, SpeechAPI, Truncate
 from voice_tts.server.synthesis import Synthesis
+from voice_tts.server.voice_library import VoiceLibrary
+from voice_tts.server.voices_http import VoicesAPI
 from voice_tts.server.ws_speech import WS_PATH, SpeechSocket
 
 log = logging.getLogger("voice_tts.http")
@@ -75,7 +78,8 @@ def key_check(keys: ApiKeys) -> Callable[..., Awaitable[web.StreamResponse]]:
 
 async def start_http(host: str, port: int, registry: CollectorRegistry,
                      is_serving: Callable[[], bool], calls: Synthesis | None = None,
-                     keys: ApiKeys | None = None, cors_origins: list[str] | None = None,
+                     keys: ApiKeys | None = None, library: VoiceLibrary | None = None,
+                     cors_origins: list[str] | None = None,
                      header_timeout_s: float = 10.0) -> web.AppRunner:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry),
@@ -97,7 +101,9 @@ async def start_http(host: str, port: int, registry: CollectorRegistry,
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     if calls is not None:
-        SpeechAPI(calls).add_routes(app)
+        SpeechAPI(calls).add_routes(app, voices=library is None)
+        if library is not None:
+            VoicesAPI(library).add_routes(app)
         SpeechSocket(calls).add_routes(app)
     # A client that goes away cancels its handler: its engine session ends at once.
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-CORS_HEADERS = {"Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+CORS_HEADERS = {"Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
                 "Access-Control-Allow-Headers": "Authorization, Content-Type, X-Trace-Id",
                 "Access-Control-Max-Age": "600", "Vary": "Origin"}
 

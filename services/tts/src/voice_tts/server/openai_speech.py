@@ -97,10 +97,11 @@ class SpeechAPI:
         self.model_ids = (engine.model_name, *MODEL_ALIASES)
         self.max_chars = calls.settings.max_text_chars
 
-    def add_routes(self, app: web.Application) -> None:
+    def add_routes(self, app: web.Application, voices: bool = True) -> None:
         app.router.add_post("/v1/audio/speech", self.speech)
         app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/v1/audio/voices", self.voices)
+        if voices:  # else the voice library's API (voices_http.py) serves it
+            app.router.add_get("/v1/audio/voices", self.voices)
 
     async def models(self, _: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [

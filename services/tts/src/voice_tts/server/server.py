@@ -30,6 +30,7 @@ from voice_tts.server.http import KEY_HOW, start_http
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.service import SERVICE_NAME, TextToSpeechServicer
 from voice_tts.server.synthesis import Synthesis, until_client_stops_writing
+from voice_tts.server.voice_library import VoiceLibrary
 from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.server")
@@ -137,6 +138,9 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
             sample_gpu_memory()
 
     calls = Synthesis(engine, settings, metrics)  # before the first step
+    library = VoiceLibrary(engine, settings.voice_dir, settings.voice_max_upload_bytes,
+                           on_change=calls.refresh_voices)
+    library.load()  # stored voices are there before the first call
     # Capacity before any traffic: the warm-up's step time per batch bucket (GPU).
     calls.admission.model.seed(engine.bucket_step_ms)
     engine.on_step = on_step
@@ -146,9 +150,13 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
                    file_setting="TTS_API_KEYS_FILE", how=KEY_HOW)
     # Streaming calls are answered once their writes end, as admission does (see there).
     check = GrpcKeyCheck(keys, drain=until_client_stops_writing)
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)],
+    # A CreateVoice message holds the reference audio: up to the upload limit (the
+    # server refuses larger audio with its own message, not grpc's generic one).
+    max_message = max(4 << 20, settings.voice_max_upload_bytes + (1 << 20))
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
+                                      ("grpc.max_receive_message_length", max_message)],
                              interceptors=[check] if keys.enabled else [])
-    server.add_generic_rpc_handlers([TextToSpeechServicer(calls).handler()])
+    server.add_generic_rpc_handlers([TextToSpeechServicer(calls, library).handler()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -169,7 +177,8 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     if settings.http_port:
         running.http_runner = await start_http(settings.grpc_host, settings.http_port,
                                                metrics.registry, lambda: running.serving,
-                                               calls, keys, cors_origins=[
+                                               calls, keys, library=library,
+                                               cors_origins=[
                                                    o.strip() for o in
                                                    settings.cors_origins.split(",")
                                                    if o.strip()],

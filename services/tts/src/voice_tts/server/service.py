@@ -1,4 +1,5 @@
-"""`voice.tts.v1.TextToSpeech` over gRPC: a thin adapter over `Synthesis.call`.
+"""`voice.tts.v1.TextToSpeech` over gRPC: a thin adapter over `Synthesis.call`, and the
+voice library's CreateVoice / GetVoice / DeleteVoice (`voice_library.py`).
 
 `Synthesize` requests are registered with an identity deserializer and parsed here, so
 garbage bytes get INVALID_ARGUMENT with a message instead of grpc's generic error; the
@@ -12,16 +13,19 @@ from collections.abc import AsyncIterator
 import grpc
 from voice.tts.v1 import tts_pb2
 
+from voice_tts.engine import Voice
 from voice_tts.server.protocol import CallError, parse_request
 from voice_tts.server.synthesis import Synthesis, until_client_stops_writing
+from voice_tts.server.voice_library import STATUS, ReferenceAudio, VoiceError, VoiceLibrary
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
 SERVICE_NAME = "voice.tts.v1.TextToSpeech"
 
 
 class TextToSpeechServicer:
-    def __init__(self, synthesis: Synthesis) -> None:
+    def __init__(self, synthesis: Synthesis, library: VoiceLibrary | None = None) -> None:
         self.synthesis = synthesis
+        self.library = library
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {
@@ -35,14 +39,83 @@ class TextToSpeechServicer:
                 request_deserializer=tts_pb2.ListVoicesRequest.FromString,
                 response_serializer=tts_pb2.ListVoicesResponse.SerializeToString,
             ),
+            **{name: grpc.unary_unary_rpc_method_handler(
+                getattr(self, attr), request_deserializer=req.FromString,
+                response_serializer=resp.SerializeToString)
+               for name, attr, req, resp in (
+                   ("CreateVoice", "create_voice", tts_pb2.CreateVoiceRequest,
+                    tts_pb2.CreateVoiceResponse),
+                   ("GetVoice", "get_voice", tts_pb2.GetVoiceRequest,
+                    tts_pb2.GetVoiceResponse),
+                   ("DeleteVoice", "delete_voice", tts_pb2.DeleteVoiceRequest,
+                    tts_pb2.DeleteVoiceResponse))},
         })
+
+    def _voice(self, v: Voice) -> tts_pb2.Voice:
+        out = tts_pb2.Voice(name=v.name, languages=list(v.languages), dialect=v.dialect or "",
+                            kind=getattr(v, "kind", "preset"))
+        stored = self.library.get(v.name) if self.library is not None else None
+        if stored is not None:
+            out.kind = stored.kind
+            out.created_at, out.duration_s = stored.created_at, stored.duration_s
+            out.ref_text, out.x_vector_only = stored.ref_text, stored.x_vector_only
+            out.description = stored.description
+            out.warnings.extend(stored.warnings)
+        return out
+
+    async def create_voice(self, request: tts_pb2.CreateVoiceRequest,
+                           context: grpc.aio.ServicerContext) -> tts_pb2.CreateVoiceResponse:
+        source = request.WhichOneof("source")
+        try:
+            lib = self._library()
+            if source == "reference":
+                r = request.reference
+                fmt = tts_pb2.ReferenceAudio.Format.Name(r.format).removeprefix("FORMAT_")
+                ref = ReferenceAudio(r.audio, "wav" if fmt == "UNSPECIFIED" else fmt.lower(),
+                                     r.sample_rate, r.channels or 1)
+                stored = await lib.create_from_audio(request.name, ref, r.ref_text,
+                                                     r.x_vector_only, request.consent)
+            elif source == "description":
+                stored = await lib.create_from_description(request.name, request.description)
+            else:
+                raise VoiceError("invalid", "CreateVoiceRequest needs a reference (audio) or "
+                                 "a description")
+        except VoiceError as e:
+            await context.abort(STATUS[e.kind][0], e.message)
+        return tts_pb2.CreateVoiceResponse(voice=self._voice(self._engine_voice(stored.name)))
+
+    async def get_voice(self, request: tts_pb2.GetVoiceRequest,
+                        context: grpc.aio.ServicerContext) -> tts_pb2.GetVoiceResponse:
+        try:
+            return tts_pb2.GetVoiceResponse(voice=self._voice(self._engine_voice(request.name)))
+        except VoiceError as e:
+            await context.abort(STATUS[e.kind][0], e.message)
+
+    async def delete_voice(self, request: tts_pb2.DeleteVoiceRequest,
+                           context: grpc.aio.ServicerContext) -> tts_pb2.DeleteVoiceResponse:
+        try:
+            await self._library().delete(request.name)
+        except VoiceError as e:
+            await context.abort(STATUS[e.kind][0], e.message)
+        return tts_pb2.DeleteVoiceResponse()
+
+    def _library(self) -> VoiceLibrary:
+        if self.library is None:
+            raise VoiceError("unsupported", "this server has no voice library")
+        return self.library
+
+    def _engine_voice(self, name: str) -> Voice:
+        key = name.strip().lower()
+        for v in self.synthesis.engine.voices():
+            if v.name.lower() == key:
+                return v
+        raise VoiceError("not_found", f"unknown voice {name[:64]!r}; ListVoices names them")
 
     async def list_voices(self, request: tts_pb2.ListVoicesRequest,
                           context: grpc.aio.ServicerContext) -> tts_pb2.ListVoicesResponse:
         engine = self.synthesis.engine
         return tts_pb2.ListVoicesResponse(
-            voices=[tts_pb2.Voice(name=v.name, languages=list(v.languages),
-                                  dialect=v.dialect or "") for v in engine.voices()],
+            voices=[self._voice(v) for v in engine.voices()],
             languages=list(engine.languages()),
             model=engine.model_name,
             native_sample_rate=engine.sample_rate,

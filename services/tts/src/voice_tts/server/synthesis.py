@@ -175,6 +175,11 @@ class Synthesis:
         self.failed = message
         return self.cut_open_calls(message)
 
+    def refresh_voices(self) -> None:
+        """The engine's voices changed (the voice library): new calls see them."""
+        self._voice_names = VoiceNames([v.name for v in self.engine.voices()],
+                                       self.engine.languages())
+
     async def _first_config(self, it: AsyncIterator[tts_pb2.SynthesizeRequest]) -> Any:
         try:
             req = await asyncio.wait_for(anext(it), self.settings.config_timeout_s)

@@ -1,0 +1,487 @@
+"""The voice library: cloned and designed voices, made once, kept on disk, used by name.
+
+A voice is made from reference audio (Base checkpoints: `engine.make_voice_prompt`) or a
+description (VoiceDesign: `engine.design_voice_prompt`) and stored as one file,
+`<TTS_VOICE_DIR>/<name>.voice.npz`: its prompt (x-vector, reference codes, transcript,
+description), the reference audio itself (mono s16 at its own rate: a voice can be made
+again for another checkpoint) and its metadata (JSON). At start-up every stored voice
+made for this server's model type and size is registered with the engine; the others
+are skipped with a log line.
+
+Rules that keep the library safe:
+- a name is `[A-Za-z0-9_-]{1,64}`, compared lower-case (as the engine compares voices):
+  it names a file in the directory and nothing else; no path is ever built from
+  anything else a client sends;
+- a voice is written to a temporary file, fsynced, then renamed into place (and the
+  directory fsynced): a crash or a full disk leaves the old state, never half a voice;
+  temporary files left by a crash are removed at start-up;
+- reference audio is refused with a message when it is not audio, shorter than 3 s or
+  longer than 30 s, silent, or not finite; clipped audio (over 1% of samples at full
+  scale) is kept, with a warning in the answer and the metadata (the clone copies the
+  distortion: record again if it matters);
+- a voice deleted while sessions speak with it: they keep the prompt they resolved;
+  new sessions get "unknown voice".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import io
+import json
+import logging
+import os
+import re
+import struct
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+
+from voice_tts.engine import Engine
+from voice_tts.engine.voices import VoicePrompt
+
+log = logging.getLogger("voice_tts.voices")
+
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MIN_SECONDS, MAX_SECONDS = 3.0, 30.0
+MAX_REF_TEXT_CHARS = 1000
+MAX_DESCRIPTION_CHARS = 1000
+SUFFIX = ".voice.npz"
+TMP_PREFIX = ".tmp-"
+FORMAT_VERSION = 1
+# Silent: RMS under -60 dBFS. Clipped: this share of samples at |x| >= CLIP_LEVEL.
+SILENT_RMS = 1e-3
+CLIP_LEVEL, CLIP_SHARE = 0.999, 0.01
+RAW_FORMATS = {"pcm_s16le": np.dtype("<i2"), "pcm_f32le": np.dtype("<f4")}
+FORMATS = ("wav", *RAW_FORMATS)
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+# Each VoiceError kind's status: (gRPC, HTTP). A full disk is HTTP 507 Insufficient
+# Storage (WebDAV's, the one status that says it); gRPC has RESOURCE_EXHAUSTED for both.
+STATUS: dict[str, tuple[grpc.StatusCode, int]] = {
+    "invalid": (grpc.StatusCode.INVALID_ARGUMENT, 400),
+    "preset": (grpc.StatusCode.INVALID_ARGUMENT, 400),
+    "not_found": (grpc.StatusCode.NOT_FOUND, 404),
+    "exists": (grpc.StatusCode.ALREADY_EXISTS, 409),
+    "too_large": (grpc.StatusCode.RESOURCE_EXHAUSTED, 413),
+    "storage": (grpc.StatusCode.RESOURCE_EXHAUSTED, 507),
+    "unsupported": (grpc.StatusCode.UNIMPLEMENTED, 501),
+}
+
+
+class VoiceError(Exception):
+    """A library request that cannot be done; `kind` picks the status on every front:
+    invalid (400 / INVALID_ARGUMENT), not_found (404), exists (409 / ALREADY_EXISTS),
+    too_large (413 / RESOURCE_EXHAUSTED), storage (507 / RESOURCE_EXHAUSTED: the disk is
+    full), unsupported (501 / UNIMPLEMENTED: this checkpoint cannot make such a voice, or
+    no TTS_VOICE_DIR), preset (400: presets are not deleted)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+@dataclass(frozen=True)
+class ReferenceAudio:
+    """Reference audio as a client sends it: a WAV file, or raw little-endian PCM
+    (`pcm_s16le` / `pcm_f32le`) with its rate and channel count."""
+
+    data: bytes
+    format: str = "wav"
+    sample_rate: int = 0  # raw PCM only
+    channels: int = 1  # raw PCM only
+
+
+@dataclass
+class StoredVoice:
+    name: str
+    kind: str  # "clone" | "design"
+    created_at: int  # unix seconds
+    model_type: str  # the engine's model type it was made for
+    model_size: str  # tts_model_size ("0b6", "1b7")
+    hidden_size: int  # the talker's: an x-vector fits only its own size
+    duration_s: float = 0.0  # the reference audio's
+    source_rate: int = 0
+    ref_text: str = ""
+    x_vector_only: bool = False
+    description: str = ""
+    consent: str = ""  # what the client sent as `consent` (kept, not checked)
+    file_size: int = 0  # the upload's bytes
+    warnings: list[str] = field(default_factory=list)
+    prompt: VoicePrompt = field(default_factory=VoicePrompt, repr=False)
+    audio: np.ndarray | None = field(default=None, repr=False)  # mono s16 at source_rate
+
+    def info(self) -> dict[str, Any]:
+        """The metadata (JSON), as stored and as the HTTP API shows it."""
+        d = asdict(self)
+        d.pop("prompt"), d.pop("audio")
+        return d
+
+
+# --- reference audio -------------------------------------------------------------------
+
+
+def decode_audio(ref: ReferenceAudio) -> tuple[np.ndarray, int]:
+    """-> (mono float32 in [-1, 1], rate). Stereo (or more) is averaged. VoiceError
+    ("invalid") when the bytes are not audio of a supported kind."""
+    if ref.format not in FORMATS:
+        raise VoiceError("invalid", f"unknown audio format {ref.format[:32]!r}; use one of "
+                         f"{list(FORMATS)}")
+    if ref.format == "wav":
+        return _decode_wav(ref.data)
+    if not 8000 <= ref.sample_rate <= 192000:
+        raise VoiceError("invalid", f"raw PCM needs its sample_rate (8000..192000 Hz), got "
+                         f"{ref.sample_rate}")
+    if not 1 <= ref.channels <= 8:
+        raise VoiceError("invalid", f"channels must be 1..8, got {ref.channels}")
+    dtype = RAW_FORMATS[ref.format]
+    frame = dtype.itemsize * ref.channels
+    if len(ref.data) % frame:
+        raise VoiceError("invalid", f"{ref.format} data of {len(ref.data)} bytes is not a "
+                         f"whole number of {ref.channels}-channel samples")
+    samples = np.frombuffer(ref.data, dtype).reshape(-1, ref.channels)
+    return _mono(samples), ref.sample_rate
+
+
+def _decode_wav(data: bytes) -> tuple[np.ndarray, int]:
+    """A RIFF/WAVE file: PCM 8/16/24/32-bit or IEEE float 32/64, plain or extensible; a
+    streamed file's unknown data size (0xFFFFFFFF) reads to the end."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise VoiceError("invalid", "audio_sample is not a WAV file (no RIFF/WAVE header); "
+                         "send WAV, or raw PCM with its format and sample_rate")
+    pos, fmt, payload = 12, None, None
+    while pos + 8 <= len(data):
+        cid, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
+        body = data[pos + 8:pos + 8 + size]
+        if cid == b"fmt ":
+            fmt = body
+        elif cid == b"data":
+            payload = body  # a streamed size (0xFFFFFFFF) takes what is there
+            break
+        pos += 8 + size + (size & 1)
+    if fmt is None or len(fmt) < 16 or payload is None:
+        raise VoiceError("invalid", "WAV file without a fmt and a data chunk")
+    tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", fmt[:16])
+    if tag == 0xFFFE and len(fmt) >= 26:  # WAVE_FORMAT_EXTENSIBLE: the subformat's tag
+        tag = struct.unpack("<H", fmt[24:26])[0]
+    kinds = {(1, 8): np.dtype("u1"), (1, 16): np.dtype("<i2"), (1, 32): np.dtype("<i4"),
+             (3, 32): np.dtype("<f4"), (3, 64): np.dtype("<f8")}
+    if channels < 1 or not 8000 <= rate <= 192000:
+        raise VoiceError("invalid", f"WAV with {channels} channels at {rate} Hz; need 1+ "
+                         "channels at 8000..192000 Hz")
+    width = bits // 8
+    payload = payload[:len(payload) - len(payload) % (width * channels or 1)]
+    if (tag, bits) == (1, 24):
+        raw = np.frombuffer(payload, np.uint8).reshape(-1, 3)
+        ints = (raw[:, 0].astype(np.int32) | raw[:, 1].astype(np.int32) << 8
+                | raw[:, 2].astype(np.int8).astype(np.int32) << 16)
+        return _mono((ints / float(1 << 23)).astype(np.float32).reshape(-1, channels)), rate
+    if (tag, bits) not in kinds:
+        raise VoiceError("invalid", f"WAV encoding (format {tag}, {bits} bits) is not "
+                         "supported; use PCM 8/16/24/32-bit or float 32/64")
+    samples = np.frombuffer(payload, kinds[tag, bits]).reshape(-1, channels)
+    return _mono(samples), rate
+
+
+def _mono(samples: np.ndarray) -> np.ndarray:
+    """(n, channels) of any sample type -> (n,) float32 in [-1, 1], channels averaged."""
+    if samples.dtype == np.uint8:
+        x = (samples.astype(np.float32) - 128.0) / 128.0
+    elif samples.dtype.kind == "i":
+        x = samples.astype(np.float32) / float(np.iinfo(samples.dtype).max + 1)
+    else:
+        x = samples.astype(np.float32)
+    return x.mean(axis=1) if x.shape[1] > 1 else x[:, 0].copy()
+
+
+def check_audio(audio: np.ndarray, rate: int) -> list[str]:
+    """Refuses what cannot make a voice (VoiceError "invalid"); returns warnings."""
+    seconds = len(audio) / rate
+    if not np.isfinite(audio).all():
+        raise VoiceError("invalid", "the audio holds NaN or infinite samples")
+    if seconds < MIN_SECONDS or seconds > MAX_SECONDS:
+        raise VoiceError("invalid", f"the reference audio is {seconds:.2f} s; it must be "
+                         f"{MIN_SECONDS:g} to {MAX_SECONDS:g} s of speech")
+    rms = float(np.sqrt(np.mean(np.square(audio, dtype=np.float64))))
+    if rms < SILENT_RMS:
+        raise VoiceError("invalid", f"the reference audio is silent (RMS {rms:.1e}, under "
+                         f"{SILENT_RMS:g}); record the speaker louder")
+    clipped = float(np.mean(np.abs(audio) >= CLIP_LEVEL))
+    if clipped > CLIP_SHARE:
+        return [f"clipped: {100 * clipped:.1f}% of the samples are at full scale; the "
+                "voice copies the distortion (record again, quieter, if it matters)"]
+    return []
+
+
+def check_name(name: str) -> str:
+    """The library's spelling of a name (lower-case), or VoiceError "invalid"."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        shown = repr(name[:64]) if isinstance(name, str) else type(name).__name__
+        raise VoiceError("invalid", f"voice name {shown} is not allowed: use 1 to 64 "
+                         "letters, digits, '_' or '-'")
+    return name.lower()
+
+
+# --- the store ---------------------------------------------------------------------------
+
+
+def _to_npz(v: StoredVoice) -> bytes:
+    arrays: dict[str, np.ndarray] = {
+        "meta": np.frombuffer(json.dumps({"format": FORMAT_VERSION, **v.info()}).encode(),
+                              np.uint8)}
+    p = v.prompt
+    if p.x_vector is not None:
+        arrays["x_vector"] = np.asarray(p.x_vector, np.float32)
+    if p.ref_codes is not None:
+        arrays["ref_codes"] = np.asarray(p.ref_codes, np.int64)
+    arrays["text"] = np.frombuffer(json.dumps({"ref_text": p.ref_text,
+                                               "instruct": p.instruct}).encode(), np.uint8)
+    if v.audio is not None:
+        arrays["audio"] = v.audio
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _from_npz(path: Path) -> StoredVoice:
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(z["meta"].tobytes())
+        if meta.pop("format", None) != FORMAT_VERSION:
+            raise ValueError("unknown file format version")
+        text = json.loads(z["text"].tobytes())
+        prompt = VoicePrompt(
+            x_vector=z["x_vector"].astype(np.float32) if "x_vector" in z else None,
+            ref_codes=z["ref_codes"].astype(np.int64) if "ref_codes" in z else None,
+            ref_text=str(text.get("ref_text", "")), instruct=str(text.get("instruct", "")))
+        audio = z["audio"].astype(np.int16) if "audio" in z else None
+    known = set(StoredVoice.__dataclass_fields__) - {"prompt", "audio"}
+    return StoredVoice(**{k: v for k, v in meta.items() if k in known}, prompt=prompt,
+                       audio=audio)
+
+
+class VoiceLibrary:
+    """The library of one server. Reads and writes only `directory`'s `*.voice.npz` and
+    its own temporary files. Creation and deletion are serialized (one at a time); the
+    slow part (the prompt, the file) runs in a worker thread, the engine's voice table
+    is changed on the event loop (where sessions open)."""
+
+    def __init__(self, engine: Engine, directory: Path | None, max_upload_bytes: int,
+                 on_change: Callable[[], None] = lambda: None) -> None:
+        self.engine = engine
+        self.dir = Path(directory).resolve() if directory is not None else None
+        self.max_upload_bytes = max_upload_bytes
+        self.on_change = on_change
+        self.voices: dict[str, StoredVoice] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def model_type(self) -> str:
+        return str(getattr(self.engine, "model_type", "custom_voice"))
+
+    def _model_size(self) -> tuple[str, int]:
+        cfg = self.engine.cfg
+        return str(getattr(cfg, "tts_model_size", "")), int(cfg.talker.hidden_size)
+
+    # --- start-up ------------------------------------------------------------------------
+
+    def load(self) -> int:
+        """Registers every stored voice made for this model; returns how many."""
+        if self.dir is None:
+            return 0
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for tmp in self.dir.glob(TMP_PREFIX + "*"):
+            log.warning("voice library: removing %s, left by an interrupted write", tmp.name)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        size, hidden = self._model_size()
+        for path in sorted(self.dir.glob("*" + SUFFIX)):
+            name = path.name.removesuffix(SUFFIX)
+            if not NAME.fullmatch(name) or name != name.lower() or not path.is_file():
+                log.warning("voice library: skipping %s (not a library file name)", path.name)
+                continue
+            try:
+                v = _from_npz(path)
+            except Exception as e:  # a damaged file must not stop the server
+                log.error("voice library: skipping %s, unreadable (%s: %s)", path.name,
+                          type(e).__name__, str(e)[:200])
+                continue
+            if (v.model_type, v.hidden_size) != (self.model_type, hidden):
+                log.warning("voice library: skipping %r, made for a %s %s model (this server: "
+                            "%s %s); create it again here", name, v.model_size, v.model_type,
+                            size, self.model_type)
+                continue
+            try:
+                self.engine.add_voice(name, v.prompt)
+            except ValueError as e:
+                log.warning("voice library: skipping %r: %s", name, e)
+                continue
+            v.name = name
+            self.voices[name] = v
+        if self.voices:
+            self.on_change()
+        log.info("voice library %s: %d voice(s) loaded", self.dir, len(self.voices))
+        return len(self.voices)
+
+    # --- requests ------------------------------------------------------------------------
+
+    def get(self, name: str) -> StoredVoice | None:
+        return self.voices.get(name.lower()) if isinstance(name, str) else None
+
+    def list(self) -> list[StoredVoice]:
+        return [self.voices[k] for k in sorted(self.voices)]
+
+    async def create_from_audio(self, name: str, ref: ReferenceAudio, ref_text: str = "",
+                                x_vector_only: bool = False, consent: str = "") -> StoredVoice:
+        self._writable()
+        if self.model_type != "base":
+            raise VoiceError("unsupported", f"this server's checkpoint ({self.model_type}) "
+                             "cannot clone a voice: run a Base checkpoint "
+                             "(Qwen3-TTS-12Hz-*-Base) for that")
+        if len(ref.data) > self.max_upload_bytes:
+            raise VoiceError("too_large", f"the audio is {len(ref.data)} bytes; the limit is "
+                             f"{self.max_upload_bytes} (TTS_VOICE_MAX_UPLOAD_BYTES)")
+        if len(ref_text) > MAX_REF_TEXT_CHARS:
+            raise VoiceError("invalid", f"ref_text is {len(ref_text)} characters; the limit "
+                             f"is {MAX_REF_TEXT_CHARS}")
+        key = check_name(name)
+        audio, rate = decode_audio(ref)
+        warnings = check_audio(audio, rate)
+        ref_text = ref_text.strip()
+        size, hidden = self._model_size()
+        voice = StoredVoice(
+            name=key, kind="clone", created_at=int(time.time()), model_type=self.model_type,
+            model_size=size, hidden_size=hidden, duration_s=round(len(audio) / rate, 3),
+            source_rate=rate, ref_text=ref_text, x_vector_only=x_vector_only or not ref_text,
+            consent=consent[:200], file_size=len(ref.data), warnings=warnings,
+            audio=np.round(np.clip(audio, -1, 1) * 32767).astype(np.int16))
+
+        def make() -> VoicePrompt:
+            return self.engine.make_voice_prompt(audio, rate, ref_text=ref_text,
+                                                 x_vector_only=voice.x_vector_only)
+
+        return await self._create(voice, make)
+
+    async def create_from_description(self, name: str, description: str) -> StoredVoice:
+        self._writable()
+        if self.model_type != "voice_design":
+            raise VoiceError("unsupported", f"this server's checkpoint ({self.model_type}) "
+                             "cannot design a voice from a description: run a VoiceDesign "
+                             "checkpoint (Qwen3-TTS-12Hz-1.7B-VoiceDesign) for that")
+        description = description.strip()
+        if not description or len(description) > MAX_DESCRIPTION_CHARS:
+            raise VoiceError("invalid", f"the description must be 1 to {MAX_DESCRIPTION_CHARS}"
+                             f" characters, got {len(description)}")
+        key = check_name(name)
+        size, hidden = self._model_size()
+        voice = StoredVoice(name=key, kind="design", created_at=int(time.time()),
+                            model_type=self.model_type, model_size=size, hidden_size=hidden,
+                            description=description)
+        return await self._create(voice,
+                                  lambda: self.engine.design_voice_prompt(description))
+
+    async def delete(self, name: str) -> StoredVoice:
+        async with self._lock:
+            key = name.lower() if isinstance(name, str) else ""
+            voice = self.voices.get(key)
+            if voice is None:
+                if key in {v.name.lower() for v in self.engine.voices()}:
+                    raise VoiceError("preset", f"{name[:64]!r} is a preset voice of the "
+                                     "model; only library voices can be deleted")
+                raise VoiceError("not_found", f"no library voice {name[:64]!r}")
+            assert self.dir is not None
+            self.engine.remove_voice(key)  # open sessions keep what they resolved
+            try:
+                await asyncio.to_thread(self._unlink, self.dir / (key + SUFFIX))
+            except OSError as e:
+                self.engine.add_voice(key, voice.prompt)  # still on disk: still a voice
+                raise VoiceError("storage", f"could not delete the voice's file: "
+                                 f"{e.strerror or e}") from None
+            del self.voices[key]
+            self.on_change()
+            log.info("voice library: deleted %r", key)
+            return voice
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _writable(self) -> None:
+        if self.dir is None:
+            raise VoiceError("unsupported", "this server has no voice library: set "
+                             "TTS_VOICE_DIR to a directory (a volume in compose)")
+
+    def _taken(self, key: str) -> None:
+        if key in self.voices:
+            raise VoiceError("exists", f"a voice named {key!r} exists; delete it first or "
+                             "pick another name")
+        if key in {v.name.lower() for v in self.engine.voices()}:
+            raise VoiceError("exists", f"{key!r} is a preset voice of the model; pick "
+                             "another name")
+
+    async def _create(self, voice: StoredVoice, make: Callable[[], VoicePrompt]
+                      ) -> StoredVoice:
+        async with self._lock:  # the name check and the write, one voice at a time
+            self._taken(voice.name)
+
+            def build() -> int:
+                try:
+                    voice.prompt = make()
+                except ValueError as e:
+                    raise VoiceError("invalid", f"cannot make a voice of it: {e}") from None
+                data = _to_npz(voice)
+                self._write(voice.name, data)
+                return len(data)
+
+            stored = await asyncio.to_thread(build)
+            try:
+                self.engine.add_voice(voice.name, voice.prompt)
+            except Exception as e:
+                await asyncio.to_thread(self._unlink, self.dir / (voice.name + SUFFIX))
+                if isinstance(e, ValueError):  # a clash the engine saw (a preset)
+                    raise VoiceError("exists", str(e)) from None
+                raise
+            self.voices[voice.name] = voice
+            self.on_change()
+            log.info("voice library: created %s voice %r (%d bytes stored)%s", voice.kind,
+                     voice.name, stored, f"; {voice.warnings[0]}" if voice.warnings else "")
+            return voice
+
+    def _write(self, key: str, data: bytes) -> None:
+        """Temp file, fsync, rename, fsync the directory: never half a voice. A full
+        disk (or a file-size limit) -> VoiceError "storage", the temp file removed."""
+        assert self.dir is not None
+        tmp = self.dir / f"{TMP_PREFIX}{key}-{uuid.uuid4().hex[:8]}"
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.dir / (key + SUFFIX))
+            self._sync_dir()
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            if e.errno in FULL_DISK:
+                log.error("voice library: cannot store %r: %s", key, e)
+                raise VoiceError("storage", f"the voice library's disk is full ({e.strerror}); "
+                                 "nothing was stored") from None
+            raise
+
+    def _unlink(self, path: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        self._sync_dir()
+
+    def _sync_dir(self) -> None:
+        assert self.dir is not None
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,171 @@
+"""The voice library over HTTP, shaped as vLLM-Omni's and OpenAI's voice APIs:
+
+- `POST /v1/audio/voices` (multipart/form-data): `name`, and either `audio_sample` (a
+  file: WAV, or raw PCM with `format` pcm_s16le / pcm_f32le, `sample_rate`, `channels`)
+  with optional `ref_text` and `x_vector_only`, or `description` (VoiceDesign
+  checkpoints; `instructions` is taken as its alias). `consent` is accepted and kept.
+  -> 200 `{"success": true, "voice": {...}}`.
+- `GET /v1/audio/voices`: every voice (`voices`: name, languages, dialect, kind), the
+  languages, and the library's voices in full (`uploaded_voices`, as vLLM-Omni names them).
+- `GET /v1/audio/voices/{name}`, `DELETE /v1/audio/voices/{name}` (-> `{"success": true,
+  "message": ...}`).
+
+Errors are OpenAI's body with the status `voice_library.STATUS` gives: 400 bad audio or
+name, 404 unknown voice, 409 name taken, 413 upload too large, 415 not multipart, 501
+this checkpoint cannot make that voice (or no TTS_VOICE_DIR), 507 the disk is full.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import BodyPartReader, web
+
+from voice_tts.engine import Voice
+from voice_tts.server.openai_speech import ApiError
+from voice_tts.server.voice_library import (
+    STATUS,
+    ReferenceAudio,
+    StoredVoice,
+    VoiceError,
+    VoiceLibrary,
+)
+
+MAX_FIELD_BYTES = 8 * 1024  # a form field other than the audio (name, ref_text, ...)
+FIELDS = ("name", "ref_text", "consent", "x_vector_only", "format", "sample_rate", "channels",
+          "description", "instructions", "speaker_description", "language")
+
+
+def _error(e: VoiceError) -> web.Response:
+    return ApiError(STATUS[e.kind][1], e.message, code=e.kind,
+                    kind="invalid_request_error" if STATUS[e.kind][1] < 500
+                    else "server_error").response()
+
+
+class VoicesAPI:
+    def __init__(self, library: VoiceLibrary) -> None:
+        self.library = library
+        self.engine = library.engine
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/audio/voices", self.list)
+        app.router.add_post("/v1/audio/voices", self.create)
+        app.router.add_get("/v1/audio/voices/{name}", self.get)
+        app.router.add_delete("/v1/audio/voices/{name}", self.delete)
+
+    def _voice(self, v: Voice) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": v.name, "languages": list(v.languages),
+                               "dialect": v.dialect or None,
+                               "kind": getattr(v, "kind", "preset")}
+        stored = self.library.get(v.name)
+        if stored is not None:
+            out.update(self._stored(stored))
+        return out
+
+    def _stored(self, s: StoredVoice) -> dict[str, Any]:
+        return {"id": s.name, "object": "audio.voice", **s.info(),
+                "languages": self.engine.languages()}
+
+    async def list(self, _: web.Request) -> web.Response:
+        return web.json_response({
+            "voices": [self._voice(v) for v in self.engine.voices()],
+            "languages": list(self.engine.languages()),
+            "uploaded_voices": [self._stored(s) for s in self.library.list()],
+        })
+
+    async def get(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"].strip().lower()
+        for v in self.engine.voices():
+            if v.name.lower() == name:
+                return web.json_response(self._voice(v))
+        return _error(VoiceError("not_found", f"unknown voice {name[:64]!r}; GET "
+                                 "/v1/audio/voices lists them"))
+
+    async def delete(self, request: web.Request) -> web.Response:
+        try:
+            v = await self.library.delete(request.match_info["name"])
+        except VoiceError as e:
+            return _error(e)
+        return web.json_response({"success": True, "name": v.name,
+                                  "message": f"voice {v.name!r} deleted"})
+
+    async def create(self, request: web.Request) -> web.Response:
+        try:
+            form, audio = await self._form(request)
+            if audio is not None:
+                ref = ReferenceAudio(audio, form.get("format", "wav").strip().lower(),
+                                     _int(form, "sample_rate", 0), _int(form, "channels", 1))
+                v = await self.library.create_from_audio(
+                    form.get("name", ""), ref, form.get("ref_text", ""),
+                    _bool(form, "x_vector_only"), form.get("consent", ""))
+            elif "description" in form or "instructions" in form:
+                v = await self.library.create_from_description(
+                    form.get("name", ""), form.get("description") or form["instructions"])
+            else:
+                raise VoiceError("invalid", "send the reference audio as `audio_sample` (a "
+                                 "file), or a `description` (VoiceDesign checkpoints)")
+        except VoiceError as e:
+            return _error(e)
+        except ApiError as e:
+            return e.response()
+        return web.json_response({"success": True, "voice": self._stored(v)})
+
+    async def _form(self, request: web.Request) -> tuple[dict[str, str], bytes | None]:
+        """The form's text fields and the audio file, each read within its limit."""
+        if request.content_type != "multipart/form-data":
+            raise ApiError(415, "send the voice as multipart/form-data (curl -F), not "
+                           f"{request.content_type[:60]!r}", code="unsupported_media_type")
+        limit = self.library.max_upload_bytes
+        if request.content_length is not None and request.content_length > limit + (1 << 20):
+            raise VoiceError("too_large", f"the request is {request.content_length} bytes; "
+                             f"the audio limit is {limit} (TTS_VOICE_MAX_UPLOAD_BYTES)")
+        form: dict[str, str] = {}
+        audio: bytes | None = None
+        try:
+            reader = await request.multipart()
+            async for part in reader:
+                if not isinstance(part, BodyPartReader):
+                    raise VoiceError("invalid", "nested multipart is not supported")
+                if part.name == "audio_sample":
+                    audio = await _read(part, limit, "too_large",
+                                        f"the audio is over {limit} bytes "
+                                        "(TTS_VOICE_MAX_UPLOAD_BYTES)")
+                elif part.name in FIELDS:
+                    raw = await _read(part, MAX_FIELD_BYTES, "invalid",
+                                      f"form field {part.name!r} is over {MAX_FIELD_BYTES} "
+                                      "bytes")
+                    try:
+                        form[part.name] = raw.decode()
+                    except UnicodeDecodeError:
+                        raise VoiceError("invalid", f"form field {part.name!r} is not "
+                                         "UTF-8 text") from None
+                else:
+                    raise VoiceError("invalid", f"unknown form field {str(part.name)[:32]!r}; "
+                                     f"known: audio_sample, {', '.join(FIELDS)}")
+        except (ValueError, AssertionError) as e:  # aiohttp: a malformed multipart body
+            raise VoiceError("invalid", f"malformed multipart body ({e})") from None
+        return form, audio
+
+
+async def _read(part: BodyPartReader, limit: int, kind: str, message: str) -> bytes:
+    buf = bytearray()
+    while chunk := await part.read_chunk(64 * 1024):
+        buf.extend(chunk)
+        if len(buf) > limit:
+            raise VoiceError(kind, message)
+    return bytes(buf)
+
+
+def _int(form: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(form.get(key) or default)
+    except ValueError:
+        raise VoiceError("invalid", f"{key} must be a whole number, got "
+                         f"{form[key][:16]!r}") from None
+
+
+def _bool(form: dict[str, str], key: str) -> bool:
+    value = form.get(key, "").strip().lower()
+    if value not in ("", "0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise VoiceError("invalid", f"{key} must be true or false, got {value[:16]!r}")
+    return value in ("1", "true", "yes", "on")
