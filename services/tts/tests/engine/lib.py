@@ -38,7 +38,8 @@ def write_tiny_checkpoint(name: str, directory: Path, seed: int = 0) -> Path:
                            shard_bytes=2_000_000 if name == "tiny-1.7b" else None)
 
 
-def run_oracle(spec: dict, workdir: Path) -> dict[str, np.ndarray]:
+def run_oracle(spec: dict, workdir: Path, script: str = "oracle_run.py") -> dict[str, np.ndarray]:
+    """Run `script` (next to this file) in the oracle venv on spec.json -> its out .npz."""
     python = oracle_python()
     if python is None:
         msg = "no oracle interpreter (set VOICE_ORACLE_PYTHON or make .venv/oracle)"
@@ -47,7 +48,7 @@ def run_oracle(spec: dict, workdir: Path) -> dict[str, np.ndarray]:
         pytest.skip(msg)
     spec_path, out_path = workdir / "spec.json", workdir / "oracle.npz"
     spec_path.write_text(json.dumps(spec))
-    proc = subprocess.run([str(python), str(Path(__file__).with_name("oracle_run.py")),
+    proc = subprocess.run([str(python), str(Path(__file__).with_name(script)),
                            str(spec_path), str(out_path)], capture_output=True, text=True,
                           timeout=600, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error",
                                                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})

@@ -11,8 +11,9 @@ Layout of a local checkpoint directory (the Hugging Face repo as published):
 
 The published weight names are mapped to ours in ONE place, `WEIGHT_PREFIXES`: our
 modules reuse the official attribute names below a prefix, so mapping is a prefix strip.
-Names we do not use (the speech tokenizer's `encoder.*`, a base model's
-`speaker_encoder.*`) are listed in `IGNORED_PREFIXES`; anything else unknown is an error.
+Names we do not use (the speech tokenizer's `encoder.*`) are listed in
+`IGNORED_PREFIXES`; anything else unknown is an error. `speaker_encoder.*` (the Base
+model's ECAPA-TDNN) is required iff `tts_model_type` is "base".
 No hub access: `path` must be a local directory.
 """
 
@@ -31,12 +32,14 @@ from .model import Qwen3TTS
 # (file, published prefix) -> our module prefix. The whole mapping lives here.
 WEIGHT_PREFIXES: dict[tuple[str, str], str] = {
     ("model", "talker."): "talker.",
+    ("model", "speaker_encoder."): "speaker_encoder.",
     ("speech_tokenizer", "decoder."): "speech_decoder.",
 }
 IGNORED_PREFIXES: dict[str, tuple[str, ...]] = {
-    "model": ("speaker_encoder.",),
+    "model": (),
     "speech_tokenizer": ("encoder.",),
 }
+MODEL_TYPES = ("custom_voice", "base", "voice_design")
 # Derived buffers some exports carry; we recompute them.
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -85,17 +88,23 @@ def load_model(path: str | Path, device: torch.device | str = "cpu",
         raise FileNotFoundError(f"checkpoint directory not found: {path} (no hub access; "
                                 "download the model and pass its local path)")
     cfg = ModelConfig.from_dir(path)
-    if cfg.tts_model_type != "custom_voice":
-        raise ValueError(f"only CustomVoice checkpoints are supported, got {cfg.tts_model_type}")
+    if cfg.tts_model_type not in MODEL_TYPES:
+        raise ValueError(f"unknown tts_model_type {cfg.tts_model_type!r} in {path}; "
+                         f"supported: {', '.join(MODEL_TYPES)}")
     with torch.device("meta"):
         model = Qwen3TTS(cfg)
     state = map_weights("model", _read_safetensors(path))
     state.update(map_weights("speech_tokenizer", _read_safetensors(path / "speech_tokenizer")))
+    if model.speaker_encoder is None:  # only Base builds it (as the official model)
+        state = {k: v for k, v in state.items() if not k.startswith("speaker_encoder.")}
     expected = set(model.state_dict())
     unexpected = set(state) - expected
     if unexpected:
         raise ValueError(f"checkpoint {path} has unexpected weights: {sorted(unexpected)[:8]}")
     missing = expected - set(state)
+    if any(k.startswith("speaker_encoder.") for k in missing):
+        raise ValueError(f"checkpoint {path} is a Base model (tts_model_type 'base') but lacks "
+                         f"speaker encoder weights: {sorted(missing)[:8]}")
     if missing:
         raise ValueError(f"checkpoint {path} lacks weights: {sorted(missing)[:8]}")
     model.load_state_dict(state, strict=True, assign=True)
@@ -110,6 +119,8 @@ def prepare(model: Qwen3TTS, device: torch.device | str = "cpu",
     see `model/speech_decoder.py`)."""
     model = model.to(device=device, dtype=dtype or default_dtype(device))
     model.speech_decoder.float()
+    if model.speaker_encoder is not None:  # voice creation runs off the hot path in float32
+        model.speaker_encoder.float()
     return model.eval()
 
 

@@ -1,4 +1,5 @@
-"""Model configuration: Qwen3-TTS-12Hz CustomVoice (talker, code predictor, speech decoder).
+"""Model configuration: Qwen3-TTS-12Hz CustomVoice / Base / VoiceDesign (talker, code
+predictor, speech decoder; Base adds the speaker encoder).
 
 One frozen dataclass per model part plus `ModelConfig` for the whole, a table of named
 presets (`ModelConfig.from_name`), and parsing of the official Hugging Face `config.json`
@@ -121,12 +122,34 @@ class SpeechDecoderConfig:
 
 
 @dataclass(frozen=True)
+class SpeakerEncoderConfig:
+    """The Base model's ECAPA-TDNN speaker encoder (official `speaker_encoder_config`).
+
+    `mel_dim` must stay 128 (the official mel is hard-coded to 128 bands); `enc_dim` equals
+    the talker's hidden size (the x-vector enters the prompt raw); `enc_channels[-1]` is
+    the sum of the SE-Res2Net channels (`mfa` runs on their concatenation).
+    """
+
+    mel_dim: int = 128
+    enc_dim: int = 1024
+    enc_channels: tuple[int, ...] = (512, 512, 512, 512, 1536)
+    enc_kernel_sizes: tuple[int, ...] = (5, 3, 3, 3, 1)
+    enc_dilations: tuple[int, ...] = (1, 2, 3, 4, 1)
+    enc_attention_channels: int = 128
+    enc_res2net_scale: int = 8
+    enc_se_channels: int = 128
+    sample_rate: int = 24000
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """The whole CustomVoice model plus the text-side special token ids."""
 
     talker: TalkerConfig = field(default_factory=TalkerConfig)
     code_predictor: CodePredictorConfig = field(default_factory=CodePredictorConfig)
     speech_decoder: SpeechDecoderConfig = field(default_factory=SpeechDecoderConfig)
+    # Parsed for every type, as the official config does; built only for "base".
+    speaker_encoder: SpeakerEncoderConfig = field(default_factory=SpeakerEncoderConfig)
     tts_model_size: str = "0b6"
     tts_model_type: str = "custom_voice"
     im_start_token_id: int = 151644
@@ -157,9 +180,14 @@ class ModelConfig:
         t = dict(cfg.get("talker_config", {}))
         cp = dict(t.pop("code_predictor_config", {}) or {})
         rope = t.get("rope_scaling") or {}
+        if cfg.get("tts_model_type", "custom_voice") != "custom_voice":
+            # Base / VoiceDesign have no preset speakers: never default to ours.
+            t.setdefault("spk_id", {})
+            t.setdefault("spk_is_dialect", {})
         talker = _pick(TalkerConfig, t, mrope_section=tuple(rope.get("mrope_section",
                                                                     (24, 20, 20))),
                        mrope_interleaved=bool(rope.get("interleaved", False)))
+        speaker_encoder = _pick(SpeakerEncoderConfig, cfg.get("speaker_encoder_config") or {})
         code_predictor = _pick(CodePredictorConfig, cp)
         dec = dict((speech_cfg or {}).get("decoder_config", {}))
         speech = _pick(SpeechDecoderConfig, dec,
@@ -171,7 +199,7 @@ class ModelConfig:
                                    "im_end_token_id", "tts_pad_token_id", "tts_bos_token_id",
                                    "tts_eos_token_id") if cfg.get(k) is not None}
         return cls(talker=talker, code_predictor=code_predictor, speech_decoder=speech,
-                   name=name, **top)
+                   speaker_encoder=speaker_encoder, name=name, **top)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> ModelConfig:
@@ -191,6 +219,8 @@ class ModelConfig:
         cfg = {
             "architectures": ["Qwen3TTSForConditionalGeneration"], "model_type": "qwen3_tts",
             "talker_config": t, "tokenizer_type": "qwen3_tts_tokenizer_12hz",
+            "speaker_encoder_config": {k: list(v) if isinstance(v, tuple) else v for k, v in
+                                       dataclasses.asdict(self.speaker_encoder).items()},
             "tts_model_size": self.tts_model_size, "tts_model_type": self.tts_model_type,
             "im_start_token_id": self.im_start_token_id, "im_end_token_id": self.im_end_token_id,
             "tts_pad_token_id": self.tts_pad_token_id, "tts_bos_token_id": self.tts_bos_token_id,
@@ -239,12 +269,36 @@ def _tiny(talker_hidden: int, size: str, name: str) -> ModelConfig:
     )
 
 
+def _of_type(cfg: ModelConfig, model_type: str, name: str, tiny: bool) -> ModelConfig:
+    """`cfg` as a Base or VoiceDesign model: no preset speakers; Base gets a speaker encoder
+    whose x-vector width is the talker's hidden size (tiny: narrow channels, still
+    divisible by the Res2Net scale 8)."""
+    hidden = cfg.talker.hidden_size
+    enc = (SpeakerEncoderConfig(enc_dim=hidden, enc_channels=(32, 32, 32, 32, 96),
+                                enc_attention_channels=16, enc_se_channels=16) if tiny
+           else SpeakerEncoderConfig(enc_dim=hidden))
+    talker = dataclasses.replace(cfg.talker, spk_id={}, spk_is_dialect={})
+    return dataclasses.replace(cfg, talker=talker, speaker_encoder=enc, tts_model_type=model_type,
+                               name=name)
+
+
+_1B7_TALKER = TalkerConfig(hidden_size=2048, intermediate_size=6144)
+
 PRESETS: dict[str, ModelConfig] = {
     # Shaped like 0.6B: talker hidden == code predictor hidden (no projection).
     "tiny": _tiny(64, "0b6", "tiny"),
     # Shaped like 1.7B: talker hidden 2x the code predictor's (small_to_mtp_projection).
     "tiny-1.7b": _tiny(128, "1b7", "tiny-1.7b"),
     "0.6b": ModelConfig(tts_model_size="0b6", name="0.6b"),
-    "1.7b": ModelConfig(talker=TalkerConfig(hidden_size=2048, intermediate_size=6144),
-                        tts_model_size="1b7", name="1.7b"),
+    "1.7b": ModelConfig(talker=_1B7_TALKER, tts_model_size="1b7", name="1.7b"),
+}
+# Base (voice clone: speaker encoder) and VoiceDesign (1.7B only; no speaker encoder).
+PRESETS |= {
+    "tiny-base": _of_type(PRESETS["tiny"], "base", "tiny-base", tiny=True),
+    "tiny-1.7b-base": _of_type(PRESETS["tiny-1.7b"], "base", "tiny-1.7b-base", tiny=True),
+    "tiny-1.7b-design": _of_type(PRESETS["tiny-1.7b"], "voice_design", "tiny-1.7b-design",
+                                 tiny=True),
+    "0.6b-base": _of_type(PRESETS["0.6b"], "base", "0.6b-base", tiny=False),
+    "1.7b-base": _of_type(PRESETS["1.7b"], "base", "1.7b-base", tiny=False),
+    "1.7b-design": _of_type(PRESETS["1.7b"], "voice_design", "1.7b-design", tiny=False),
 }

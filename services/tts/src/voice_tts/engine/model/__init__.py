@@ -6,6 +6,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .code_predictor import CodePredictor
+from .speaker_encoder import SpeakerEncoder
 from .speech_decoder import DecoderSlots, DecoderState, SpeechDecoder
 from .talker import Talker
 
@@ -19,7 +20,10 @@ class Qwen3TTS(nn.Module):
         self.talker = Talker(cfg.talker, CodePredictor(cfg.code_predictor,
                                                        cfg.talker.hidden_size))
         self.speech_decoder = SpeechDecoder(cfg.speech_decoder)
+        # Base (voice clone) only, as the official model: the x-vector of a reference voice.
+        self.speaker_encoder: SpeakerEncoder | None = (
+            SpeakerEncoder(cfg.speaker_encoder) if cfg.tts_model_type == "base" else None)
 
 
-__all__ = ["CodePredictor", "DecoderSlots", "DecoderState", "Qwen3TTS", "SpeechDecoder",
-           "Talker"]
+__all__ = ["CodePredictor", "DecoderSlots", "DecoderState", "Qwen3TTS", "SpeakerEncoder",
+           "SpeechDecoder", "Talker"]
