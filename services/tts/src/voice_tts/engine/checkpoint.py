@@ -11,9 +11,10 @@ Layout of a local checkpoint directory (the Hugging Face repo as published):
 
 The published weight names are mapped to ours in ONE place, `WEIGHT_PREFIXES`: our
 modules reuse the official attribute names below a prefix, so mapping is a prefix strip.
-Names we do not use (the speech tokenizer's `encoder.*`) are listed in
-`IGNORED_PREFIXES`; anything else unknown is an error. `speaker_encoder.*` (the Base
-model's ECAPA-TDNN) is required iff `tts_model_type` is "base".
+Names we do not use are listed in `IGNORED_PREFIXES`; anything else unknown is an error.
+`speaker_encoder.*` (the Base model's ECAPA-TDNN) and the speech tokenizer's `encoder.*`
+(its Mimi encoder: reference codes) are loaded iff `tts_model_type` is "base"; other types
+skip them (released CustomVoice checkpoints carry `encoder.*` too).
 No hub access: `path` must be a local directory.
 """
 
@@ -34,10 +35,11 @@ WEIGHT_PREFIXES: dict[tuple[str, str], str] = {
     ("model", "talker."): "talker.",
     ("model", "speaker_encoder."): "speaker_encoder.",
     ("speech_tokenizer", "decoder."): "speech_decoder.",
+    ("speech_tokenizer", "encoder."): "speech_encoder.",
 }
 IGNORED_PREFIXES: dict[str, tuple[str, ...]] = {
     "model": (),
-    "speech_tokenizer": ("encoder.",),
+    "speech_tokenizer": (),
 }
 MODEL_TYPES = ("custom_voice", "base", "voice_design")
 # Derived buffers some exports carry; we recompute them.
@@ -97,6 +99,8 @@ def load_model(path: str | Path, device: torch.device | str = "cpu",
     state.update(map_weights("speech_tokenizer", _read_safetensors(path / "speech_tokenizer")))
     if model.speaker_encoder is None:  # only Base builds it (as the official model)
         state = {k: v for k, v in state.items() if not k.startswith("speaker_encoder.")}
+    if model.speech_encoder is None:  # reference codes are for Base (cloning) only
+        state = {k: v for k, v in state.items() if not k.startswith("speech_encoder.")}
     expected = set(model.state_dict())
     unexpected = set(state) - expected
     if unexpected:
@@ -121,6 +125,8 @@ def prepare(model: Qwen3TTS, device: torch.device | str = "cpu",
     model.speech_decoder.float()
     if model.speaker_encoder is not None:  # voice creation runs off the hot path in float32
         model.speaker_encoder.float()
+    if model.speech_encoder is not None:
+        model.speech_encoder.float()
     return model.eval()
 
 
@@ -132,6 +138,10 @@ def _materialize_buffers(model: Qwen3TTS) -> None:
                      (model.talker.code_predictor, model.cfg.code_predictor),
                      (model.speech_decoder.pre_transformer, model.cfg.speech_decoder)):
         mod.inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta)
+    if model.speech_encoder is not None:
+        enc = model.cfg.speech_encoder
+        model.speech_encoder.encoder_transformer.inv_freq = rope_inv_freq(enc.head_dim,
+                                                                          enc.rope_theta)
 
 
 # --- random weights (tests, CPU demos, GPU benchmarks at the real shapes) --------------------
@@ -167,7 +177,24 @@ def random_model(cfg: ModelConfig, seed: int = 0) -> Qwen3TTS:
         for unit in block.block[2:]:
             unit.conv2.conv.weight.mul_(0.3)
     dec[-1].conv.weight.mul_(0.3)
+    if model.speech_encoder is not None:
+        _random_codebooks(model.speech_encoder, gen)
     return model.eval()
+
+
+def _random_codebooks(encoder: nn.Module, gen: torch.Generator) -> None:
+    """The official init zeros `embed_sum` (every code would be 0): give each codebook
+    random rows at the scale of the residual it quantizes (~0.4 per dim for random latents,
+    shrinking down the RVQ), usage in [0.5, 1.5) so the division matters."""
+    quantizer = encoder.quantizer
+    for rvq in (quantizer.semantic_residual_vector_quantizer,
+                quantizer.acoustic_residual_vector_quantizer):
+        for k, vq in enumerate(rvq.layers):
+            book = vq.codebook
+            book.initialized.fill_(1.0)
+            book.cluster_usage.copy_(0.5 + torch.rand(book.cluster_usage.shape, generator=gen))
+            rows = 0.4 * 0.75 ** k * torch.randn(book.embed_sum.shape, generator=gen)
+            book.embed_sum.copy_(rows * book.cluster_usage[:, None])
 
 
 def save_checkpoint(model: Qwen3TTS, path: str | Path, text_tokenizer_dir: str | Path | None = None,
@@ -178,6 +205,8 @@ def save_checkpoint(model: Qwen3TTS, path: str | Path, text_tokenizer_dir: str |
     cfg, speech_cfg = model.cfg.to_hf_dict()
     (path / "config.json").write_text(json.dumps(cfg, indent=2))
     (path / "speech_tokenizer" / "config.json").write_text(json.dumps(speech_cfg, indent=2))
+    (path / "speech_tokenizer" / "preprocessor_config.json").write_text(
+        json.dumps(preprocessor_config(model.cfg), indent=2))
     files: dict[str, dict[str, torch.Tensor]] = {"model": {}, "speech_tokenizer": {}}
     for name, t in model.state_dict().items():
         for (f, src), dst in WEIGHT_PREFIXES.items():
@@ -191,6 +220,15 @@ def save_checkpoint(model: Qwen3TTS, path: str | Path, text_tokenizer_dir: str |
             if f.is_file():
                 (path / f.name).write_bytes(f.read_bytes())
     return path
+
+
+def preprocessor_config(cfg: ModelConfig) -> dict:
+    """speech_tokenizer/preprocessor_config.json: the official `Qwen3TTSTokenizer` reads its
+    feature extractor from it (mono, no normalisation: it only batches the waveform)."""
+    return {"feature_extractor_type": "EncodecFeatureExtractor", "feature_size": 1,
+            "sampling_rate": cfg.speech_encoder.sampling_rate, "padding_value": 0.0,
+            "padding_side": "right", "return_attention_mask": True, "chunk_length_s": None,
+            "overlap": None}
 
 
 def _write(tensors: dict[str, torch.Tensor], directory: Path, shard_bytes: int | None) -> None:

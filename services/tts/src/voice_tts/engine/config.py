@@ -122,6 +122,84 @@ class SpeechDecoderConfig:
 
 
 @dataclass(frozen=True)
+class SpeechEncoderConfig:
+    """The 12 Hz speech tokenizer's encoder (a Mimi encoder): 24 kHz audio -> reference codes.
+
+    Field names are transformers' `MimiConfig` keys (`encoder_config` of
+    speech_tokenizer/config.json); defaults are MimiConfig's, which the released 12 Hz
+    tokenizer uses (32 quantizers, codebook 2048 x 256, hop 960 -> 25 Hz, then a stride-2
+    downsample -> 12.5 Hz). `valid_num_quantizers` is the top-level
+    `encoder_valid_num_quantizers`: the first 16 codebooks are the talker's. The decoder-side
+    MimiConfig fields (`upsample_groups`, `trim_right_ratio`) are kept only so the file
+    round-trips; `sliding_window` is ignored: the official loader sets full causal attention.
+    """
+
+    sampling_rate: int = 24000
+    audio_channels: int = 1
+    hidden_size: int = 512
+    num_filters: int = 64
+    num_residual_layers: int = 1
+    upsampling_ratios: tuple[int, ...] = (8, 6, 5, 4)
+    kernel_size: int = 7
+    last_kernel_size: int = 3
+    residual_kernel_size: int = 3
+    dilation_growth_rate: int = 2
+    use_causal_conv: bool = True
+    pad_mode: str = "constant"
+    compress: int = 2
+    trim_right_ratio: float = 1.0
+    codebook_size: int = 2048
+    codebook_dim: int = 256
+    num_quantizers: int = 32
+    use_conv_shortcut: bool = False
+    vector_quantization_hidden_dimension: int = 256
+    num_semantic_quantizers: int = 1
+    upsample_groups: int = 512
+    num_hidden_layers: int = 8
+    intermediate_size: int = 2048
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 8
+    head_dim: int = 64
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 8000
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    sliding_window: int = 250
+    layer_scale_initial_scale: float = 0.01
+    attention_bias: bool = False
+    valid_num_quantizers: int = 16
+
+    @property
+    def frame_samples(self) -> int:
+        """Input samples per output frame: the SEANet hop times the stride-2 downsample."""
+        n = 2
+        for r in self.upsampling_ratios:
+            n *= r
+        return n
+
+    @classmethod
+    def from_hf(cls, speech_cfg: dict[str, Any]) -> SpeechEncoderConfig:
+        enc = dict(speech_cfg.get("encoder_config") or {})
+        rope = enc.get("rope_parameters") or {}
+        if "rope_theta" in rope:  # transformers 5 writes it here
+            enc.setdefault("rope_theta", rope["rope_theta"])
+        if not enc.get("head_dim"):  # MimiConfig: hidden_size // num_attention_heads
+            enc["head_dim"] = (int(enc.get("hidden_size", cls.hidden_size))
+                               // int(enc.get("num_attention_heads", cls.num_attention_heads)))
+        if "encoder_valid_num_quantizers" in speech_cfg:
+            enc["valid_num_quantizers"] = speech_cfg["encoder_valid_num_quantizers"]
+        return _pick(cls, enc)
+
+    def to_hf(self) -> dict[str, Any]:
+        """The `encoder_config` dict (without `valid_num_quantizers`, a top-level key)."""
+        d = dataclasses.asdict(self)
+        del d["valid_num_quantizers"]
+        d["upsampling_ratios"] = list(d["upsampling_ratios"])
+        d["rope_parameters"] = {"rope_type": "default", "rope_theta": d["rope_theta"]}
+        return d
+
+
+@dataclass(frozen=True)
 class SpeakerEncoderConfig:
     """The Base model's ECAPA-TDNN speaker encoder (official `speaker_encoder_config`).
 
@@ -150,6 +228,8 @@ class ModelConfig:
     speech_decoder: SpeechDecoderConfig = field(default_factory=SpeechDecoderConfig)
     # Parsed for every type, as the official config does; built only for "base".
     speaker_encoder: SpeakerEncoderConfig = field(default_factory=SpeakerEncoderConfig)
+    # The speech tokenizer's encoder (reference codes); built only for "base" too.
+    speech_encoder: SpeechEncoderConfig = field(default_factory=SpeechEncoderConfig)
     tts_model_size: str = "0b6"
     tts_model_type: str = "custom_voice"
     im_start_token_id: int = 151644
@@ -198,8 +278,10 @@ class ModelConfig:
         top = {k: cfg[k] for k in ("tts_model_size", "tts_model_type", "im_start_token_id",
                                    "im_end_token_id", "tts_pad_token_id", "tts_bos_token_id",
                                    "tts_eos_token_id") if cfg.get(k) is not None}
+        speech_encoder = SpeechEncoderConfig.from_hf(speech_cfg or {})
         return cls(talker=talker, code_predictor=code_predictor, speech_decoder=speech,
-                   speaker_encoder=speaker_encoder, name=name, **top)
+                   speaker_encoder=speaker_encoder, speech_encoder=speech_encoder, name=name,
+                   **top)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> ModelConfig:
@@ -232,10 +314,12 @@ class ModelConfig:
             d["upsampling_ratios"])
         speech = {
             "architectures": ["Qwen3TTSTokenizerV2Model"], "model_type": "qwen3_tts_tokenizer_12hz",
-            "decoder_config": d, "encoder_valid_num_quantizers": self.speech_decoder.num_quantizers,
-            "input_sample_rate": sample_rate, "output_sample_rate": sample_rate,
+            "decoder_config": d, "encoder_config": self.speech_encoder.to_hf(),
+            "encoder_valid_num_quantizers": self.speech_encoder.valid_num_quantizers,
+            "input_sample_rate": self.speech_encoder.sampling_rate,
+            "output_sample_rate": sample_rate,
             "decode_upsample_rate": self.speech_decoder.frame_samples,
-            "encode_downsample_rate": self.speech_decoder.frame_samples,
+            "encode_downsample_rate": self.speech_encoder.frame_samples,
         }
         return cfg, speech
 
@@ -265,6 +349,13 @@ def _tiny(talker_hidden: int, size: str, name: str) -> ModelConfig:
                                            num_hidden_layers=2, num_attention_heads=4,
                                            num_key_value_heads=4, head_dim=16,
                                            intermediate_size=128, decoder_dim=64),
+        # A narrow Mimi encoder (same hops and codebook count as the real one); the unused
+        # upsample conv the official code still builds needs groups <= hidden (32).
+        speech_encoder=SpeechEncoderConfig(hidden_size=32, num_filters=8, num_hidden_layers=1,
+                                           num_attention_heads=2, num_key_value_heads=2,
+                                           head_dim=16, intermediate_size=64, codebook_dim=16,
+                                           vector_quantization_hidden_dimension=16,
+                                           upsample_groups=32),
         tts_model_size=size, name=name,
     )
 

@@ -8,6 +8,7 @@ from ..config import ModelConfig
 from .code_predictor import CodePredictor
 from .speaker_encoder import SpeakerEncoder
 from .speech_decoder import DecoderSlots, DecoderState, SpeechDecoder
+from .speech_encoder import SpeechEncoder
 from .talker import Talker
 
 
@@ -23,7 +24,10 @@ class Qwen3TTS(nn.Module):
         # Base (voice clone) only, as the official model: the x-vector of a reference voice.
         self.speaker_encoder: SpeakerEncoder | None = (
             SpeakerEncoder(cfg.speaker_encoder) if cfg.tts_model_type == "base" else None)
+        # Base only too: the speech tokenizer's encoder, for in-context reference codes.
+        self.speech_encoder: SpeechEncoder | None = (
+            SpeechEncoder(cfg.speech_encoder) if cfg.tts_model_type == "base" else None)
 
 
 __all__ = ["CodePredictor", "DecoderSlots", "DecoderState", "Qwen3TTS", "SpeakerEncoder",
-           "SpeechDecoder", "Talker"]
+           "SpeechDecoder", "SpeechEncoder", "Talker"]
