@@ -1,6 +1,7 @@
 """The voice library over HTTP, shaped as vLLM-Omni's and OpenAI's voice APIs:
 
-- `POST /v1/audio/voices` (multipart/form-data): `name`, and either `audio_sample` (a
+- `POST /v1/audio/voices` (multipart/form-data; a designed voice's text-only form may
+  be urlencoded): `name`, and either `audio_sample` (a
   file: WAV, or raw PCM with `format` pcm_s16le / pcm_f32le, `sample_rate`, `channels`)
   with optional `ref_text` and `x_vector_only`, or `description` (VoiceDesign
   checkpoints; `instructions` is taken as its alias). `consent` is accepted and kept.
@@ -112,6 +113,17 @@ class VoicesAPI:
 
     async def _form(self, request: web.Request) -> tuple[dict[str, str], bytes | None]:
         """The form's text fields and the audio file, each read within its limit."""
+        if request.content_type == "application/x-www-form-urlencoded":  # text only
+            try:
+                post = await request.post()
+            except web.HTTPRequestEntityTooLarge:
+                raise VoiceError("invalid", "a urlencoded form holds text fields only; "
+                                 "send audio as multipart/form-data") from None
+            form = {k: v for k, v in post.items() if isinstance(v, str)}
+            if unknown := set(form) - set(FIELDS):
+                raise VoiceError("invalid", f"unknown form field {sorted(unknown)[0][:32]!r}"
+                                 f"; known: audio_sample, {', '.join(FIELDS)}")
+            return form, None
         if request.content_type != "multipart/form-data":
             raise ApiError(415, "send the voice as multipart/form-data (curl -F), not "
                            f"{request.content_type[:60]!r}", code="unsupported_media_type")
