@@ -29,13 +29,16 @@ RUN pip install /src/proto /src/libs/voice-keys /src/services/tts
 FROM ${PYTHON_IMAGE} AS runtime
 ARG APT_PACKAGES="gcc libc6-dev"
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+# /voices: the voice library's mount point (TTS_VOICE_DIR), owned by the app user: a
+# fresh named volume mounted there takes its owner.
 # Unpinned on purpose: the base image's Debian release pins them.
 # hadolint ignore=DL3008
 RUN if [ -n "${APT_PACKAGES}" ]; then \
         apt-get update && apt-get install -y --no-install-recommends ${APT_PACKAGES} \
         && rm -rf /var/lib/apt/lists/*; \
     fi \
-    && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin app
+    && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin app \
+    && install -d -o 10001 -g 10001 /voices
 COPY --from=build /opt/venv /opt/venv
 COPY deploy/docker/healthcheck.py /opt/voice/healthcheck.py
 ENV PATH=/opt/venv/bin:${PATH} \
