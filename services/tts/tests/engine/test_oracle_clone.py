@@ -79,6 +79,18 @@ CASES = [
     Case("design_offline", DESIGN, LONG, offline=True, max_new=20, design=True),
 ]
 CONFIGS = (BASE, DESIGN)
+# End to end: a reference recording at 16 kHz (resampled to 24 kHz on both sides).
+E2E_TEXT, E2E_REF_TEXT, E2E_SR = "Hello there, streaming world.", "A short one.", 16000
+
+
+def _reference_audio() -> np.ndarray:
+    """2.5 s of a voiced-like signal: a gliding tone with harmonics, plus a little noise."""
+    t = np.arange(int(2.5 * E2E_SR)) / E2E_SR
+    f0 = 120 + 40 * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / E2E_SR
+    wav = sum(0.2 / k * np.sin(k * phase) for k in (1, 2, 3, 5))
+    wav += 0.01 * np.random.default_rng(7).standard_normal(len(t))
+    return wav.astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +141,15 @@ def clone_oracle(clone_engines, clone_checkpoints, tmp_path_factory):
         ids: dict[str, list[int]] = {}
         for c in cases:
             ids |= _ids(engine.tokenizer, c)
+        specs = [_spec(c, engine.cfg.talker.hidden_size) for c in cases]
+        if name == BASE:  # the end-to-end case, last
+            ids |= _ids(engine.tokenizer, Case("e2e", BASE, E2E_TEXT, ref_text=E2E_REF_TEXT))
+            specs.append({"mode": "clone", "text": E2E_TEXT, "language": "english",
+                          "non_streaming_mode": False, "max_new_tokens": 24,
+                          "ref_audio": _reference_audio().tolist(), "ref_sr": E2E_SR,
+                          "ref_text": E2E_REF_TEXT, "x_vector_only": False})
         runs.append({"checkpoint": str(clone_checkpoints[name]), "ids": ids,
-                     "cases": [_spec(c, engine.cfg.talker.hidden_size) for c in cases]})
+                     "cases": specs})
     return run_oracle({"runs": runs}, tmp_path_factory.mktemp("oracle_clone"))
 
 
@@ -215,3 +234,24 @@ def test_matches_official(case, clone_engines, clone_oracle):
           f"mismatched=0 snr={snr:.1f}dB max_abs={max_abs:.2e}")
     assert snr >= MIN_SNR_DB
     assert max_abs <= MAX_ABS
+
+
+@pytest.mark.timeout(900)
+def test_clone_from_audio_matches_official(clone_engines, clone_oracle):
+    """Reference audio -> our make_voice_prompt -> the same x-vector, reference codes and
+    generated codes as the official generate_voice_clone from that audio."""
+    engine = clone_engines[BASE]
+    key = f"0_{sum(c.config == BASE for c in CASES)}"
+    prompt = engine.make_voice_prompt(_reference_audio(), E2E_SR, E2E_REF_TEXT)
+    np.testing.assert_allclose(prompt.x_vector, clone_oracle[f"xvec_{key}"], rtol=0, atol=1e-5)
+    assert np.array_equal(prompt.ref_codes, clone_oracle[f"refcode_{key}"])
+    engine.add_voice("e2e", prompt)
+    case = Case("e2e", BASE, E2E_TEXT, "english", ref_text=E2E_REF_TEXT)
+    codes, audio = _stream(engine, case, seed=3)
+    ref_codes, ref_audio = clone_oracle[f"codes_{key}"], clone_oracle[f"audio_{key}"]
+    assert codes.shape == ref_codes.shape and np.array_equal(codes, ref_codes)
+    assert len(ref_audio) - len(audio) in (0, 1)
+    snr = snr_db(ref_audio[len(ref_audio) - len(audio):], audio)
+    print(f"\ne2e: ref frames={len(prompt.ref_codes)} frames={len(codes)} snr={snr:.1f}dB "
+          f"x-vector max diff={np.abs(prompt.x_vector - clone_oracle[f'xvec_{key}']).max():.1e}")
+    assert snr >= MIN_SNR_DB
