@@ -233,10 +233,11 @@ def test_kernels_compile_for_hopper() -> None:
 
 def test_prefill_graph_inputs_give_the_eager_prefill() -> None:
     """What a prefill graph replays (`PrefillGraphs.fn` on its padded (batch, length)
-    input buffer, strided views included) sets the same slot state and cache rows as the
-    plain prefill of the same prompts. Run eagerly here: only the capture needs CUDA."""
+    input buffer, strided views included, and its extra-vector buffer: a clone's x-vector
+    row) sets the same slot state and cache rows as the plain prefill of the same prompts.
+    Run eagerly here: only the capture needs CUDA."""
     from voice_tts.engine.graphs import PrefillGraphs
-    from voice_tts.engine.runner import PrefillRequest, prompt_rows
+    from voice_tts.engine.runner import PrefillRequest, PromptRows, prompt_rows
 
     engine = Engine.from_preset("tiny", seed=0, device=DEVICE, settings=EngineSettings(
         max_sessions=4, max_seq_len=64, cuda_graphs=False))
@@ -244,8 +245,9 @@ def test_prefill_graph_inputs_give_the_eager_prefill() -> None:
     assert r.fused
     reqs = [(PrefillRequest(slot=slot, role_ids=[1, 2, 3], codec_prefix=[
         t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id], speaker_id=speaker,
-        text_ids=[5 + slot]), SamplingParams(top_k=5), 11 + slot)
-        for slot, speaker in ((0, None), (2, 3))]
+        text_ids=[5 + slot], speaker_vec=vec), SamplingParams(top_k=5), 11 + slot)
+        for slot, speaker, vec in ((0, None, torch.randn(t.hidden_size, device=DEVICE)),
+                                   (2, 3, None))]
     fields = ("last_token", "past_hidden", "position", "n_generated", "seen")
 
     def state() -> dict[str, torch.Tensor]:
@@ -255,21 +257,21 @@ def test_prefill_graph_inputs_give_the_eager_prefill() -> None:
         return out
 
     lengths = r.prefill(reqs)
-    assert lengths == [8, 9]  # the speaker adds a row: rows past `last` are padding
+    assert lengths == [9, 9]  # a speaker row each: rows past `last` are padding
     ref = state()
     for f in fields:  # scramble, so that the graph's work must set everything again
         getattr(r.state, f)[[0, 2]] = getattr(r.state, f)[[1, 3]]
     r.model.talker.caches[-1].k[[0, 2]] = 0
     graphs = PrefillGraphs(r, [4], [16], None)
-    ids = [(text + [-1] * (16 - len(text)), codec + [-1] * (16 - len(codec)))
-           for text, codec in (prompt_rows(engine.cfg, req) for req, _, _ in reqs)]
-    buf = graphs.inputs(4, [0, 2], ids, [n - 1 for n in lengths]).to(DEVICE)
+    rows = [PromptRows(p.text + [-1] * (16 - len(p.text)), p.codec + [-1] * (16 - len(p.codec)),
+                       p.extra) for p in (prompt_rows(engine.cfg, req) for req, _, _ in reqs)]
+    buf = graphs.inputs(4, [0, 2], rows, [n - 1 for n in lengths]).to(DEVICE)
     with torch.no_grad():
+        r.extra_rows(rows, 16, out=graphs.extra(4, 16))
         graphs.fn(buf, 16)()
     out = state()
     for f in ("last_token", "position", "n_generated", "seen"):
         assert torch.equal(out[f], ref[f]), f
     torch.testing.assert_close(out["past_hidden"], ref["past_hidden"])
-    torch.testing.assert_close(out["keys"][0, :, :8], ref["keys"][0, :, :8])
-    torch.testing.assert_close(out["keys"][1], ref["keys"][1])
+    torch.testing.assert_close(out["keys"], ref["keys"])
     engine.shutdown()
