@@ -396,3 +396,57 @@ async def test_no_library_configured(server: ServerProc) -> None:
     assert listed["uploaded_voices"] == [] and {v["kind"] for v in listed["voices"]} == \
         {"preset"}
     assert (await http(server, "DELETE", "/vivian"))[0] == 400
+
+
+# --- inline reference audio (one request, nothing stored) --------------------------------
+
+
+async def test_grpc_inline_reference_audio(base: ServerProc, server: ServerProc) -> None:
+    ref = tts_pb2.ReferenceAudio(audio=wav(tone(4, seed=6)), ref_text="Inline words.")
+    async with grpc.aio.insecure_channel(base.addr) as ch:
+        res = await synthesize(ch, ["Hello, inline."], config(voice="", reference=ref))
+        assert res.pcm and res.events[-1].type == tts_pb2.Event.FLUSHED
+        started = res.events[0].config
+        assert started.voice.startswith("~inline-") and not started.HasField("reference")
+        listed = await tts_pb2_grpc.TextToSpeechStub(ch).ListVoices(
+            tts_pb2.ListVoicesRequest())
+        assert not [v.name for v in listed.voices if v.name.startswith("~")]
+        for cfg, code in [
+            (config(voice="", reference=tts_pb2.ReferenceAudio(audio=wav(tone(1)))),
+             grpc.StatusCode.INVALID_ARGUMENT),  # too short
+            (config(voice="alice", reference=ref), grpc.StatusCode.INVALID_ARGUMENT),
+            (config(voice="", reference=tts_pb2.ReferenceAudio(audio=b"\0" * (LIMIT + 1))),
+             grpc.StatusCode.INVALID_ARGUMENT),  # too large: a bad request, not a 429
+        ]:
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await synthesize(ch, ["Hi."], cfg)
+            assert e.value.code() == code, e.value.details()
+    async with grpc.aio.insecure_channel(server.addr) as ch:  # CustomVoice: cannot clone
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await synthesize(ch, ["Hi."], config(voice="", reference=ref))
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_http_inline_reference_audio_and_voice_objects(base: ServerProc) -> None:
+    import base64
+
+    data_url = "data:audio/wav;base64," + base64.b64encode(wav(tone(4, seed=7))).decode()
+    r = sdk(base).audio.speech.create(model="tts-1", voice="", input="Inline over HTTP.",
+                                      response_format="wav",
+                                      extra_body={**SPEAK, "ref_audio": data_url,
+                                                  "ref_text": "Some words."})
+    with wave.open(io.BytesIO(r.content)) as w:
+        assert w.getnframes() > 0
+    speech = f"http://127.0.0.1:{base.http_port}/v1/audio/speech"
+    async with aiohttp.ClientSession() as s:
+        for ref_audio, message in [("https://example.com/a.wav", "fetches none"),
+                                   ("not base64!", "not base64"),
+                                   (base64.b64encode(b"noise" * 99).decode(), "not a WAV")]:
+            async with s.post(speech, json={"input": "Hi.", "voice": "",
+                                            "ref_audio": ref_audio}) as resp:
+                assert resp.status == 400
+                assert message in (await resp.json())["error"]["message"]
+        # OpenAI's custom-voice form of `voice`
+        async with s.post(speech, json={"input": "Hi.", "voice": {"id": "alice"},
+                                        **SPEAK}) as resp:
+            assert resp.status == 200 and len(await resp.read()) > 44

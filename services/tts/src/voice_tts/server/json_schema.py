@@ -63,10 +63,16 @@ class Sampling(_Fields):
     max_frames: U32 | None = None
 
 
+class VoiceId(_Fields):
+    """OpenAI's custom-voice form of `voice`: `{"id": "<name>"}` (a library voice)."""
+
+    id: str
+
+
 class SessionFields(_Fields):
     """What a session is spoken with: `SessionConfig` less the fields a front sets."""
 
-    voice: str
+    voice: str | VoiceId
     language: str = "auto"
     # The instruct text (1.7B models; the 0.6B ignores it, as the official code does).
     instructions: str = ""
@@ -99,7 +105,8 @@ def session_config(f: SessionFields, frame_ms: int, session_id: str = "",
                    trace_id: str = "") -> tts_pb2.SessionConfig:
     """The gRPC config these fields mean (validated later by `protocol.resolve_config`,
     the one place its rules live)."""
-    cfg = tts_pb2.SessionConfig(voice=f.voice, language=f.language, instruct=f.instructions,
+    voice = f.voice if isinstance(f.voice, str) else f.voice.id
+    cfg = tts_pb2.SessionConfig(voice=voice, language=f.language, instruct=f.instructions,
                                 sample_rate=f.sample_rate, frame_ms=frame_ms,
                                 session_id=session_id, trace_id=trace_id)
     if f.seed is not None:
@@ -138,6 +145,12 @@ class SpeechRequest(SessionFields):
     # False: the whole audio is made first, then sent with its length (a WAV header with
     # exact sizes, Content-Length). True (default): bytes leave as the audio is made.
     stream: bool = True
+    # Inline reference audio (Base checkpoints; vLLM-Omni's names): a WAV file as base64
+    # or a `data:audio/wav;base64,` URL (never a URL to fetch), its transcript, and
+    # x-vector-only mode. `voice` must then be "".
+    ref_audio: str | None = None
+    ref_text: str = ""
+    x_vector_only_mode: bool = False
 
 
 # --- WebSocket /v1/audio/speech/stream -------------------------------------------------

@@ -122,6 +122,13 @@ class SpeechAPI:
         except ApiError as e:
             return e.response()
         cfg = session_config(req, FRAME_MS, trace_id=request.headers.get("X-Trace-Id", ""))
+        if req.ref_audio is not None:
+            try:
+                cfg.reference.CopyFrom(tts_pb2.ReferenceAudio(
+                    audio=_base64_audio(req.ref_audio), ref_text=req.ref_text,
+                    x_vector_only=req.x_vector_only_mode))
+            except ApiError as e:
+                return e.response()
         # Written a packet at a time: its frames come as one message, not 4-16 to join.
         cfg.frames_per_message = MAX_FRAMES_PER_MESSAGE
 
@@ -216,6 +223,23 @@ class SpeechAPI:
             raise ApiError(400, 'stream_format "sse" streams; it cannot be "stream": false',
                            param="stream", code="invalid_value")
         return req
+
+
+def _base64_audio(value: str) -> bytes:
+    """`ref_audio`: base64, or a data URL of it; a URL to fetch is refused (the server
+    reaches no address a request names)."""
+    head, sep, data = value.partition(",")
+    if sep and head.startswith("data:") and head.endswith(";base64"):
+        value = data
+    elif value.split(":", 1)[0].lower() in ("http", "https", "file", "ftp"):
+        raise ApiError(400, "ref_audio is a URL; this server fetches none: send the WAV as "
+                       "base64 or a data:audio/wav;base64, URL", param="ref_audio",
+                       code="invalid_value")
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        raise ApiError(400, "ref_audio is not base64 (a WAV file, base64-encoded)",
+                       param="ref_audio", code="invalid_value") from None
 
 
 class _Body:

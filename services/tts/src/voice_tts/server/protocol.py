@@ -60,6 +60,7 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 HTTP_STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
     grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
     grpc.StatusCode.NOT_FOUND: (404, "invalid_request_error"),
+    grpc.StatusCode.UNIMPLEMENTED: (501, "invalid_request_error"),  # e.g. clone, no Base
     grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
     grpc.StatusCode.UNAVAILABLE: (503, "server_error"),
     grpc.StatusCode.INTERNAL: (500, "server_error"),
@@ -67,6 +68,7 @@ HTTP_STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
 WS_CLOSE: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: 1008,
     grpc.StatusCode.NOT_FOUND: 1008,
+    grpc.StatusCode.UNIMPLEMENTED: 1008,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 1013,
     grpc.StatusCode.UNAVAILABLE: 1012,
     grpc.StatusCode.INTERNAL: 1011,
@@ -146,7 +148,8 @@ def resolve_config(
     their spelling, or UnknownVoice (NOT_FOUND, naming the known ones).
     """
     if not cfg.voice:
-        raise invalid("SessionConfig.voice is required; ListVoices names the voices")
+        raise invalid("SessionConfig.voice is required (or SessionConfig.reference, inline "
+                      "reference audio); ListVoices names the voices")
     try:
         voice, language = voice_names(cfg.voice, cfg.language)
     except UnknownVoice as e:

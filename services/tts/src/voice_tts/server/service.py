@@ -16,7 +16,12 @@ from voice.tts.v1 import tts_pb2
 from voice_tts.engine import Voice
 from voice_tts.server.protocol import CallError, parse_request
 from voice_tts.server.synthesis import Synthesis, until_client_stops_writing
-from voice_tts.server.voice_library import STATUS, ReferenceAudio, VoiceError, VoiceLibrary
+from voice_tts.server.voice_library import (
+    STATUS,
+    VoiceError,
+    VoiceLibrary,
+    reference_from_proto,
+)
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
 SERVICE_NAME = "voice.tts.v1.TextToSpeech"
@@ -70,11 +75,9 @@ class TextToSpeechServicer:
             lib = self._library()
             if source == "reference":
                 r = request.reference
-                fmt = tts_pb2.ReferenceAudio.Format.Name(r.format).removeprefix("FORMAT_")
-                ref = ReferenceAudio(r.audio, "wav" if fmt == "UNSPECIFIED" else fmt.lower(),
-                                     r.sample_rate, r.channels or 1)
-                stored = await lib.create_from_audio(request.name, ref, r.ref_text,
-                                                     r.x_vector_only, request.consent)
+                stored = await lib.create_from_audio(request.name, reference_from_proto(r),
+                                                     r.ref_text, r.x_vector_only,
+                                                     request.consent)
             elif source == "description":
                 stored = await lib.create_from_description(request.name, request.description)
             else:
@@ -141,7 +144,8 @@ class TextToSpeechServicer:
 
 
 # A call ended by the client's own mistake (its later messages are read and dropped).
-CLIENT_ERRORS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
+CLIENT_ERRORS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+                 grpc.StatusCode.UNIMPLEMENTED)
 
 
 async def _parsed(raw: AsyncIterator[bytes]) -> AsyncIterator[tts_pb2.SynthesizeRequest]:

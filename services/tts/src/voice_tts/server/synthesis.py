@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,11 +24,18 @@ import grpc
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine, EngineFull, SessionParams, VoiceNames
+from voice_tts.engine.voices import VoicePrompt
 from voice_tts.server.admission import Admission, Rejected, TrackedSession, frame_budget_ms
 from voice_tts.server.capacity import FramePeriodModel, FrontModel
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.protocol import CallError, invalid, resolve_config, status_for
 from voice_tts.server.stream import Codec, SynthesizeStream
+from voice_tts.server.voice_library import (
+    STATUS,
+    VoiceError,
+    VoiceLibrary,
+    reference_from_proto,
+)
 from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.synthesis")
@@ -55,6 +63,7 @@ class Synthesis:
         self.codec = Codec(engine.sample_rate, engine.frame_samples)
         self.failed: str | None = None  # the engine has stopped: every call is refused
         self._voice_names = VoiceNames([v.name for v in engine.voices()], engine.languages())
+        self.library: VoiceLibrary | None = None  # set by the server (inline reference audio)
         # Fed by the engine's steps (server.py's on_step -> `admission.model.observe`) and
         # this loop's CPU per open call.
         model = FramePeriodModel()
@@ -96,17 +105,24 @@ class Synthesis:
                     raise CallError(grpc.StatusCode.UNAVAILABLE, "server is draining; retry "
                                     "on another replica")
                 ticket = self.admission.admit()  # decided at once, before the config
-                cfg = await self._first_config(it)
+                cfg, inline = await self._first_config(it)
                 lead = self.settings.pace_lead_s if pace_lead_s is None else pace_lead_s
                 stream = SynthesizeStream(cfg, None, m, self.codec, self.settings.max_backlog_s,
                                           0.0 if self.draining else lead)
-                session = self.engine.open_session(
-                    SessionParams(voice=cfg.voice, language=cfg.language,
-                                  instruct=cfg.instruct, seed=cfg.seed, sampling=cfg.sampling,
-                                  max_text_chars=self.settings.max_text_chars,
-                                  max_frames=cfg.max_frames or None),
-                    sink=ticket.sink(stream.sink),
-                )
+                if inline is not None:  # a voice for this session only (no await
+                    self.engine.add_voice(cfg.voice, inline)  # until it is gone again)
+                try:
+                    session = self.engine.open_session(
+                        SessionParams(voice=cfg.voice, language=cfg.language,
+                                      instruct=cfg.instruct, seed=cfg.seed,
+                                      sampling=cfg.sampling,
+                                      max_text_chars=self.settings.max_text_chars,
+                                      max_frames=cfg.max_frames or None),
+                        sink=ticket.sink(stream.sink),
+                    )
+                finally:
+                    if inline is not None:  # the session keeps what it resolved
+                        self.engine.remove_voice(cfg.voice)
             except Exception:
                 if ticket is not None:  # its place is free while the client finishes
                     ticket.close()
@@ -191,7 +207,33 @@ class Synthesis:
         kind = req.WhichOneof("request")
         if kind != "config":
             raise invalid(f"the first message must be a SessionConfig, got {kind or 'empty'}")
-        return resolve_config(req.config, self._voice_names)
+        if not req.config.HasField("reference"):
+            return resolve_config(req.config, self._voice_names), None
+        return await self._inline(req.config)
+
+    async def _inline(self, config: tts_pb2.SessionConfig) -> tuple[Any, VoicePrompt]:
+        """A config with inline reference audio: its clone, under a name no library voice
+        can have (`~inline-...`: a library name has no `~`)."""
+        if config.voice:
+            raise invalid("SessionConfig.voice and .reference are both set: name a voice "
+                          "or send reference audio, not both")
+        if self.library is None:
+            raise CallError(grpc.StatusCode.UNIMPLEMENTED, "inline reference audio needs "
+                            "the server's voice library")
+        r = config.reference
+        try:
+            prompt = await self.library.inline_prompt(reference_from_proto(r), r.ref_text,
+                                                      r.x_vector_only)
+        except VoiceError as e:  # for one request, too large is a bad request, not 429
+            code = STATUS[e.kind][0]
+            raise CallError(grpc.StatusCode.INVALID_ARGUMENT
+                            if code == grpc.StatusCode.RESOURCE_EXHAUSTED else code,
+                            e.message) from None
+        cfg = tts_pb2.SessionConfig()
+        cfg.CopyFrom(config)
+        cfg.ClearField("reference")  # not echoed back in SESSION_STARTED
+        cfg.voice = f"~inline-{uuid.uuid4().hex[:12]}"
+        return resolve_config(cfg, VoiceNames([cfg.voice], self.engine.languages())), prompt
 
 
 async def until_client_stops_writing(it: AsyncIterator[object]) -> None:

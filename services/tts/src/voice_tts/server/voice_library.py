@@ -43,6 +43,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine
 from voice_tts.engine.voices import VoicePrompt
@@ -127,6 +128,12 @@ class StoredVoice:
 
 
 # --- reference audio -------------------------------------------------------------------
+
+
+def reference_from_proto(r: tts_pb2.ReferenceAudio) -> ReferenceAudio:
+    fmt = tts_pb2.ReferenceAudio.Format.Name(r.format).removeprefix("FORMAT_").lower()
+    return ReferenceAudio(r.audio, "wav" if fmt == "unspecified" else fmt, r.sample_rate,
+                          r.channels or 1)
 
 
 def decode_audio(ref: ReferenceAudio) -> tuple[np.ndarray, int]:
@@ -338,9 +345,9 @@ class VoiceLibrary:
     def list(self) -> list[StoredVoice]:
         return [self.voices[k] for k in sorted(self.voices)]
 
-    async def create_from_audio(self, name: str, ref: ReferenceAudio, ref_text: str = "",
-                                x_vector_only: bool = False, consent: str = "") -> StoredVoice:
-        self._writable()
+    def _reference(self, ref: ReferenceAudio, ref_text: str
+                   ) -> tuple[np.ndarray, int, list[str]]:
+        """Reference audio checked for a clone: (mono float32, rate, warnings)."""
         if self.model_type != "base":
             raise VoiceError("unsupported", f"this server's checkpoint ({self.model_type}) "
                              "cannot clone a voice: run a Base checkpoint "
@@ -351,9 +358,29 @@ class VoiceLibrary:
         if len(ref_text) > MAX_REF_TEXT_CHARS:
             raise VoiceError("invalid", f"ref_text is {len(ref_text)} characters; the limit "
                              f"is {MAX_REF_TEXT_CHARS}")
-        key = check_name(name)
         audio, rate = decode_audio(ref)
-        warnings = check_audio(audio, rate)
+        return audio, rate, check_audio(audio, rate)
+
+    async def inline_prompt(self, ref: ReferenceAudio, ref_text: str = "",
+                            x_vector_only: bool = False) -> VoicePrompt:
+        """A clone for one session (inline reference audio): made, not stored."""
+        audio, rate, _ = self._reference(ref, ref_text)
+        ref_text = ref_text.strip()
+
+        def make() -> VoicePrompt:
+            try:
+                return self.engine.make_voice_prompt(audio, rate, ref_text=ref_text,
+                                                     x_vector_only=x_vector_only)
+            except ValueError as e:
+                raise VoiceError("invalid", f"cannot make a voice of it: {e}") from None
+
+        return await asyncio.to_thread(make)
+
+    async def create_from_audio(self, name: str, ref: ReferenceAudio, ref_text: str = "",
+                                x_vector_only: bool = False, consent: str = "") -> StoredVoice:
+        self._writable()
+        key = check_name(name)
+        audio, rate, warnings = self._reference(ref, ref_text)
         ref_text = ref_text.strip()
         size, hidden = self._model_size()
         voice = StoredVoice(
