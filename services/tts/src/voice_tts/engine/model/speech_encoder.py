@@ -34,6 +34,7 @@ from torch import nn
 
 from ..config import SpeechEncoderConfig
 from .layers import apply_rope, rope_cos_sin, rope_inv_freq
+from .speech_decoder import _precision
 
 if TYPE_CHECKING:
     from . import Qwen3TTS
@@ -265,7 +266,10 @@ class SpeechEncoder(nn.Module):
         if wav24k.dim() != 1 or wav24k.numel() == 0:
             raise ValueError(f"expected non-empty mono audio (N,), got {tuple(wav24k.shape)}")
         n = self.cfg.valid_num_quantizers
-        codes = self.quantizer.encode(self.latents(wav24k[None]), n)  # (n, 1, T')
+        # Plain float32 on CUDA too: cuDNN's default TF32 convs would move the latents by
+        # ~1e-3 and flip codes of the later codebooks.
+        with _precision(wav24k.device, tf32=False):
+            codes = self.quantizer.encode(self.latents(wav24k[None]), n)  # (n, 1, T')
         frames = -(-wav24k.numel() // self.cfg.frame_samples)
         return codes[:, 0, :frames].transpose(0, 1).contiguous()
 
