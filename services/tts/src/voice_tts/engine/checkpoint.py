@@ -121,7 +121,10 @@ def prepare(model: Qwen3TTS, device: torch.device | str = "cpu",
     """Move to `device`: talker + code predictor in `dtype` (bf16 on CUDA, float32 on CPU
     by default), the speech decoder always in float32 (streamed == whole decode needs it:
     see `model/speech_decoder.py`)."""
-    model = model.to(device=device, dtype=dtype or default_dtype(device))
+    # Cast the talker alone: a float32 part sent through bf16 and back would keep
+    # bf16-rounded weights (and RoPE frequencies).
+    model = model.to(device=device)
+    model.talker.to(dtype=dtype or default_dtype(device))
     model.speech_decoder.float()
     if model.speaker_encoder is not None:  # voice creation runs off the hot path in float32
         model.speaker_encoder.float()
