@@ -450,3 +450,34 @@ async def test_http_inline_reference_audio_and_voice_objects(base: ServerProc) -
         async with s.post(speech, json={"input": "Hi.", "voice": {"id": "alice"},
                                         **SPEAK}) as resp:
             assert resp.status == 200 and len(await resp.read()) > 44
+
+
+# --- the CLI -----------------------------------------------------------------------------
+
+
+async def _cli(*args: str) -> tuple[int, str, str]:
+    import sys
+
+    p = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "voice_tts.client", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(p.communicate(), 120)
+    return p.returncode or 0, out.decode(), err.decode()
+
+
+async def test_cli_voices_create_list_speak_delete(base: ServerProc, tmp_path: Path) -> None:
+    ref = tmp_path / "me.wav"
+    ref.write_bytes(wav(tone(4, seed=8)))
+    rc, out, err = await _cli("voices", "--addr", base.addr, "create", "cli_me", "--audio",
+                              str(ref), "--ref-text", "It is me.")
+    assert rc == 0 and out.startswith("created cli_me\tclone"), err
+    rc, out, err = await _cli("voices", "--addr", base.addr, "list")
+    assert rc == 0 and "cli_me\tclone" in out, err
+    for how in (["--voice", "cli_me"], ["--ref-audio", str(ref), "--ref-text", "It is me."]):
+        rc, out, err = await _cli("--addr", base.addr, "--text", "Hi.", "--max-frames", "4",
+                                  "--out", str(tmp_path / "out.wav"), *how)
+        assert rc == 0 and "wrote" in out, err
+    rc, out, err = await _cli("voices", "--addr", base.addr, "delete", "cli_me")
+    assert rc == 0, err
+    rc, out, err = await _cli("voices", "--addr", base.addr, "get", "cli_me")
+    assert rc == 1 and "NOT_FOUND" in err

@@ -3,6 +3,9 @@
   python -m voice_tts.client --text "Hello there." --out reply.wav
   some_llm | python -m voice_tts.client --stdin --out reply.wav   # streams as it arrives
   python -m voice_tts.client --chat "Hi!" --thinker localhost:50052  # thinker -> TTS
+  python -m voice_tts.client voices create me --audio me.wav --ref-text "..."  # library
+  python -m voice_tts.client --text "Hi." --voice me     # a library voice, by name
+  python -m voice_tts.client --text "Hi." --ref-audio me.wav  # inline, nothing stored
 
 Prints client-side TTFA and RTF (and the server's TTFA). Headless: no audio playback.
 
@@ -20,6 +23,7 @@ import os
 import sys
 import wave
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
@@ -85,7 +89,8 @@ async def _run(args: argparse.Namespace) -> int:
         if args.list_voices:
             v = await list_voices(ch, args.api_key)
             for voice in v.voices:
-                print(f"{voice.name}\t{','.join(voice.languages)}\t{voice.dialect}")
+                print(f"{voice.name}\t{voice.kind or 'preset'}\t{','.join(voice.languages)}"
+                      f"\t{voice.dialect}")
             print(f"languages: {', '.join(v.languages)}  model: {v.model}")
             return 0
         model = (await list_voices(ch, args.api_key)).model
@@ -96,6 +101,10 @@ async def _run(args: argparse.Namespace) -> int:
         cfg = tts_pb2.SessionConfig(voice=args.voice, language=args.language,
                                     sample_rate=args.rate, frame_ms=args.frame_ms,
                                     instruct=args.instruct)
+        if args.ref_audio is not None:  # inline: a clone for this session only
+            cfg.voice = ""
+            cfg.reference.CopyFrom(tts_pb2.ReferenceAudio(
+                audio=args.ref_audio.read_bytes(), ref_text=args.ref_text))
         if args.seed is not None:
             cfg.seed = args.seed
         if args.greedy:
@@ -122,6 +131,14 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["voices"]:  # the voice library: voices list / create / get / delete
+        from voice_tts.client.voices import run
+
+        try:
+            sys.exit(asyncio.run(run(argv[1:])))
+        except grpc.aio.AioRpcError as e:
+            sys.exit(f"tts error: {e.code().name}: {e.details()}")
     p = argparse.ArgumentParser(prog="python -m voice_tts.client", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group()
@@ -133,6 +150,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--addr", default="localhost:50051", help="server host:port")
     p.add_argument("--thinker", default="localhost:50052", help="thinker host:port (--chat)")
     p.add_argument("--voice", default="vivian")
+    p.add_argument("--ref-audio", type=Path, help="inline reference audio (a WAV) for a "
+                   "clone of this request only (Base servers; --voice is then ignored)")
+    p.add_argument("--ref-text", default="", help="--ref-audio's transcript")
     p.add_argument("--language", default="auto")
     p.add_argument("--instruct", default="")
     p.add_argument("--rate", type=int, default=24000, help="16000, 24000 or 48000")
