@@ -43,9 +43,10 @@ def engines() -> dict[str, Engine]:
         e.shutdown()
 
 
-def run(engine: Engine, texts: list[str], greedy: bool, codes: bool = False
-        ) -> list[np.ndarray]:
-    """Each text's audio (or with `codes`, its codec codes (frames, 16))."""
+def run(engine: Engine, texts: list[str], greedy: bool, codes: bool = False,
+        voices: list[str] | None = None) -> list[np.ndarray]:
+    """Each text's audio (or with `codes`, its codec codes (frames, 16)), in `voices`
+    (default vivian)."""
     from voice_tts.engine import AudioPacket, SessionParams, UtteranceEnd
 
     outs: list[list[np.ndarray]] = [[] for _ in texts]
@@ -60,8 +61,9 @@ def run(engine: Engine, texts: list[str], greedy: bool, codes: bool = False
         return f
 
     sampling = SamplingParams.greedy() if greedy else SamplingParams()
-    sessions = [engine.open_session(SessionParams(voice="vivian", seed=7 + i, sampling=sampling,
-                                                  max_frames=40), sink(i))
+    voices = voices or ["vivian"] * len(texts)
+    sessions = [engine.open_session(SessionParams(voice=voices[i], seed=7 + i,
+                                                  sampling=sampling, max_frames=40), sink(i))
                 for i in range(len(texts))]
     for s, t in zip(sessions, texts, strict=True):
         s.push_text(t)
@@ -233,3 +235,34 @@ def test_no_gpu_memory_growth_over_1000_sessions(engines) -> None:
         run(e, ["Hi."] * 4, greedy=True)
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() - base < 64 * 2**20
+
+
+def test_clone_voices_graphs_equal_eager() -> None:
+    """Library voices on the graphed engine give the eager engine's audio: an in-context
+    clone with a 150-frame reference (a ~170-row prompt: the 256-row prefill bucket, its
+    extra-vector buffer; the speech decoder primed on its own stream) and an x-vector
+    clone, batched together."""
+    from voice_tts.engine.voices import VoicePrompt
+
+    rng = np.random.default_rng(0)
+    voices = {"icl": VoicePrompt(x_vector=rng.standard_normal(1024).astype(np.float32),
+                                 ref_codes=rng.integers(0, 2048, (150, 16)),
+                                 ref_text="The reference recording says this."),
+              "xvec": VoicePrompt(x_vector=rng.standard_normal(1024).astype(np.float32))}
+    outs = {}
+    for graphs in (False, True):
+        e = Engine.from_preset("0.6b-base", seed=0, device="cuda", settings=EngineSettings(
+            max_sessions=4, max_batch=4, max_seq_len=512, cuda_graphs=graphs,
+            decoder_precision="fp32"))
+        for name, prompt in voices.items():
+            e.add_voice(name, prompt)
+        e.start()
+        try:
+            outs[graphs] = run(e, TEXTS[:2], greedy=True, voices=list(voices))
+            if graphs:
+                assert e.runner.prefill_graphs.replays > 0
+        finally:
+            e.shutdown()
+    for a, b in zip(outs[False], outs[True], strict=True):
+        assert len(a) == len(b)
+        assert snr_db(a, b) >= 60, f"SNR {snr_db(a, b):.1f} dB"
