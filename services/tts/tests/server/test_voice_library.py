@@ -330,6 +330,9 @@ async def test_the_library_survives_a_restart(make_server, tmp_path: Path) -> No
     (d / ".tmp-half-written").write_bytes(b"half a voice")  # a crash mid-write
     (d / "broken.voice.npz").write_bytes(b"not a zip")  # a damaged file
     (d / "notes.txt").write_text("not a voice")
+    outside = tmp_path / "outside.npz"  # a link out of the directory is never followed
+    outside.write_bytes((d / "keeper.voice.npz").read_bytes())
+    (d / "linked.voice.npz").symlink_to(outside)
     b = make_server(TTS_MODEL="preset:tiny-base", TTS_VOICE_DIR=str(d))
     status, listed = await http(b, "GET")
     lib = {v["name"]: v for v in listed["uploaded_voices"]}

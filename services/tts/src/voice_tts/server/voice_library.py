@@ -75,6 +75,7 @@ STATUS: dict[str, tuple[grpc.StatusCode, int]] = {
     "too_large": (grpc.StatusCode.RESOURCE_EXHAUSTED, 413),
     "storage": (grpc.StatusCode.RESOURCE_EXHAUSTED, 507),
     "unsupported": (grpc.StatusCode.UNIMPLEMENTED, 501),
+    "io": (grpc.StatusCode.INTERNAL, 500),  # the directory cannot be written (not full)
 }
 
 
@@ -83,7 +84,8 @@ class VoiceError(Exception):
     invalid (400 / INVALID_ARGUMENT), not_found (404), exists (409 / ALREADY_EXISTS),
     too_large (413 / RESOURCE_EXHAUSTED), storage (507 / RESOURCE_EXHAUSTED: the disk is
     full), unsupported (501 / UNIMPLEMENTED: this checkpoint cannot make such a voice, or
-    no TTS_VOICE_DIR), preset (400: presets are not deleted)."""
+    no TTS_VOICE_DIR), preset (400: presets are not deleted), io (500: the directory
+    cannot be written, e.g. read-only)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -303,7 +305,11 @@ class VoiceLibrary:
         """Registers every stored voice made for this model; returns how many."""
         if self.dir is None:
             return 0
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RuntimeError(f"TTS_VOICE_DIR {self.dir}: cannot make it ({e.strerror})") \
+                from None
         for tmp in self.dir.glob(TMP_PREFIX + "*"):
             log.warning("voice library: removing %s, left by an interrupted write", tmp.name)
             with contextlib.suppress(OSError):
@@ -311,8 +317,10 @@ class VoiceLibrary:
         size, hidden = self._model_size()
         for path in sorted(self.dir.glob("*" + SUFFIX)):
             name = path.name.removesuffix(SUFFIX)
-            if not NAME.fullmatch(name) or name != name.lower() or not path.is_file():
-                log.warning("voice library: skipping %s (not a library file name)", path.name)
+            if (not NAME.fullmatch(name) or name != name.lower() or path.is_symlink()
+                    or not path.is_file()):  # a link could point out of the directory
+                log.warning("voice library: skipping %s (not a library file: a plain file "
+                            "named <name>.voice.npz)", path.name)
                 continue
             try:
                 v = _from_npz(path)
@@ -494,11 +502,12 @@ class VoiceLibrary:
         except OSError as e:
             with contextlib.suppress(OSError):
                 tmp.unlink()
+            log.error("voice library: cannot store %r: %s", key, e)
             if e.errno in FULL_DISK:
-                log.error("voice library: cannot store %r: %s", key, e)
                 raise VoiceError("storage", f"the voice library's disk is full ({e.strerror}); "
                                  "nothing was stored") from None
-            raise
+            raise VoiceError("io", f"the voice library cannot be written ({e.strerror}); "
+                             "nothing was stored") from None
 
     def _unlink(self, path: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
