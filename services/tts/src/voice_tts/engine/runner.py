@@ -23,7 +23,12 @@ No host sync, no branch on tensor values, fixed trip counts: `graphs.py` capture
 part as a CUDA graph per batch-size bucket; `launch` returns a `Step` whose tokens come
 before its audio (the decoder runs beside the next step). `prefill(reqs)` runs prompts
 into their slots (`prefill_rows`: one batch per prompt length, or per length bucket as a
-CUDA graph), each laid out as the official `generate` lays it out (`prompt_rows`).
+CUDA graph), each laid out as the official `generate` lays it out (`prompt_rows`): rows
+of text and codec ids plus, for cloned voices, vectors added to some rows (the x-vector
+in the speaker row, the reference frames' summed codec embeddings in the in-context
+rows). An in-context clone's speech decoder state first decodes its reference codes
+(output dropped): its audio is the official decode of cat(reference, codes) after the
+reference.
 """
 
 from __future__ import annotations

@@ -9,7 +9,11 @@ that end with it (codec EOS, frame cap). Policy:
 - prompts first (they start audio: TTFA), at most `max_prefills_per_step`, oldest text
   first; a prompt is ready once its first text token is *stable* (a word followed by
   a space or punctuation, or flush: `text.TextStream`) and some non-whitespace text has
-  arrived; offline (`non_streaming_mode`) prompts wait for the flush;
+  arrived; offline (`non_streaming_mode`) prompts wait for the flush. An in-context clone's
+  prompt lays the text over its reference's codec rows (the official layout), so it waits
+  for Ly - Lr text ids (reference frames + 1 minus transcript ids) or the flush: with
+  live text its first audio comes later than a preset's; x-vector clones and designed
+  voices start from the first id like presets;
 - then ONE batched step over every running utterance that can make its next frame
   (continuous batching: sessions join and leave between steps), up to `max_batch` rows,
   least recently stepped first so nobody starves. A fresh prompt joins the step of its
