@@ -123,6 +123,24 @@ async def test_http_create_list_get_speak_delete(base: ServerProc, voice_dir: Pa
     assert (await http(base, "GET", "/bob_2"))[0] == 404
 
 
+def test_openai_sdk_voices_create_speak_delete(base: ServerProc) -> None:
+    """OpenAI's own custom-voice calls, through its SDK: create, speak with
+    `voice={"id": ...}`, delete."""
+    client = sdk(base)
+    v = client.audio.voices.create(audio_sample=("me.wav", wav(tone(4, seed=9)), "audio/wav"),
+                                   consent="cons_123", name="sdk_voice")
+    assert (v.id, v.name, v.object, v.type) == ("sdk_voice", "sdk_voice", "audio.voice",
+                                                "audio_sample")
+    assert v.created_at > 0
+    r = client.audio.speech.create(model="tts-1", voice={"id": v.id}, input="Hi there.",
+                                   response_format="wav", extra_body=SPEAK)
+    assert len(r.content) > 44
+    gone = client.audio.voices.delete(v.id)
+    assert (gone.id, gone.deleted, gone.object) == ("sdk_voice", True, "audio.voice.deleted")
+    with pytest.raises(openai.NotFoundError):
+        client.audio.voices.delete(v.id)
+
+
 async def test_http_raw_pcm_any_rate_and_stereo(base: ServerProc) -> None:
     stereo = np.stack([tone(3.5, 48000), tone(3.5, 48000, seed=2)], axis=1)
     status, body = await create(base, "pcm_f32", stereo.astype("<f4").tobytes(),
@@ -385,6 +403,10 @@ async def test_voice_design_and_a_checkpoint_that_cannot_clone(make_server,
     status, body = await create(s, "narrator",
                                 description="A calm, deep male voice, speaking slowly.")
     assert status == 200 and body["voice"]["kind"] == "design", body
+    assert body["type"] == "prompt" and body["prompt"].startswith("A calm")
+    made = sdk(s).audio.voices.create(name="bright", prompt="A bright, quick voice.",
+                                      type="prompt")  # OpenAI's prompt-based create
+    assert (made.type, made.prompt) == ("prompt", "A bright, quick voice.")
     r = sdk(s).audio.speech.create(model="tts-1", voice="narrator", input="Once upon.",
                                    response_format="pcm", extra_body=SPEAK)
     assert len(r.content) > 0

@@ -1,15 +1,17 @@
 """The voice library over HTTP, shaped as vLLM-Omni's and OpenAI's voice APIs:
 
-- `POST /v1/audio/voices` (multipart/form-data; a designed voice's text-only form may
-  be urlencoded): `name`, and either `audio_sample` (a
-  file: WAV, or raw PCM with `format` pcm_s16le / pcm_f32le, `sample_rate`, `channels`)
-  with optional `ref_text` and `x_vector_only`, or `description` (VoiceDesign
-  checkpoints; `instructions` is taken as its alias). `consent` is accepted and kept.
-  -> 200 `{"success": true, "voice": {...}}`.
+- `POST /v1/audio/voices` (multipart/form-data; a designed voice's text-only fields may
+  come urlencoded or as JSON, as OpenAI's prompt-based create sends them): `name`, and
+  either `audio_sample` (a file: WAV, or raw PCM with `format` pcm_s16le / pcm_f32le,
+  `sample_rate`, `channels`) with optional `ref_text` and `x_vector_only`, or
+  `description` (VoiceDesign checkpoints; OpenAI's `prompt` and `instructions` are its
+  aliases). `consent` is accepted and kept. -> 200: OpenAI's Voice (`id`, `object`
+  "audio.voice", `name`, `created_at`, `type` audio_sample / prompt) with vLLM-Omni's
+  `{"success": true, "voice": {...}}` beside it.
 - `GET /v1/audio/voices`: every voice (`voices`: name, languages, dialect, kind), the
   languages, and the library's voices in full (`uploaded_voices`, as vLLM-Omni names them).
-- `GET /v1/audio/voices/{name}`, `DELETE /v1/audio/voices/{name}` (-> `{"success": true,
-  "message": ...}`).
+- `GET /v1/audio/voices/{name}`, `DELETE /v1/audio/voices/{name}` (-> OpenAI's `{"id",
+  "object": "audio.voice.deleted", "deleted": true}` with vLLM-Omni's `success`, `message`).
 
 Errors are OpenAI's body with the status `voice_library.STATUS` gives: 400 bad audio or
 name, 404 unknown voice, 409 name taken, 413 upload too large, 415 not multipart, 501
@@ -23,6 +25,7 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from voice_tts.engine import Voice
+from voice_tts.server.json_schema import load_json
 from voice_tts.server.openai_speech import ApiError
 from voice_tts.server.voice_library import (
     STATUS,
@@ -33,8 +36,12 @@ from voice_tts.server.voice_library import (
 )
 
 MAX_FIELD_BYTES = 8 * 1024  # a form field other than the audio (name, ref_text, ...)
-FIELDS = ("name", "ref_text", "consent", "x_vector_only", "format", "sample_rate", "channels",
-          "description", "instructions", "speaker_description", "language")
+# vLLM-Omni's and OpenAI's form fields (`type`, `model`, `script_hint`, `language`,
+# `speaker_description` are taken and not used), then ours.
+FIELDS = ("name", "ref_text", "consent", "type", "prompt", "model", "script_hint", "language",
+          "speaker_description", "x_vector_only", "format", "sample_rate", "channels",
+          "description", "instructions")
+DESCRIPTION = ("description", "prompt", "instructions")  # a designed voice's, by any name
 
 
 def _error(e: VoiceError) -> web.Response:
@@ -87,7 +94,8 @@ class VoicesAPI:
             v = await self.library.delete(request.match_info["name"])
         except VoiceError as e:
             return _error(e)
-        return web.json_response({"success": True, "name": v.name,
+        return web.json_response({"id": v.name, "object": "audio.voice.deleted",
+                                  "deleted": True, "success": True,
                                   "message": f"voice {v.name!r} deleted"})
 
     async def create(self, request: web.Request) -> web.Response:
@@ -99,9 +107,9 @@ class VoicesAPI:
                 v = await self.library.create_from_audio(
                     form.get("name", ""), ref, form.get("ref_text", ""),
                     _bool(form, "x_vector_only"), form.get("consent", ""))
-            elif "description" in form or "instructions" in form:
-                v = await self.library.create_from_description(
-                    form.get("name", ""), form.get("description") or form["instructions"])
+            elif description := next((form[k] for k in DESCRIPTION if k in form), None):
+                v = await self.library.create_from_description(form.get("name", ""),
+                                                               description)
             else:
                 raise VoiceError("invalid", "send the reference audio as `audio_sample` (a "
                                  "file), or a `description` (VoiceDesign checkpoints)")
@@ -109,7 +117,12 @@ class VoicesAPI:
             return _error(e)
         except ApiError as e:
             return e.response()
-        return web.json_response({"success": True, "voice": self._stored(v)})
+        # OpenAI's Voice object (the `openai` SDK reads it) and vLLM-Omni's answer, in one.
+        return web.json_response({
+            "id": v.name, "object": "audio.voice", "name": v.name, "created_at": v.created_at,
+            "type": "prompt" if v.kind == "design" else "audio_sample",
+            **({"prompt": v.description} if v.kind == "design" else {}),
+            "success": True, "voice": self._stored(v)})
 
     async def _form(self, request: web.Request) -> tuple[dict[str, str], bytes | None]:
         """The form's text fields and the audio file, each read within its limit."""
@@ -123,6 +136,21 @@ class VoicesAPI:
             if unknown := set(form) - set(FIELDS):
                 raise VoiceError("invalid", f"unknown form field {sorted(unknown)[0][:32]!r}"
                                  f"; known: audio_sample, {', '.join(FIELDS)}")
+            return form, None
+        if request.content_type == "application/json":  # OpenAI's prompt-based create
+            try:
+                obj = load_json(await request.read())
+            except (ValueError, web.HTTPRequestEntityTooLarge):
+                raise VoiceError("invalid", "the body is not a JSON object within 1 MiB; send "
+                                 "audio as multipart/form-data") from None
+            if not isinstance(obj, dict) or not all(isinstance(v, str | bool | int)
+                                                    for v in obj.values()):
+                raise VoiceError("invalid", "the body must be a JSON object of text fields")
+            form = {k: str(v).lower() if isinstance(v, bool) else str(v)
+                    for k, v in obj.items()}
+            if unknown := set(form) - set(FIELDS):
+                raise VoiceError("invalid", f"unknown field {sorted(unknown)[0][:32]!r}; "
+                                 f"known: {', '.join(FIELDS)}")
             return form, None
         if request.content_type != "multipart/form-data":
             raise ApiError(415, "send the voice as multipart/form-data (curl -F), not "
