@@ -257,15 +257,16 @@ async def test_a_voice_deleted_mid_session_keeps_speaking(base: ServerProc) -> N
         async for r in call:
             if r.WhichOneof("response") == "audio":
                 frames += 1
+                if frames == 1:  # deleted while its first utterance is being spoken
+                    assert (await http(base, "DELETE", "/doomed"))[0] == 200
             elif r.event.type == tts_pb2.Event.FLUSHED:
                 flushed += 1
-                if flushed == 1:  # deleted between two utterances of the session
-                    assert (await http(base, "DELETE", "/doomed"))[0] == 200
+                if flushed == 1:  # and the session's next utterance still has it
                     await call.write(tts_pb2.SynthesizeRequest(
                         text=tts_pb2.TextDelta(text="Second.")))
                     await call.done_writing()
                     first = frames
-        assert flushed == 2 and frames > first > 0
+        assert flushed == 2 and frames > first > 1
         with pytest.raises(grpc.aio.AioRpcError) as e:
             await synthesize(ch, ["Hi."], config(voice="doomed"))
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
