@@ -22,6 +22,7 @@ from torch import nn
 
 from ..audio_features import mel_spectrogram
 from ..config import SpeakerEncoderConfig
+from .speech_decoder import _precision
 
 if TYPE_CHECKING:
     from . import Qwen3TTS
@@ -166,5 +167,8 @@ def x_vector(model: Qwen3TTS, wav24k: np.ndarray) -> np.ndarray:
     if mel is None or mel.shape[1] < encoder.min_frames:
         raise ValueError(f"reference audio too short: {len(wav)} samples at 24 kHz")
     weight = next(encoder.parameters())  # float32: `checkpoint.prepare` keeps it so
-    out = encoder(mel.to(device=weight.device, dtype=weight.dtype))[0]
+    # Plain float32 on CUDA too: cuDNN's default TF32 convs move the x-vector by ~3e-4
+    # (relative, H100), plain float32 by ~2e-6.
+    with _precision(weight.device, tf32=False):
+        out = encoder(mel.to(device=weight.device, dtype=weight.dtype))[0]
     return out.float().cpu().numpy()
