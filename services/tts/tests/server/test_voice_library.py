@@ -229,8 +229,13 @@ async def test_name_clash_is_409_and_keeps_the_first(base: ServerProc) -> None:
 
 async def test_bad_requests(base: ServerProc) -> None:
     async with aiohttp.ClientSession() as s:
-        async with s.post(url(base), json={"name": "x"}) as r:
+        async with s.post(url(base), data=b"name=x", headers={"Content-Type":
+                                                                  "text/plain"}) as r:
             assert r.status == 415
+        async with s.post(url(base), json={"name": "x", "voice": "y"}) as r:
+            assert r.status == 400 and "unknown field 'voice'" in (await r.text())
+        async with s.post(url(base), json={"name": "x", "prompt": "A voice."}) as r:
+            assert r.status == 501  # a description on a Base server
         form = aiohttp.FormData()
         form.add_field("name", "x")
         form.add_field("nonsense", "1")
