@@ -38,7 +38,7 @@ from voice_tts.engine.voices import VoicePrompt
 from .lib import run_oracle, snr_db, write_tiny_checkpoint
 from .test_oracle import MAX_ABS, MIN_SNR_DB, _pieces, _Sink
 
-BASE, DESIGN = "tiny-base", "tiny-1.7b-design"
+BASE, BASE_1B7, DESIGN = "tiny-base", "tiny-1.7b-base", "tiny-1.7b-design"
 LONG = "Cloned voices speak the words of a much longer target sentence, word after word."
 INSTRUCT = "A calm, low voice, speaking slowly."
 
@@ -75,10 +75,13 @@ CASES = [
          ref_frames=20, ref_text="A short one."),
     Case("xvec_stream", BASE, "Hello there, streaming world.", "english"),
     Case("xvec_offline", BASE, "Hello there, streaming world.", offline=True),
+    # 1.7B-shaped (talker wider than the code predictor): the same in-context rows.
+    Case("icl_stream_1b7", BASE_1B7, LONG, "english", max_new=32, ref_frames=16,
+         ref_text="A short one."),
     Case("design_stream", DESIGN, "Hello there, streaming world.", "english", design=True),
     Case("design_offline", DESIGN, LONG, offline=True, max_new=20, design=True),
 ]
-CONFIGS = (BASE, DESIGN)
+CONFIGS = (BASE, BASE_1B7, DESIGN)
 # End to end: a reference recording at 16 kHz (resampled to 24 kHz on both sides).
 E2E_TEXT, E2E_REF_TEXT, E2E_SR = "Hello there, streaming world.", "A short one.", 16000
 

@@ -206,8 +206,12 @@ class Engine:
         size = self.cfg.speech_decoder.codebook_size
         if codes.shape[1] != groups or int(codes.min()) < 0 or int(codes.max()) >= size:
             raise ValueError(f"reference codes must be (T, {groups}) in 0..{size - 1}")
-        return IclPrompt(self.tokenizer.ref_ids(prompt.ref_text),
-                         icl_codec_rows(self.model, codes), codes)
+        ref_ids = self.tokenizer.ref_ids(prompt.ref_text)
+        # The prompt holds both (offline: all of them) and a few hundred frames must follow.
+        if len(codes) + len(ref_ids) + 256 > self.settings.max_seq_len:
+            raise ValueError(f"reference of {len(codes)} frames and {len(ref_ids)} transcript "
+                             f"ids is too long for max_seq_len {self.settings.max_seq_len}")
+        return IclPrompt(ref_ids, icl_codec_rows(self.model, codes), codes)
 
     def remove_voice(self, name: str) -> None:
         """Remove a library voice (UnknownVoice if none); open sessions keep theirs."""
