@@ -108,6 +108,9 @@ class TTSSettings(BaseSettings):
     # Largest reference audio upload (a file or raw PCM), in bytes: 30 s of 48 kHz
     # stereo s16 is 5.8 MB. Over it: HTTP 413, gRPC RESOURCE_EXHAUSTED.
     voice_max_upload_bytes: int = Field(16 << 20, ge=1024, le=256 << 20)
+    # Seconds between looks at TTS_VOICE_DIR for voices other servers sharing it (replicas
+    # on one volume) created or deleted; 0: only this server's own changes.
+    voice_rescan_s: float = Field(2.0, ge=0)
     # Tests only: the engine's n-th decode step fails, `<cuda|bug|hang>@<n>[:launch|tokens]`
     # (engine/faults.py `FaultInjection`; checked when the engine is built). Empty: none.
     test_fault: str = ""

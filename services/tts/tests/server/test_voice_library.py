@@ -378,6 +378,33 @@ async def test_the_library_survives_a_restart(make_server, tmp_path: Path) -> No
     assert status == 501 and "cannot clone" in body["error"]["message"]
 
 
+async def _until(check, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not await check():
+            await asyncio.sleep(0.1)
+
+
+async def test_servers_sharing_a_directory_follow_each_other(make_server,
+                                                             tmp_path: Path) -> None:
+    """Replicas on one volume: a voice one creates is spoken by the other within the
+    rescan period; one deletes it, the other lets it go."""
+    d = tmp_path / "voices"
+    a, b = (make_server(TTS_MODEL="preset:tiny-base", TTS_VOICE_DIR=str(d),
+                        TTS_VOICE_RESCAN_S="0.2") for _ in range(2))
+    assert (await create(a, "shared", wav(tone(4)), ref_text="Shared."))[0] == 200
+
+    async def b_has(want: bool):
+        return ((await http(b, "GET", "/shared"))[0] == 200) == want
+
+    await _until(lambda: b_has(True))
+    async with grpc.aio.insecure_channel(b.addr) as ch:
+        assert (await synthesize(ch, ["From b."], config(voice="shared"))).pcm
+    assert (await create(b, "SHARED", wav(tone(4))))[0] == 409  # the name is taken there too
+    assert (await http(a, "DELETE", "/shared"))[0] == 200
+    await _until(lambda: b_has(False))
+    assert "appeared in the directory" in b.log_path.read_text()
+
+
 FSIZE_LIMIT = 120_000  # bytes a file of the server may grow to (RLIMIT_FSIZE)
 LIMITED = ["-c", "import resource, runpy; resource.setrlimit(resource.RLIMIT_FSIZE, "
            f"({FSIZE_LIMIT}, {FSIZE_LIMIT})); runpy.run_module('voice_tts.server', "

@@ -141,6 +141,7 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
     library = VoiceLibrary(engine, settings.voice_dir, settings.voice_max_upload_bytes,
                            on_change=calls.refresh_voices)
     library.load()  # stored voices are there before the first call
+    library.start_watching(settings.voice_rescan_s)  # replicas sharing the directory
     calls.library = library
     # Capacity before any traffic: the warm-up's step time per batch bucket (GPU).
     calls.admission.model.seed(engine.bucket_step_ms)

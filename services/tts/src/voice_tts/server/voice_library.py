@@ -290,6 +290,10 @@ class VoiceLibrary:
         self.on_change = on_change
         self.voices: dict[str, StoredVoice] = {}
         self._lock = asyncio.Lock()
+        self._seen: dict[str, int] = {}  # file name -> mtime, as last read (or skipped)
+        self._warned: set[str] = set()
+        self._dir_mtime = -1
+        self._watch: asyncio.Task[None] | None = None
 
     @property
     def model_type(self) -> str:
@@ -314,36 +318,103 @@ class VoiceLibrary:
             log.warning("voice library: removing %s, left by an interrupted write", tmp.name)
             with contextlib.suppress(OSError):
                 tmp.unlink()
-        size, hidden = self._model_size()
-        for path in sorted(self.dir.glob("*" + SUFFIX)):
-            name = path.name.removesuffix(SUFFIX)
-            if (not NAME.fullmatch(name) or name != name.lower() or path.is_symlink()
-                    or not path.is_file()):  # a link could point out of the directory
-                log.warning("voice library: skipping %s (not a library file: a plain file "
-                            "named <name>.voice.npz)", path.name)
-                continue
-            try:
-                v = _from_npz(path)
-            except Exception as e:  # a damaged file must not stop the server
-                log.error("voice library: skipping %s, unreadable (%s: %s)", path.name,
-                          type(e).__name__, str(e)[:200])
-                continue
-            if (v.model_type, v.hidden_size) != (self.model_type, hidden):
-                log.warning("voice library: skipping %r, made for a %s %s model (this server: "
-                            "%s %s); create it again here", name, v.model_size, v.model_type,
-                            size, self.model_type)
-                continue
-            try:
-                self.engine.add_voice(name, v.prompt)
-            except ValueError as e:
-                log.warning("voice library: skipping %r: %s", name, e)
-                continue
-            v.name = name
-            self.voices[name] = v
+        self._dir_mtime = self._stat_dir()
+        for name, (path, mtime) in self._files().items():
+            self._seen[name] = mtime
+            v = self._read(name, path)
+            if v is not None:
+                self._register(name, v)
         if self.voices:
             self.on_change()
         log.info("voice library %s: %d voice(s) loaded", self.dir, len(self.voices))
         return len(self.voices)
+
+    def start_watching(self, period_s: float) -> None:
+        """Follow the directory: voices another server sharing it (replicas on one
+        volume) creates or deletes appear here / go within `period_s`."""
+        if self.dir is not None and period_s > 0:
+            self._watch = asyncio.get_running_loop().create_task(self._follow(period_s))
+
+    async def _follow(self, period_s: float) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            mtime = await asyncio.to_thread(self._stat_dir)
+            if mtime != self._dir_mtime:  # a file was added, replaced or removed
+                self._dir_mtime = mtime
+                try:
+                    await self.sync()
+                except Exception:
+                    log.exception("voice library: following %s failed", self.dir)
+
+    async def sync(self) -> None:
+        """The engine's library voices made equal to the directory's files."""
+        async with self._lock:
+            files = await asyncio.to_thread(self._files)
+            changed = {n: p for n, (p, m) in files.items() if self._seen.get(n) != m}
+            read = await asyncio.to_thread(
+                lambda: {n: self._read(n, p) for n, p in changed.items()})
+            gone = set(self.voices) - set(files)
+            for name in gone | {n for n, v in read.items() if v is None and n in self.voices}:
+                self.engine.remove_voice(name)  # open sessions keep theirs
+                del self.voices[name]
+                log.info("voice library: %r is gone from the directory", name)
+            for name, v in read.items():
+                if v is not None and self._register(name, v):
+                    log.info("voice library: %r appeared in the directory", name)
+            self._seen = {n: m for n, (_, m) in files.items()}
+            if gone or changed:
+                self.on_change()
+
+    def _stat_dir(self) -> int:
+        assert self.dir is not None
+        try:
+            return self.dir.stat().st_mtime_ns
+        except OSError:
+            return -1
+
+    def _files(self) -> dict[str, tuple[Path, int]]:
+        """The directory's voice files: name -> (path, mtime). Anything else is left
+        alone (said once): a link could point out of the directory."""
+        assert self.dir is not None
+        out: dict[str, tuple[Path, int]] = {}
+        for path in sorted(self.dir.glob("*" + SUFFIX)):
+            name = path.name.removesuffix(SUFFIX)
+            if (not NAME.fullmatch(name) or name != name.lower() or path.is_symlink()
+                    or not path.is_file()):
+                if path.name not in self._warned:
+                    self._warned.add(path.name)
+                    log.warning("voice library: skipping %s (not a library file: a plain "
+                                "file named <name>.voice.npz)", path.name)
+                continue
+            with contextlib.suppress(OSError):
+                out[name] = (path, path.stat().st_mtime_ns)
+        return out
+
+    def _read(self, name: str, path: Path) -> StoredVoice | None:
+        """A voice file made for this model, or None (said why)."""
+        try:
+            v = _from_npz(path)
+        except Exception as e:  # a damaged file must not stop the server
+            log.error("voice library: skipping %s, unreadable (%s: %s)", path.name,
+                      type(e).__name__, str(e)[:200])
+            return None
+        size, hidden = self._model_size()
+        if (v.model_type, v.hidden_size) != (self.model_type, hidden):
+            log.warning("voice library: skipping %r, made for a %s %s model (this server: "
+                        "%s %s); create it again here", name, v.model_size, v.model_type,
+                        size, self.model_type)
+            return None
+        v.name = name
+        return v
+
+    def _register(self, name: str, v: StoredVoice) -> bool:
+        try:
+            self.engine.add_voice(name, v.prompt)
+        except ValueError as e:
+            log.warning("voice library: skipping %r: %s", name, e)
+            return False
+        self.voices[name] = v
+        return True
 
     # --- requests ------------------------------------------------------------------------
 
@@ -440,6 +511,7 @@ class VoiceLibrary:
                 raise VoiceError("storage", f"could not delete the voice's file: "
                                  f"{e.strerror or e}") from None
             del self.voices[key]
+            self._seen.pop(key, None)
             self.on_change()
             log.info("voice library: deleted %r", key)
             return voice
@@ -474,6 +546,8 @@ class VoiceLibrary:
                 return len(data)
 
             stored = await asyncio.to_thread(build)
+            with contextlib.suppress(OSError):  # our own file: not news when following
+                self._seen[voice.name] = (self.dir / (voice.name + SUFFIX)).stat().st_mtime_ns
             try:
                 self.engine.add_voice(voice.name, voice.prompt)
             except Exception as e:
