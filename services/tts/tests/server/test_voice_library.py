@@ -108,6 +108,8 @@ async def test_http_create_list_get_speak_delete(base: ServerProc, voice_dir: Pa
     status, got = await http(base, "GET", "/BOB_2")
     assert status == 200 and got["name"] == "bob_2" and got["model_type"] == "base"
     assert "bob_2.voice.npz" in library_files(voice_dir)
+    assert base.metric('tts_voice_create_seconds_count{kind="clone"}') >= 2
+    assert base.metric("tts_library_voices") == len(listed["uploaded_voices"])
     for voice in ("bob_2", "BOB_2"):  # names are case-insensitive, as presets' are
         r = sdk(base).audio.speech.create(model="tts-1", voice=voice, input="Hi there.",
                                           response_format="wav", extra_body=SPEAK)

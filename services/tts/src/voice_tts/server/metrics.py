@@ -76,6 +76,14 @@ class TTSMetrics:
                                 "(torch allocator: allocated, reserved), sampled after steps",
                                 ["kind"], registry=r)
 
+        # The voice library (voice_library.py).
+        self.library_voices = Gauge("tts_library_voices", "Library voices this server "
+                                    "speaks (cloned and designed; presets not counted)",
+                                    registry=r)
+        self.voice_create = Histogram("tts_voice_create_seconds", "Making a library voice: "
+                                      "its prompt (x-vector, reference codes) and its file",
+                                      ["kind"], buckets=_LATENCY_BUCKETS, registry=r)
+
     def of(self, protocol: str) -> CallMetrics:
         return CallMetrics(self, protocol)
 

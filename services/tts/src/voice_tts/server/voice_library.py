@@ -47,6 +47,7 @@ from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine
 from voice_tts.engine.voices import VoicePrompt
+from voice_tts.server.metrics import TTSMetrics
 
 log = logging.getLogger("voice_tts.voices")
 
@@ -283,8 +284,10 @@ class VoiceLibrary:
     is changed on the event loop (where sessions open)."""
 
     def __init__(self, engine: Engine, directory: Path | None, max_upload_bytes: int,
-                 on_change: Callable[[], None] = lambda: None) -> None:
+                 on_change: Callable[[], None] = lambda: None,
+                 metrics: TTSMetrics | None = None) -> None:
         self.engine = engine
+        self.metrics = metrics
         self.dir = Path(directory).resolve() if directory is not None else None
         self.max_upload_bytes = max_upload_bytes
         self.on_change = on_change
@@ -294,6 +297,11 @@ class VoiceLibrary:
         self._warned: set[str] = set()
         self._dir_mtime = -1
         self._watch: asyncio.Task[None] | None = None
+
+    def _changed(self) -> None:
+        if self.metrics is not None:
+            self.metrics.library_voices.set(len(self.voices))
+        self.on_change()
 
     @property
     def model_type(self) -> str:
@@ -325,7 +333,7 @@ class VoiceLibrary:
             if v is not None:
                 self._register(name, v)
         if self.voices:
-            self.on_change()
+            self._changed()
         log.info("voice library %s: %d voice(s) loaded", self.dir, len(self.voices))
         return len(self.voices)
 
@@ -363,7 +371,7 @@ class VoiceLibrary:
                     log.info("voice library: %r appeared in the directory", name)
             self._seen = {n: m for n, (_, m) in files.items()}
             if gone or changed:
-                self.on_change()
+                self._changed()
 
     def _stat_dir(self) -> int:
         assert self.dir is not None
@@ -512,7 +520,7 @@ class VoiceLibrary:
                                  f"{e.strerror or e}") from None
             del self.voices[key]
             self._seen.pop(key, None)
-            self.on_change()
+            self._changed()
             log.info("voice library: deleted %r", key)
             return voice
 
@@ -545,7 +553,10 @@ class VoiceLibrary:
                 self._write(voice.name, data)
                 return len(data)
 
+            t0 = time.perf_counter()
             stored = await asyncio.to_thread(build)
+            if self.metrics is not None:
+                self.metrics.voice_create.labels(voice.kind).observe(time.perf_counter() - t0)
             with contextlib.suppress(OSError):  # our own file: not news when following
                 self._seen[voice.name] = (self.dir / (voice.name + SUFFIX)).stat().st_mtime_ns
             try:
@@ -556,7 +567,7 @@ class VoiceLibrary:
                     raise VoiceError("exists", str(e)) from None
                 raise
             self.voices[voice.name] = voice
-            self.on_change()
+            self._changed()
             log.info("voice library: created %s voice %r (%d bytes stored)%s", voice.kind,
                      voice.name, stored, f"; {voice.warnings[0]}" if voice.warnings else "")
             return voice
