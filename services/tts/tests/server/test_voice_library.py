@@ -172,6 +172,10 @@ BAD_AUDIO = [
      400, "whole number"),
     ("unknown format", wav(tone(4)), {"format": "mp3"}, 400, "unknown audio format"),
     ("over the upload limit", wav(tone(29, 32000), 32000), {}, 413, "TTS_VOICE_MAX_UPLOAD"),
+    ("a body far over it", wav(tone(30, 48000), 48000), {}, 413, "TTS_VOICE_MAX_UPLOAD"),
+    ("a rate out of range", wav(tone(4, 4000), 4000), {}, 400, "8000..192000"),
+    ("raw PCM, a wrong rate", wav(tone(4))[44:], {"format": "pcm_s16le",
+                                                 "sample_rate": "1000000"}, 400, "8000..192000"),
 ]
 
 
