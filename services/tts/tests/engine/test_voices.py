@@ -134,3 +134,19 @@ def test_make_voice_prompt_from_audio(base: Engine) -> None:
     audio = base.synthesize("Hello there.", "tones", sampling=SamplingParams.greedy(),
                             max_frames=4)
     assert len(audio) % base.frame_samples == 0 and len(audio) > 0
+
+
+def test_decoder_priming_is_decoded_once_then_copied(base: Engine) -> None:
+    """The first utterance of an in-context voice decodes its reference codes into the
+    speech decoder state and keeps that state; later ones copy it in: same audio."""
+    base.add_voice("primed", _clone(64, frames=30))
+    icl = base.voice_table.resolve("primed", "auto").icl
+    assert not icl.decoder_state
+
+    def say() -> np.ndarray:
+        return base.synthesize("Hello there.", "primed", sampling=SamplingParams.greedy(),
+                               max_frames=6)
+
+    first = say()
+    assert icl.decoder_state
+    np.testing.assert_array_equal(say(), first)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -76,6 +76,10 @@ class IclPrompt:
     ref_ids: list[int]  # the transcript's text ids (Lr)
     codec_rows: torch.Tensor  # (T_ref, H): each reference frame's summed codec embeddings
     ref_codes: torch.Tensor  # (T_ref, 16) int64: primes the speech decoder
+    # The speech decoder's state after the reference codes (`DecoderSlots.save`), kept at
+    # first use: later utterances copy it in instead of decoding the reference again.
+    decoder_state: list[torch.Tensor] = field(default_factory=list, compare=False,
+                                              repr=False)
 
     @property
     def codec_len(self) -> int:

@@ -94,6 +94,14 @@ class DecoderSlots:
     def rows(self, slots: torch.Tensor) -> SlotRows:
         return SlotRows(self, slots)
 
+    def save(self, slot: int) -> list[torch.Tensor]:
+        """A copy of one slot's state (`load` puts it back into any slot)."""
+        return [b[slot].clone() for b in (*self.bufs, self.frames)]
+
+    def load(self, slots: torch.Tensor, state: list[torch.Tensor]) -> None:
+        for b, s in zip((*self.bufs, self.frames), state, strict=True):
+            b.index_copy_(0, slots, s[None].expand(len(slots), *s.shape))
+
 
 class SlotRows:
     """A `DecoderState` over rows `slots` of a `DecoderSlots`."""
