@@ -15,12 +15,12 @@ from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Voice
 from voice_tts.server.protocol import CallError, parse_request
+from voice_tts.server.reference_audio import reference_from_proto
 from voice_tts.server.synthesis import Synthesis, until_client_stops_writing
 from voice_tts.server.voice_library import (
     STATUS,
     VoiceError,
     VoiceLibrary,
-    reference_from_proto,
 )
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 

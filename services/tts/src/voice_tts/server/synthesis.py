@@ -29,12 +29,12 @@ from voice_tts.server.admission import Admission, Rejected, TrackedSession, fram
 from voice_tts.server.capacity import FramePeriodModel, FrontModel
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.protocol import CallError, invalid, resolve_config, status_for
+from voice_tts.server.reference_audio import reference_from_proto
 from voice_tts.server.stream import Codec, SynthesizeStream
 from voice_tts.server.voice_library import (
     STATUS,
     VoiceError,
     VoiceLibrary,
-    reference_from_proto,
 )
 from voice_tts.settings import TTSSettings
 

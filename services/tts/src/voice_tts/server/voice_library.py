@@ -33,7 +33,6 @@ import json
 import logging
 import os
 import re
-import struct
 import time
 import uuid
 from collections.abc import Callable
@@ -43,26 +42,25 @@ from typing import Any
 
 import grpc
 import numpy as np
-from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine
 from voice_tts.engine.voices import VoicePrompt
 from voice_tts.server.metrics import TTSMetrics
+from voice_tts.server.reference_audio import (
+    AudioError,
+    ReferenceAudio,
+    check_audio,
+    decode_audio,
+)
 
 log = logging.getLogger("voice_tts.voices")
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-MIN_SECONDS, MAX_SECONDS = 3.0, 30.0
 MAX_REF_TEXT_CHARS = 1000
 MAX_DESCRIPTION_CHARS = 1000
 SUFFIX = ".voice.npz"
 TMP_PREFIX = ".tmp-"
 FORMAT_VERSION = 1
-# Silent: RMS under -60 dBFS. Clipped: this share of samples at |x| >= CLIP_LEVEL.
-SILENT_RMS = 1e-3
-CLIP_LEVEL, CLIP_SHARE = 0.999, 0.01
-RAW_FORMATS = {"pcm_s16le": np.dtype("<i2"), "pcm_f32le": np.dtype("<f4")}
-FORMATS = ("wav", *RAW_FORMATS)
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
@@ -93,17 +91,6 @@ class VoiceError(Exception):
         self.kind, self.message = kind, message
 
 
-@dataclass(frozen=True)
-class ReferenceAudio:
-    """Reference audio as a client sends it: a WAV file, or raw little-endian PCM
-    (`pcm_s16le` / `pcm_f32le`) with its rate and channel count."""
-
-    data: bytes
-    format: str = "wav"
-    sample_rate: int = 0  # raw PCM only
-    channels: int = 1  # raw PCM only
-
-
 @dataclass
 class StoredVoice:
     name: str
@@ -128,107 +115,6 @@ class StoredVoice:
         d = asdict(self)
         d.pop("prompt"), d.pop("audio")
         return d
-
-
-# --- reference audio -------------------------------------------------------------------
-
-
-def reference_from_proto(r: tts_pb2.ReferenceAudio) -> ReferenceAudio:
-    fmt = tts_pb2.ReferenceAudio.Format.Name(r.format).removeprefix("FORMAT_").lower()
-    return ReferenceAudio(r.audio, "wav" if fmt == "unspecified" else fmt, r.sample_rate,
-                          r.channels or 1)
-
-
-def decode_audio(ref: ReferenceAudio) -> tuple[np.ndarray, int]:
-    """-> (mono float32 in [-1, 1], rate). Stereo (or more) is averaged. VoiceError
-    ("invalid") when the bytes are not audio of a supported kind."""
-    if ref.format not in FORMATS:
-        raise VoiceError("invalid", f"unknown audio format {ref.format[:32]!r}; use one of "
-                         f"{list(FORMATS)}")
-    if ref.format == "wav":
-        return _decode_wav(ref.data)
-    if not 8000 <= ref.sample_rate <= 192000:
-        raise VoiceError("invalid", f"raw PCM needs its sample_rate (8000..192000 Hz), got "
-                         f"{ref.sample_rate}")
-    if not 1 <= ref.channels <= 8:
-        raise VoiceError("invalid", f"channels must be 1..8, got {ref.channels}")
-    dtype = RAW_FORMATS[ref.format]
-    frame = dtype.itemsize * ref.channels
-    if len(ref.data) % frame:
-        raise VoiceError("invalid", f"{ref.format} data of {len(ref.data)} bytes is not a "
-                         f"whole number of {ref.channels}-channel samples")
-    samples = np.frombuffer(ref.data, dtype).reshape(-1, ref.channels)
-    return _mono(samples), ref.sample_rate
-
-
-def _decode_wav(data: bytes) -> tuple[np.ndarray, int]:
-    """A RIFF/WAVE file: PCM 8/16/24/32-bit or IEEE float 32/64, plain or extensible; a
-    streamed file's unknown data size (0xFFFFFFFF) reads to the end."""
-    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise VoiceError("invalid", "audio_sample is not a WAV file (no RIFF/WAVE header); "
-                         "send WAV, or raw PCM with its format and sample_rate")
-    pos, fmt, payload = 12, None, None
-    while pos + 8 <= len(data):
-        cid, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
-        body = data[pos + 8:pos + 8 + size]
-        if cid == b"fmt ":
-            fmt = body
-        elif cid == b"data":
-            payload = body  # a streamed size (0xFFFFFFFF) takes what is there
-            break
-        pos += 8 + size + (size & 1)
-    if fmt is None or len(fmt) < 16 or payload is None:
-        raise VoiceError("invalid", "WAV file without a fmt and a data chunk")
-    tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", fmt[:16])
-    if tag == 0xFFFE and len(fmt) >= 26:  # WAVE_FORMAT_EXTENSIBLE: the subformat's tag
-        tag = struct.unpack("<H", fmt[24:26])[0]
-    kinds = {(1, 8): np.dtype("u1"), (1, 16): np.dtype("<i2"), (1, 32): np.dtype("<i4"),
-             (3, 32): np.dtype("<f4"), (3, 64): np.dtype("<f8")}
-    if channels < 1 or not 8000 <= rate <= 192000:
-        raise VoiceError("invalid", f"WAV with {channels} channels at {rate} Hz; need 1+ "
-                         "channels at 8000..192000 Hz")
-    width = bits // 8
-    payload = payload[:len(payload) - len(payload) % (width * channels or 1)]
-    if (tag, bits) == (1, 24):
-        raw = np.frombuffer(payload, np.uint8).reshape(-1, 3)
-        ints = (raw[:, 0].astype(np.int32) | raw[:, 1].astype(np.int32) << 8
-                | raw[:, 2].astype(np.int8).astype(np.int32) << 16)
-        return _mono((ints / float(1 << 23)).astype(np.float32).reshape(-1, channels)), rate
-    if (tag, bits) not in kinds:
-        raise VoiceError("invalid", f"WAV encoding (format {tag}, {bits} bits) is not "
-                         "supported; use PCM 8/16/24/32-bit or float 32/64")
-    samples = np.frombuffer(payload, kinds[tag, bits]).reshape(-1, channels)
-    return _mono(samples), rate
-
-
-def _mono(samples: np.ndarray) -> np.ndarray:
-    """(n, channels) of any sample type -> (n,) float32 in [-1, 1], channels averaged."""
-    if samples.dtype == np.uint8:
-        x = (samples.astype(np.float32) - 128.0) / 128.0
-    elif samples.dtype.kind == "i":
-        x = samples.astype(np.float32) / float(np.iinfo(samples.dtype).max + 1)
-    else:
-        x = samples.astype(np.float32)
-    return x.mean(axis=1) if x.shape[1] > 1 else x[:, 0].copy()
-
-
-def check_audio(audio: np.ndarray, rate: int) -> list[str]:
-    """Refuses what cannot make a voice (VoiceError "invalid"); returns warnings."""
-    seconds = len(audio) / rate
-    if not np.isfinite(audio).all():
-        raise VoiceError("invalid", "the audio holds NaN or infinite samples")
-    if seconds < MIN_SECONDS or seconds > MAX_SECONDS:
-        raise VoiceError("invalid", f"the reference audio is {seconds:.2f} s; it must be "
-                         f"{MIN_SECONDS:g} to {MAX_SECONDS:g} s of speech")
-    rms = float(np.sqrt(np.mean(np.square(audio, dtype=np.float64))))
-    if rms < SILENT_RMS:
-        raise VoiceError("invalid", f"the reference audio is silent (RMS {rms:.1e}, under "
-                         f"{SILENT_RMS:g}); record the speaker louder")
-    clipped = float(np.mean(np.abs(audio) >= CLIP_LEVEL))
-    if clipped > CLIP_SHARE:
-        return [f"clipped: {100 * clipped:.1f}% of the samples are at full scale; the "
-                "voice copies the distortion (record again, quieter, if it matters)"]
-    return []
 
 
 def check_name(name: str) -> str:
@@ -445,8 +331,11 @@ class VoiceLibrary:
         if len(ref_text) > MAX_REF_TEXT_CHARS:
             raise VoiceError("invalid", f"ref_text is {len(ref_text)} characters; the limit "
                              f"is {MAX_REF_TEXT_CHARS}")
-        audio, rate = decode_audio(ref)
-        return audio, rate, check_audio(audio, rate)
+        try:
+            audio, rate = decode_audio(ref)
+            return audio, rate, check_audio(audio, rate)
+        except AudioError as e:
+            raise VoiceError("invalid", str(e)) from None
 
     async def inline_prompt(self, ref: ReferenceAudio, ref_text: str = "",
                             x_vector_only: bool = False) -> VoicePrompt:

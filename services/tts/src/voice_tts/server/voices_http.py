@@ -27,9 +27,9 @@ from aiohttp import BodyPartReader, web
 from voice_tts.engine import Voice
 from voice_tts.server.json_schema import load_json
 from voice_tts.server.openai_speech import ApiError
+from voice_tts.server.reference_audio import ReferenceAudio
 from voice_tts.server.voice_library import (
     STATUS,
-    ReferenceAudio,
     StoredVoice,
     VoiceError,
     VoiceLibrary,
