@@ -69,7 +69,9 @@ def services() -> list[Service]:
             # the tiny model on a laptop's CPU steps slower than admission's real-time
             # budget: admit by open streams, so two browser tabs both get (slower) replies
             **({} if weights else {"TTS_ADMIT_MARGIN": os.environ.get("TTS_ADMIT_MARGIN", "0")}),
-            "TTS_GRPC_PORT": str(tts_g), "TTS_HTTP_PORT": str(tts_h)},
+            "TTS_GRPC_PORT": str(tts_g), "TTS_HTTP_PORT": str(tts_h),
+            # the voice library (cloned / designed voices), kept across `make up`s
+            "TTS_VOICE_DIR": os.environ.get("TTS_VOICE_DIR", str(RUN / "voices"))},
             {"gRPC": tts_g, "HTTP": tts_h}, tts_h),
         Service("thinker", "llm", ["-m", "voice_llm.server"], {
             "LLM_BACKEND": os.environ.get("LLM_BACKEND", "transformers"),
