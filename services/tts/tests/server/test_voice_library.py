@@ -375,13 +375,17 @@ async def test_the_library_survives_a_restart(make_server, tmp_path: Path) -> No
     assert "broken.voice.npz" in library_files(d)  # kept for a person to look at
     assert "unreadable" in b.log_path.read_text()
     b.stop()
-    # A server of another model type skips them (and says so); they stay on disk.
-    c = make_server(TTS_MODEL="preset:tiny", TTS_VOICE_DIR=str(d))
+    # A server of another model size skips them (and says so); they stay on disk, and
+    # their names cannot be taken over there.
+    kept = (d / "keeper.voice.npz").read_bytes()
+    c = make_server(TTS_MODEL="preset:tiny-1.7b-base", TTS_VOICE_DIR=str(d))
     status, listed = await http(c, "GET")
     assert listed["uploaded_voices"] == [] and "made for a" in c.log_path.read_text()
-    assert {"keeper.voice.npz", "xvec.voice.npz"} <= set(library_files(d))
-    status, body = await create(c, "clone", wav(tone(4)))
-    assert status == 501 and "cannot clone" in body["error"]["message"]
+    for name in ("keeper", "broken"):
+        status, body = await create(c, name, wav(tone(4)))
+        assert status == 409 and "cannot use" in body["error"]["message"], body
+    assert (d / "keeper.voice.npz").read_bytes() == kept
+    assert (await create(c, "mine", wav(tone(4))))[0] == 200  # its own voices work
 
 
 async def _until(check, timeout: float = 10.0) -> None:

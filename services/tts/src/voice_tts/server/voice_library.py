@@ -427,6 +427,11 @@ class VoiceLibrary:
         if key in {v.name.lower() for v in self.engine.voices()}:
             raise VoiceError("exists", f"{key!r} is a preset voice of the model; pick "
                              "another name")
+        assert self.dir is not None
+        if (self.dir / (key + SUFFIX)).exists():  # skipped here: another model's, or damaged
+            raise VoiceError("exists", f"the library holds a file for {key!r} that this "
+                             "server cannot use (made for another model, or unreadable: "
+                             "its log says which); pick another name")
 
     async def _create(self, voice: StoredVoice, make: Callable[[], VoicePrompt]
                       ) -> StoredVoice:
