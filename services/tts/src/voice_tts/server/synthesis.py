@@ -35,6 +35,7 @@ from voice_tts.server.voice_library import (
     STATUS,
     VoiceError,
     VoiceLibrary,
+    add_voice,
 )
 from voice_tts.settings import TTSSettings
 
@@ -110,7 +111,7 @@ class Synthesis:
                 stream = SynthesizeStream(cfg, None, m, self.codec, self.settings.max_backlog_s,
                                           0.0 if self.draining else lead)
                 if inline is not None:  # a voice for this session only (no await
-                    self.engine.add_voice(cfg.voice, inline)  # until it is gone again)
+                    add_voice(self.engine, cfg.voice, inline)  # until it is gone again)
                 try:
                     session = self.engine.open_session(
                         SessionParams(voice=cfg.voice, language=cfg.language,

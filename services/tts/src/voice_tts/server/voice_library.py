@@ -42,6 +42,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+import torch
 
 from voice_tts.engine import Engine
 from voice_tts.engine.voices import VoicePrompt
@@ -124,6 +125,16 @@ def check_name(name: str) -> str:
         raise VoiceError("invalid", f"voice name {shown} is not allowed: use 1 to 64 "
                          "letters, digits, '_' or '-'")
     return name.lower()
+
+
+def add_voice(engine: Engine, name: str, prompt: VoicePrompt) -> None:
+    """`engine.add_voice`, called on the event loop; on CUDA its tensors (the x-vector in
+    the talker's dtype, the in-context rows) are made on this thread's stream, which the
+    engine's own stream does not wait for: they are finished before the engine may read
+    them (a few small kernels, once per voice)."""
+    engine.add_voice(name, prompt)
+    if engine.device.type == "cuda":
+        torch.cuda.current_stream(engine.device).synchronize()
 
 
 # --- the store ---------------------------------------------------------------------------
@@ -303,7 +314,7 @@ class VoiceLibrary:
 
     def _register(self, name: str, v: StoredVoice) -> bool:
         try:
-            self.engine.add_voice(name, v.prompt)
+            add_voice(self.engine, name, v.prompt)
         except ValueError as e:
             log.warning("voice library: skipping %r: %s", name, e)
             return False
@@ -404,7 +415,7 @@ class VoiceLibrary:
             try:
                 await asyncio.to_thread(self._unlink, self.dir / (key + SUFFIX))
             except OSError as e:
-                self.engine.add_voice(key, voice.prompt)  # still on disk: still a voice
+                add_voice(self.engine, key, voice.prompt)  # still on disk: still a voice
                 raise VoiceError("storage", f"could not delete the voice's file: "
                                  f"{e.strerror or e}") from None
             del self.voices[key]
@@ -454,7 +465,7 @@ class VoiceLibrary:
             with contextlib.suppress(OSError):  # our own file: not news when following
                 self._seen[voice.name] = (self.dir / (voice.name + SUFFIX)).stat().st_mtime_ns
             try:
-                self.engine.add_voice(voice.name, voice.prompt)
+                add_voice(self.engine, voice.name, voice.prompt)
             except Exception as e:
                 await asyncio.to_thread(self._unlink, self.dir / (voice.name + SUFFIX))
                 if isinstance(e, ValueError):  # a clash the engine saw (a preset)
