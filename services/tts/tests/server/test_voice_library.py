@@ -549,3 +549,15 @@ async def test_cli_voices_create_list_speak_delete(base: ServerProc, tmp_path: P
     assert rc == 0, err
     rc, out, err = await _cli("voices", "--addr", base.addr, "get", "cli_me")
     assert rc == 1 and "NOT_FOUND" in err
+
+
+async def test_a_reference_too_long_for_the_slots_is_refused(make_server,
+                                                             tmp_path: Path) -> None:
+    """An in-context prompt must fit TTS_MAX_SEQ_LEN with room to speak: else 400, and
+    nothing is stored (its x-vector-only clone fits)."""
+    d = tmp_path / "voices"
+    s = make_server(TTS_MODEL="preset:tiny-base", TTS_VOICE_DIR=str(d), TTS_MAX_SEQ_LEN="256")
+    status, body = await create(s, "long", wav(tone(10)), ref_text="Ten seconds of words.")
+    assert status == 400 and "max_seq_len" in body["error"]["message"], body
+    assert library_files(d) == []
+    assert (await create(s, "long", wav(tone(10)), x_vector_only="true"))[0] == 200

@@ -468,8 +468,9 @@ class VoiceLibrary:
                 add_voice(self.engine, voice.name, voice.prompt)
             except Exception as e:
                 await asyncio.to_thread(self._unlink, self.dir / (voice.name + SUFFIX))
-                if isinstance(e, ValueError):  # a clash the engine saw (a preset)
-                    raise VoiceError("exists", str(e)) from None
+                if isinstance(e, ValueError):  # e.g. a reference too long for the slots
+                    raise VoiceError("invalid", f"this server cannot use the voice: {e}") \
+                        from None
                 raise
             self.voices[voice.name] = voice
             self._changed()
