@@ -6,17 +6,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/services/tts/src:$PWD/libs/voice-keys/src:$PWD
-# .whl-llm: transformers and its deps, for the thinker; .whl-agent, .whl-av, .whl-sphinx: the
-# agent's (livekit-agents, silero, ...; av; pocketsphinx), for the loop. Over the 64 MiB a call
+# .whl-llm: transformers and its deps, for the thinker; .whl-agent, .whl-av, .whl-sphinx,
+# .whl-moon: the agent's (livekit-agents, silero, ...; av; pocketsphinx; moonshine-voice, its
+# default ear), for the loop. Over the 64 MiB a call
 # carries, so they can come in two calls: what one call installs stays while the machine
 # is held (30 s idle).
-for wheels in .whl .whl-llm .whl-sphinx; do
+for wheels in .whl .whl-llm .whl-sphinx .whl-moon; do
   if [ -d $wheels ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site $wheels/*.whl
   fi
 done
-for wheels in .whl-agent .whl-av; do  # av alone: with the rest it is over a call's 64 MiB
+for wheels in .whl-agent .whl-agent2 .whl-av; do  # av alone: with the rest it is over a call's 64 MiB
   [ -d $wheels ] || continue
   # pip --target keeps one wheel's part of a namespace package (livekit.rtc, .agents,
   # .plugins...): the last moved in replaces the rest. Unpacked instead (their *.data
