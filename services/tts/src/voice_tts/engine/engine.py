@@ -28,6 +28,7 @@ import torch
 
 from . import offline
 from .api import EngineFull, EngineSettings, SessionParams, StepStats
+from .audio_features import to_24k
 from .checkpoint import load_model, prepare, random_model
 from .config import ModelConfig
 from .faults import EngineFailed, FaultInjection, poisons_device
@@ -195,6 +196,8 @@ class Engine:
         else:
             voice = LibraryVoice(prompt, instruct_ids=self.tokenizer.instruct_ids(
                 prompt.instruct))
+        if self.device.type == "cuda":  # made on this thread's stream, read on the engine's
+            torch.cuda.current_stream(self.device).synchronize()
         self.voice_table.add(name, voice)
 
     def _icl_prompt(self, prompt: VoicePrompt) -> IclPrompt | None:
@@ -374,17 +377,14 @@ class Engine:
 
 def resample_24k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """Mono float32 at 24 kHz as the official code makes it: channels (last axis)
-    averaged, soxr "HQ" (bit-equal to its `librosa.resample`)."""
+    averaged, then `audio_features.to_24k` (bit-equal to its `librosa.resample`, length
+    included)."""
     wav = np.asarray(audio, dtype=np.float32)
     if wav.ndim > 1:
         wav = wav.mean(axis=-1).astype(np.float32)
     if wav.ndim != 1 or not len(wav):
         raise ValueError("reference audio must be a non-empty mono (or channels-last) array")
-    if int(sample_rate) != 24000:
-        import soxr
-
-        wav = soxr.resample(wav, int(sample_rate), 24000, quality="HQ").astype(np.float32)
-    return wav
+    return to_24k(wav, int(sample_rate))
 
 
 __all__ = ["Engine", "EngineFull", "UnknownVoice"]
