@@ -17,11 +17,12 @@ In-context layouts covered: streaming with the text track shorter than the codec
 Ly - Lr target ids), a transcript longer than the reference codes (Lr > Ly: the decode
 steps start in the transcript), and offline (non_streaming_mode).
 
-`test_clone_from_audio_matches_official` goes end to end: reference audio -> our
-`make_voice_prompt` (x-vector, reference codes) -> codes equal to the official
-`generate_voice_clone` from the same audio. The Mimi encoder runs with full causal
-attention as the official loader sets it (`restore_mimi_full_attention`); a 250-frame
-window would only differ for references over 10 s.
+`test_clone_from_audio_matches_official` goes end to end: reference audio (16 kHz
+in-context streaming; 24 kHz x-vector only offline) -> our `make_voice_prompt` (x-vector,
+reference codes) -> codes equal to the official `generate_voice_clone` from the same audio.
+The Mimi encoder runs with full causal attention as the official loader sets it
+(`restore_mimi_full_attention`); a 250-frame window would only differ for references over
+10 s.
 """
 
 from __future__ import annotations
@@ -82,15 +83,17 @@ CASES = [
     Case("design_offline", DESIGN, LONG, offline=True, max_new=20, design=True),
 ]
 CONFIGS = (BASE, BASE_1B7, DESIGN)
-# End to end: a reference recording at 16 kHz (resampled to 24 kHz on both sides).
-E2E_TEXT, E2E_REF_TEXT, E2E_SR = "Hello there, streaming world.", "A short one.", 16000
+# End to end from a reference recording: in-context at 16 kHz (resampled to 24 kHz on both
+# sides), streaming; x-vector only at 24 kHz, offline. (id, rate, transcript, x-vector only)
+E2E_TEXT = "Hello there, streaming world."
+E2E = [("e2e_icl_16k", 16000, "A short one.", False), ("e2e_xvec_24k", 24000, "", True)]
 
 
-def _reference_audio() -> np.ndarray:
+def _reference_audio(rate: int) -> np.ndarray:
     """2.5 s of a voiced-like signal: a gliding tone with harmonics, plus a little noise."""
-    t = np.arange(int(2.5 * E2E_SR)) / E2E_SR
+    t = np.arange(int(2.5 * rate)) / rate
     f0 = 120 + 40 * np.sin(2 * np.pi * 0.7 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / E2E_SR
+    phase = 2 * np.pi * np.cumsum(f0) / rate
     wav = sum(0.2 / k * np.sin(k * phase) for k in (1, 2, 3, 5))
     wav += 0.01 * np.random.default_rng(7).standard_normal(len(t))
     return wav.astype(np.float32)
@@ -145,12 +148,12 @@ def clone_oracle(clone_engines, clone_checkpoints, tmp_path_factory):
         for c in cases:
             ids |= _ids(engine.tokenizer, c)
         specs = [_spec(c, engine.cfg.talker.hidden_size) for c in cases]
-        if name == BASE:  # the end-to-end case, last
-            ids |= _ids(engine.tokenizer, Case("e2e", BASE, E2E_TEXT, ref_text=E2E_REF_TEXT))
+        for cid, rate, ref_text, xvec_only in E2E if name == BASE else ():  # last
+            ids |= _ids(engine.tokenizer, Case(cid, BASE, E2E_TEXT, ref_text=ref_text))
             specs.append({"mode": "clone", "text": E2E_TEXT, "language": "english",
-                          "non_streaming_mode": False, "max_new_tokens": 24,
-                          "ref_audio": _reference_audio().tolist(), "ref_sr": E2E_SR,
-                          "ref_text": E2E_REF_TEXT, "x_vector_only": False})
+                          "non_streaming_mode": xvec_only, "max_new_tokens": 24,
+                          "ref_audio": _reference_audio(rate).tolist(), "ref_sr": rate,
+                          "ref_text": ref_text, "x_vector_only": xvec_only})
         runs.append({"checkpoint": str(clone_checkpoints[name]), "ids": ids,
                      "cases": specs})
     return run_oracle({"runs": runs}, tmp_path_factory.mktemp("oracle_clone"))
@@ -240,21 +243,35 @@ def test_matches_official(case, clone_engines, clone_oracle):
 
 
 @pytest.mark.timeout(900)
-def test_clone_from_audio_matches_official(clone_engines, clone_oracle):
+@pytest.mark.parametrize("e2e", E2E, ids=[e[0] for e in E2E])
+def test_clone_from_audio_matches_official(e2e, clone_engines, clone_oracle):
     """Reference audio -> our make_voice_prompt -> the same x-vector, reference codes and
     generated codes as the official generate_voice_clone from that audio."""
+    cid, rate, ref_text, xvec_only = e2e
     engine = clone_engines[BASE]
-    key = f"0_{sum(c.config == BASE for c in CASES)}"
-    prompt = engine.make_voice_prompt(_reference_audio(), E2E_SR, E2E_REF_TEXT)
-    np.testing.assert_allclose(prompt.x_vector, clone_oracle[f"xvec_{key}"], rtol=0, atol=1e-5)
-    assert np.array_equal(prompt.ref_codes, clone_oracle[f"refcode_{key}"])
-    engine.add_voice("e2e", prompt)
-    case = Case("e2e", BASE, E2E_TEXT, "english", ref_text=E2E_REF_TEXT)
-    codes, audio = _stream(engine, case, seed=3)
+    key = f"0_{sum(c.config == BASE for c in CASES) + E2E.index(e2e)}"
+    prompt = engine.make_voice_prompt(_reference_audio(rate), rate, ref_text,
+                                      x_vector_only=xvec_only)
+    xvec = clone_oracle[f"xvec_{key}"]
+    np.testing.assert_allclose(prompt.x_vector, xvec, rtol=0, atol=1e-5)
+    if xvec_only:
+        assert prompt.ref_codes is None and f"refcode_{key}" not in clone_oracle
+    else:
+        assert np.array_equal(prompt.ref_codes, clone_oracle[f"refcode_{key}"])
+    engine.add_voice(cid, prompt)
+    case = Case(cid, BASE, E2E_TEXT, "english", offline=xvec_only, ref_text=ref_text)
+    if case.offline:
+        audio, codes = engine.synthesize(E2E_TEXT, cid, "english",
+                                         sampling=SamplingParams.greedy(),
+                                         non_streaming_mode=True, max_frames=case.max_new - 1,
+                                         return_codes=True)
+    else:
+        codes, audio = _stream(engine, case, seed=3)
     ref_codes, ref_audio = clone_oracle[f"codes_{key}"], clone_oracle[f"audio_{key}"]
     assert codes.shape == ref_codes.shape and np.array_equal(codes, ref_codes)
     assert len(ref_audio) - len(audio) in (0, 1)
     snr = snr_db(ref_audio[len(ref_audio) - len(audio):], audio)
-    print(f"\ne2e: ref frames={len(prompt.ref_codes)} frames={len(codes)} snr={snr:.1f}dB "
-          f"x-vector max diff={np.abs(prompt.x_vector - clone_oracle[f'xvec_{key}']).max():.1e}")
+    print(f"\n{cid}: ref frames={0 if xvec_only else len(prompt.ref_codes)} "
+          f"frames={len(codes)} snr={snr:.1f}dB "
+          f"x-vector max diff={np.abs(prompt.x_vector - xvec).max():.1e}")
     assert snr >= MIN_SNR_DB
