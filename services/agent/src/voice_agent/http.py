@@ -1,5 +1,6 @@
 """The agent's HTTP side: /metrics (Prometheus), /healthz and the WebSocket transport
-GET /v1/talk (ws_session.py, AGENT_WS_MAX_SESSIONS > 0), on AGENT_HTTP_PORT.
+GET /v1/talk with GET /v1/voices, the voices a conversation may ask for (ws_session.py,
+AGENT_WS_MAX_SESSIONS > 0), on AGENT_HTTP_PORT.
 
 /healthz answers 503 `{"status": "NOT_SERVING", "preparing": true}` until the talk route
 has prepared what conversations share (`TalkHub.prepare`: the starter phrases, the
@@ -24,6 +25,7 @@ from .metrics import REGISTRY
 from .settings import AgentSettings
 
 log = logging.getLogger("voice_agent.http")
+SETTINGS = web.AppKey("settings", AgentSettings)
 
 
 async def _reachable(addr: str, timeout_s: float = 0.5) -> bool:
@@ -52,17 +54,34 @@ def make_app(settings: AgentSettings) -> web.Application:
             status=200 if serving else 503)
 
     app = web.Application()
+    app[SETTINGS] = settings
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     hub = None
     if settings.ws_max_sessions > 0:
-        from .ws_session import PATH, TALK_HUB, TalkHub
+        from .ws_session import PATH, TALK_HUB, VOICES_PATH, TalkHub
 
         hub = app[TALK_HUB] = TalkHub(settings)
         app.router.add_get(PATH, hub.handle)
-        app.on_startup.append(hub.start)
+        app.router.add_get(VOICES_PATH, hub.voices)
+        app.on_startup.append(hub.start)  # prepare() checks AGENT_TTS_VOICE too
         app.on_shutdown.append(hub.close_all)
+    else:
+        app.on_startup.append(_check_voice)
     return app
+
+
+_CHECKS: set[asyncio.Task[object]] = set()
+
+
+async def _check_voice(app: web.Application) -> None:
+    """No talk route: AGENT_TTS_VOICE is still checked against the TTS's ListVoices, in
+    the background (an error in the log naming the fix if the TTS has no such voice)."""
+    from .voices import check_configured_voice
+
+    task = asyncio.create_task(check_configured_voice(app[SETTINGS]))
+    _CHECKS.add(task)
+    task.add_done_callback(_CHECKS.discard)
 
 
 async def start_http(settings: AgentSettings) -> web.AppRunner:
@@ -70,7 +89,7 @@ async def start_http(settings: AgentSettings) -> web.AppRunner:
     await runner.setup()
     await web.TCPSite(runner, settings.http_host, settings.http_port).start()
     log.info("http on %s:%d (/metrics, /healthz%s)", settings.http_host, settings.http_port,
-             ", /v1/talk" if settings.ws_max_sessions else "")
+             ", /v1/talk, /v1/voices" if settings.ws_max_sessions else "")
     return runner
 
 

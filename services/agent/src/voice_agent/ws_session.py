@@ -7,13 +7,17 @@ transcript synchronizer) with `SocketInput` / `SocketOutput` in place of room tr
 
 Protocol (v1). Text messages are JSON objects with a "type"; binary messages are PCM.
   client -> server
-    {"type": "start", "sample_rate": 48000}    first message, exactly once; the rate of
-                                               the mic PCM that follows (INPUT_RATES)
+    {"type": "start", "sample_rate": 48000,    first message, exactly once; the rate of
+     "voice": "alice"}                         the mic PCM that follows (INPUT_RATES);
+                                               `voice` (optional): the agent's voice for
+                                               this call, a name from GET /v1/voices (the
+                                               TTS's presets and library voices); absent:
+                                               AGENT_TTS_VOICE
     binary: s16le mono mic PCM at that rate, any length up to MAX_MESSAGE_MS, in real time
     {"type": "stop"}                           end the conversation (or just close)
   server -> client
     {"type": "ready", "protocol": 1, "session_id", "input_rate", "output_rate": 24000,
-     "frame_ms": 20, "encoding": "s16le"}
+     "frame_ms": 20, "encoding": "s16le", "voice"}
     binary: s16le mono reply PCM at output_rate, one frame_ms frame a message, paced in
             real time (the client keeps a small jitter buffer)
     {"type": "state", "state": "listening"|"thinking"|"speaking"|"paused"|"interrupting"}
@@ -23,8 +27,9 @@ Protocol (v1). Text messages are JSON objects with a "type"; binary messages are
     {"type": "clear"}   barge-in: no more audio of this reply; drop what is buffered
     {"type": "error", "code", "message"}, then the server closes the socket
 Close codes: 1000 normal, 1001 server going away, 1003 binary before "start",
-1007 text that is not a JSON message, 1008 other protocol errors, 1009 message too
-large, 1011 internal error, 1013 at capacity (AGENT_WS_MAX_SESSIONS; try again later).
+1007 text that is not a JSON message, 1008 other protocol errors (an unknown voice:
+code "unknown_voice", naming the TTS's voices), 1009 message too large, 1011
+internal error, 1013 at capacity (AGENT_WS_MAX_SESSIONS; try again later).
 
 Not here: authentication (bind AGENT_HTTP_HOST to loopback or put an authenticating
 proxy in front), and any knowledge of the page that uses it.
@@ -54,11 +59,21 @@ from .agent import PhraseCache, attach_duplex, build_pipeline, starter_phrases
 from .audio_io import PacedOutput
 from .duplex import DuplexState
 from .metrics import REGISTRY, TurnTracker
+from .plugins import TTS
 from .settings import AgentSettings
+from .voices import (
+    NAME,
+    VoicesUnavailable,
+    check_configured_voice,
+    find,
+    list_voices,
+    not_found_message,
+)
 
 log = logging.getLogger("voice_agent.ws")
 
 PATH = "/v1/talk"
+VOICES_PATH = "/v1/voices"  # GET: the TTS's voices a conversation may ask for (TalkHub.voices)
 PROTOCOL = 1
 INPUT_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 VAD_RATE = 16000  # what the VAD and the STT take
@@ -70,6 +85,7 @@ MAX_AHEAD_S = 5.0  # mic audio a client may send ahead of real time (else: too_f
 PREPARE_TIMEOUT_S = 120.0  # the starter phrases: retried until the TTS answers, this long
 PREPARE_RETRY_S = 2.0
 MAX_OUTBOX_S = 10.0  # reply audio waiting for a client that does not read
+MAX_VOICE_CACHES = 32  # voices whose starter phrases are kept (the default's always)
 
 SESSIONS = Gauge("agent_ws_sessions", "/v1/talk conversations under way (started, not ended)",
                  registry=REGISTRY)
@@ -87,8 +103,9 @@ class ProtocolError(Exception):
         self.code, self.message, self.close_code = code, message, close_code
 
 
-def parse_start(text: str) -> int:
-    """The client's first message -> its mic sample rate (ProtocolError if bad)."""
+def parse_start(text: str) -> tuple[int, str | None]:
+    """The client's first message -> its mic sample rate and the voice it asks for, if
+    any (ProtocolError if bad; whether the TTS has that voice is the hub's question)."""
     msg = parse_json(text)
     if msg.get("type") != "start":
         raise ProtocolError("expected_start", f'the first message must be {{"type": "start", '
@@ -97,7 +114,13 @@ def parse_start(text: str) -> int:
     if isinstance(rate, bool) or not isinstance(rate, int) or rate not in INPUT_RATES:
         raise ProtocolError("bad_sample_rate", f"sample_rate {rate!r} is not supported; "
                             f"use one of {list(INPUT_RATES)} (s16le mono)")
-    return rate
+    voice = msg.get("voice")
+    if voice is None or voice == "":
+        return rate, None
+    if not isinstance(voice, str) or not NAME.fullmatch(voice):
+        raise ProtocolError("bad_voice", f"voice {str(voice)[:80]!r} is not a voice name "
+                            "([A-Za-z0-9_-]{1,64}; GET /v1/voices lists them)")
+    return rate, voice
 
 
 def parse_json(text: str) -> dict[str, object]:
@@ -255,7 +278,7 @@ class TalkSession:
     def __init__(self, settings: AgentSettings, cache: PhraseCache,
                  ws: web.WebSocketResponse, input_rate: int) -> None:
         self.id = uuid.uuid4().hex[:12]
-        self.settings = settings
+        self.settings = settings  # its tts_voice: this conversation's voice
         self.ws = ws
         self.outbox = Outbox(ws, settings.tts_frame_ms / 1000)
         tracker = TurnTracker(on_report=lambda rec: self.outbox.event(type="latency", **rec))
@@ -271,7 +294,8 @@ class TalkSession:
         p.session.on("conversation_item_added", self._on_item)
         self.outbox.event(type="ready", protocol=PROTOCOL, session_id=self.id,
                           input_rate=input_rate, output_rate=settings.tts_sample_rate,
-                          frame_ms=settings.tts_frame_ms, encoding="s16le")
+                          frame_ms=settings.tts_frame_ms, encoding="s16le",
+                          voice=settings.tts_voice)
         self.outbox.event(type="state", state=DuplexState.LISTENING.value)
 
     def _on_item(self, ev: object) -> None:
@@ -366,6 +390,10 @@ class TalkHub:
                             "from a browser")
         self.ready = asyncio.Event()  # prepared (or given up on: see the log)
         self._prepare: asyncio.Task[None] | None = None
+        # the starter phrases in each voice conversations asked for (key: lower-case
+        # name): the default's is `cache`; another's is warmed at its first conversation
+        self.caches: dict[str, PhraseCache] = {settings.tts_voice.lower(): self.cache}
+        self._warming: set[asyncio.Task[None]] = set()
 
     async def start(self, _app: web.Application | None = None) -> None:
         self._prepare = asyncio.create_task(self.prepare(), name="talk-prepare")
@@ -377,12 +405,19 @@ class TalkHub:
         try:
             await p.stt.prewarm_async()
             phrases = starter_phrases(s) if s.starter_cache else []
+            voice_ok: bool | None = None  # AGENT_TTS_VOICE on the TTS (None: not asked)
             while True:
                 await self.cache.warm(p.tts, phrases, timeout_s=30.0)
                 missing = [x for x in phrases if not self.cache.has(x)]
-                if not missing or time.perf_counter() - t0 > PREPARE_TIMEOUT_S:
+                if voice_ok is None:  # logs an error naming the fix if it is not there
+                    voice_ok = await check_configured_voice(s, quiet_unavailable=True)
+                done = not missing and voice_ok is not None
+                if done or voice_ok is False or time.perf_counter() - t0 > PREPARE_TIMEOUT_S:
                     break
                 await asyncio.sleep(PREPARE_RETRY_S)  # the TTS may still be starting
+            if voice_ok is None:
+                log.warning("AGENT_TTS_VOICE=%r not checked: the TTS at %s did not list its "
+                            "voices", s.tts_voice, s.tts_addr)
             if missing:
                 log.warning("talk: starter phrases %s not synthesized in %.0f s (is the TTS "
                             "at %s up?): conversations speak them live", missing,
@@ -410,6 +445,73 @@ class TalkHub:
         return "*" in allowed or origin in allowed or (
             host is not None and (host == ours or (host in LOOPBACK and ours in LOOPBACK)))
 
+    async def voices(self, request: web.Request) -> web.Response:
+        """GET /v1/voices: the voices a conversation may ask for (the TTS's ListVoices:
+        presets and library voices, with their kind) and the agent's default. For the
+        page (a fetch from the same origins /v1/talk allows, with the same key)."""
+        cors = ({"Access-Control-Allow-Origin": request.headers["Origin"], "Vary": "Origin"}
+                if "Origin" in request.headers and self.origin_allowed(request) else {})
+        key = bearer(request.headers.get("Authorization")) or request.query.get("api_key")
+        if not self.keys.allows(key):
+            return web.json_response(
+                {"type": "error", "code": "unauthorized", "message": self.keys.refusal(key)},
+                status=401, headers={"WWW-Authenticate": "Bearer", **cors})
+        try:
+            voices = await list_voices(self.settings)
+        except VoicesUnavailable as e:
+            return web.json_response({"type": "error", "code": "tts_unavailable",
+                                      "message": str(e)}, status=503, headers=cors)
+        default = find(voices, self.settings.tts_voice)
+        return web.json_response(
+            {"voices": [v.as_json() for v in voices],
+             "default": default.name if default else self.settings.tts_voice,
+             "default_found": default is not None}, headers=cors)
+
+    async def session_voice(self, requested: str | None) -> tuple[AgentSettings, PhraseCache]:
+        """The settings and phrase cache of a conversation that asked for `requested`
+        (None: AGENT_TTS_VOICE). A voice the TTS does not list is refused (unknown_voice);
+        when the TTS does not answer, the name goes through as asked (its replies fail
+        as any reply does while the TTS is down)."""
+        s = self.settings
+        if requested is None or requested.lower() == s.tts_voice.lower():
+            return s, self.cache
+        try:
+            voices = await list_voices(s)
+        except VoicesUnavailable as e:
+            log.warning("talk: voice %r not checked: %s", requested, e)
+            name = requested
+        else:
+            voice = find(voices, requested)
+            if voice is None:
+                raise ProtocolError("unknown_voice", not_found_message(requested, voices,
+                                                                       s.tts_addr))
+            name = voice.name
+        return s.model_copy(update={"tts_voice": name}), self._cache_for(name)
+
+    def _cache_for(self, voice: str) -> PhraseCache:
+        cache = self.caches.get(voice.lower())
+        if cache is not None:
+            return cache
+        if len(self.caches) >= MAX_VOICE_CACHES or not self.settings.starter_cache:
+            return PhraseCache()  # spoken live
+        cache = self.caches[voice.lower()] = PhraseCache()
+        task = asyncio.create_task(self._warm(voice, cache), name=f"talk-warm-{voice}")
+        self._warming.add(task)
+        task.add_done_callback(self._warming.discard)
+        return cache
+
+    async def _warm(self, voice: str, cache: PhraseCache) -> None:
+        """The starter phrases in `voice`, for its next conversations (this one speaks
+        them live if they are not ready in time)."""
+        s = self.settings
+        tts = TTS(addr=s.tts_addr, voice=voice, language=s.tts_language,
+                  sample_rate=s.tts_sample_rate, frame_ms=s.tts_frame_ms, seed=s.tts_seed,
+                  max_frames=s.tts_max_frames, api_key=s.tts_api_key.get_secret_value())
+        try:
+            await cache.warm(tts, starter_phrases(s), timeout_s=30.0)
+        finally:
+            await tts.aclose()
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if not self.origin_allowed(request):
             REFUSED.labels(reason="origin").inc()
@@ -436,10 +538,12 @@ class TalkHub:
         session: TalkSession | None = None
         release: Callable[[], None] | None = None
         try:
-            rate = await self._hello(ws)
+            rate, voice = await self._hello(ws)
+            settings, cache = await self.session_voice(voice)
             release = self._take_slot()
-            session = TalkSession(self.settings, self.cache, ws, rate)
-            log.info("talk %s: start, mic %d Hz, from %s", session.id, rate, request.remote)
+            session = TalkSession(settings, cache, ws, rate)
+            log.info("talk %s: start, mic %d Hz, voice %s, from %s", session.id, rate,
+                     settings.tts_voice, request.remote)
             await session.run(on_end=release)
             await ws.close()
         except ConnectionResetError:
@@ -480,7 +584,7 @@ class TalkHub:
 
         return release
 
-    async def _hello(self, ws: web.WebSocketResponse) -> int:
+    async def _hello(self, ws: web.WebSocketResponse) -> tuple[int, str | None]:
         try:
             msg = await ws.receive(timeout=HELLO_TIMEOUT_S)
         except TimeoutError:
@@ -499,6 +603,8 @@ class TalkHub:
         """On shutdown: every conversation ends with 1001 (going away)."""
         if self._prepare is not None:
             self._prepare.cancel()
+        for task in list(self._warming):
+            task.cancel()
         for ws in list(self.sockets):
             with contextlib.suppress(Exception):
                 await ws.close(code=1001, message=b"agent shutting down")
