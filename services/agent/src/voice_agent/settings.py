@@ -49,7 +49,10 @@ class AgentSettings(BaseSettings):
 
 
     # --- TTS session --------------------------------------------------------------
-    # Speaker name from the TTS server's ListVoices.
+    # The agent's voice: a name from the TTS server's ListVoices, a preset or a voice of
+    # its voice library (made with POST /v1/audio/voices; services/tts/README.md).
+    # Checked at start-up (an error in the log if the TTS has no such voice); a
+    # conversation on /v1/talk may ask for another (its start's "voice").
     tts_voice: str = "serena"
     # Language for the TTS ("auto" lets the model decide).
     tts_language: str = "auto"
