@@ -22,6 +22,18 @@ flight, audio seconds per wall second. The sweep stops after a rate whose p95 TT
   python -m bench.openloop --start-server --model preset:1.7b --device cuda \\
       --max-sessions 256 --rates 1,10,20,40,60 --duration 120 --procs 4 --out ol.json
   python -m bench.openloop --rates 1,2 --duration 10 --warmup 2   # a running server
+
+Cloned voices (`--clone-voices N`, a Base checkpoint's server): before the sweep, N
+library voices are made through gRPC `CreateVoice` from `--clone-seconds` of reference
+audio made here (bench/clones.py: espeak-ng if installed, else a synthetic voice; with
+its transcript for in-context clones, `--clone-mode icl`, or without, `xvec`), each
+timed; each is then called twice at idle (first use vs cached use: client TTFA); every
+call of the sweep draws its voice from those N (not ListVoices' presets); they are
+deleted at the end. A started server gets a temporary `TTS_VOICE_DIR` unless
+`--server-env` names one; a running server needs its own.
+
+  python -m bench.openloop --start-server --model preset:1.7b-base --device cuda \
+      --clone-voices 20 --clone-seconds 10 --max-sessions 256 --rates 1,10,20 --out cl.json
 """
 
 from __future__ import annotations
@@ -29,12 +41,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.clones import ClonedVoices, voice_counts
 from bench.soak.cli import parse_args as soak_args
+from bench.soak.plan import read_prompts
 from bench.soak.run import Soak
 from bench.soak.server import Server
 
@@ -62,6 +78,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="stop the sweep after a rate whose p95 TTFA is above this")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the JSON rows here")
+    g = p.add_argument_group("cloned voices (a Base checkpoint's server)")
+    g.add_argument("--clone-voices", type=int, default=0, metavar="N",
+                   help="make N library voices before the sweep and draw every call's "
+                   "voice from them (0: ListVoices' voices)")
+    g.add_argument("--clone-seconds", type=float, default=10.0,
+                   help="length of each reference (3-30 s; default %(default)s)")
+    g.add_argument("--clone-mode", choices=("icl", "xvec"), default="icl",
+                   help="icl: in-context (reference codes + transcript); xvec: the "
+                   "x-vector alone")
+    g.add_argument("--clone-audio", choices=("auto", "espeak", "synth"), default="auto",
+                   help="reference audio: espeak-ng, a synthetic voice, or auto (espeak-ng "
+                   "if installed)")
+    g.add_argument("--clone-prefix", default="olclone", help="the voices' names' prefix")
+    g.add_argument("--keep-voices", action="store_true", help="do not delete them at the end")
     g = p.add_argument_group("server (as bench.soak)")
     g.add_argument("--addr", default="127.0.0.1:50051")
     g.add_argument("--http-port", type=int, default=None)
@@ -78,11 +108,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--rates: not a comma list of numbers: {a.rates!r}")
     if not a.rates or min(a.rates) <= 0:
         p.error("--rates: give rates > 0")
+    if a.clone_voices < 0 or (a.clone_voices and not 3 <= a.clone_seconds <= 30):
+        p.error("--clone-voices >= 0, --clone-seconds 3-30")
     return a
 
 
 def soak_argv(a: argparse.Namespace, server: Server, rate: float, duration: float,
-              seed: int) -> list[str]:
+              seed: int, voices: list[str] | None = None, records: Path | None = None
+              ) -> list[str]:
     """The soak's arguments for one run against the sweep's server."""
     argv = ["--addr", server.addr, "--http-port", str(server.http_port or 0),
             "--rate", f"{rate:g}", "--duration", f"{duration:g}", "--seed", str(seed),
@@ -96,6 +129,10 @@ def soak_argv(a: argparse.Namespace, server: Server, rate: float, duration: floa
         argv += ["--stream-text", a.stream_text]
     if server.log_path:
         argv += ["--server-log", str(server.log_path)]
+    if voices:
+        argv += ["--voices", ",".join(voices)]
+    if records is not None:
+        argv += ["--records", str(records)]
     return argv
 
 
@@ -135,6 +172,12 @@ def line(r: dict[str, Any]) -> str:
 async def sweep(a: argparse.Namespace) -> dict[str, Any]:
     base = ["--addr", a.addr, "--model", a.model, "--device", a.device,
             "--max-sessions", str(a.max_sessions)]
+    voice_dir = None
+    if (a.clone_voices and a.start_server
+            and not any(kv.startswith("TTS_VOICE_DIR=") for kv in a.server_env)):
+        voice_dir = tempfile.mkdtemp(prefix="openloop-voices-")
+        a.server_env = [*a.server_env, f"TTS_VOICE_DIR={voice_dir}"]
+    tmp = Path(tempfile.mkdtemp(prefix="openloop-"))  # the calls' records, per run
     if a.http_port is not None:
         base += ["--http-port", str(a.http_port)]
     if a.start_server:
@@ -151,16 +194,36 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
               "duration_s": a.duration, "warmup_s": a.warmup, "procs": a.procs,
               "frames_per_message": a.frames_per_message,
               "prompts": a.prompts, "server_env": a.server_env, "rows": rows}
+    clones = None
     if a.start_server:
         server.start()
     try:
         await server.wait_serving(900)
+        if a.clone_voices:
+            clones = ClonedVoices(server.addr, a.clone_voices, a.clone_seconds, a.clone_mode,
+                                  a.clone_audio, read_prompts(a.prompts), a.clone_prefix)
+            result["clones"] = clones.info
+            await clones.create()
+            await clones.probe()
+            i = clones.info
+            print(f"openloop: {a.clone_voices} cloned voices ({a.clone_mode}, "
+                  f"{a.clone_seconds:g} s {i['audio']} references): create median "
+                  f"{i['create_ms_median']} ms (max {i['create_ms_max']}); TTFA at idle, "
+                  f"first use {i['first_use_ttfa_ms_median']} ms, cached "
+                  f"{i['cached_use_ttfa_ms_median']} ms (medians)", file=sys.stderr, flush=True)
+            write(a.out, result)
+        names = clones.names if clones else None
         for i, rate in enumerate(a.rates):
             if a.warmup > 0:
-                warm = soak_args(soak_argv(a, server, rate, a.warmup, a.seed + 1000 + i))
+                warm = soak_args(soak_argv(a, server, rate, a.warmup, a.seed + 1000 + i,
+                                           names))
                 await Soak(warm).run()
-            s = await Soak(soak_args(soak_argv(a, server, rate, a.duration, a.seed + i))).run()
+            recs = tmp / f"rate{i}.jsonl"
+            s = await Soak(soak_args(soak_argv(a, server, rate, a.duration, a.seed + i,
+                                               names, recs))).run()
             rows.append(row(rate, s))
+            rows[-1]["voices_used"] = voice_counts(
+                [json.loads(x) for x in recs.read_text().splitlines()] if recs.exists() else [])
             write(a.out, result)  # after each rate: a sweep cut short keeps its rows
             print("openloop: " + line(rows[-1]), file=sys.stderr, flush=True)
             p95 = rows[-1]["ttfa_ms"]["p95"]
@@ -169,8 +232,17 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
                       file=sys.stderr, flush=True)
                 break
     finally:
+        if clones is not None and not a.keep_voices and server.alive():
+            try:
+                await clones.delete()
+            except Exception as e:  # the rows stand; say what is left on the server
+                print(f"openloop: deleting the cloned voices failed: {e!r}", file=sys.stderr)
+                result["clones"]["delete_error"] = repr(e)[:300]
         if a.start_server:
             server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        if voice_dir:
+            shutil.rmtree(voice_dir, ignore_errors=True)
     return result
 
 

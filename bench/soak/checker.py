@@ -40,6 +40,7 @@ class Record:
     reset_ttfa_ms: float | None = None
     violations: list[str] = field(default_factory=list)
     dispatch_at: float = 0.0       # time.monotonic() at dispatch (one clock for all procs)
+    voice: str = ""                # SessionConfig.voice
 
 
 class StreamChecker:

@@ -124,7 +124,8 @@ class Load:
                    ) -> None:
         now = time.monotonic()
         rec = Record(p.index, p.kind, len(p.text), p.max_frames,
-                     dispatch_late_ms=(now - scheduled) * 1e3, dispatch_at=now)
+                     dispatch_late_ms=(now - scheduled) * 1e3, dispatch_at=now,
+                     voice=p.voice)
         t_dispatch = time.perf_counter()
         self.inflight += 1
         try:
