@@ -29,8 +29,9 @@ READY = {"type": "ready", "protocol": 1, "session_id": "fake", "input_rate": 480
 class FakeAgent:
     """FAKE (named boundary): the agent's /v1/talk, answering only what the test scripts."""
 
-    def __init__(self, on_start: list[dict]) -> None:
+    def __init__(self, on_start: list[dict], voices: dict | None = None) -> None:
         self.on_start = on_start  # events sent when the page's "start" arrives
+        self.voices = voices  # GET /v1/voices's body (None: no such route, an older agent)
         self.started: list[dict] = []  # the page's start messages
         self.mic_bytes = 0
         self.sockets: list[web.WebSocketResponse] = []
@@ -51,6 +52,11 @@ class FakeAgent:
                     await ws.send_str(json.dumps(event))
         return ws
 
+    async def list_voices(self, request: web.Request) -> web.Response:
+        # the page is on the token service's port: a cross-origin fetch, as the agent allows
+        return web.json_response(self.voices, headers={
+            "Access-Control-Allow-Origin": request.headers.get("Origin", "*")})
+
     def send(self, *events: dict) -> None:
         """Send events to every open call, now (from the test's thread)."""
         async def go() -> None:
@@ -62,10 +68,13 @@ class FakeAgent:
 
 
 @contextlib.contextmanager
-def fake_agent(on_start: list[dict] | None = None) -> Iterator[FakeAgent]:
-    agent = FakeAgent(on_start or [])
+def fake_agent(on_start: list[dict] | None = None,
+               voices: dict | None = None) -> Iterator[FakeAgent]:
+    agent = FakeAgent(on_start or [], voices)
     app = web.Application()
     app.router.add_get("/v1/talk", agent.talk)
+    if voices is not None:
+        app.router.add_get("/v1/voices", agent.list_voices)
     runner = web.AppRunner(app)
     # its own loop in its own thread: playwright's sync API holds this thread's loop
     thread = threading.Thread(target=agent.loop.run_forever, daemon=True)
@@ -98,6 +107,7 @@ def test_page_says_when_no_agent_answers(server_factory, page: Page) -> None:  #
                              TOKEN_AGENT_TIMEOUT_SECONDS="1")
         page.goto(srv.url + "/")
         expect(page.locator("body")).to_have_attribute("data-agent-timeout-ms", "1000")
+        expect(page.locator("#voice-label")).to_be_hidden()  # no voices to pick from
         page.click("#join")
         # connected, the agent has not said "ready": waiting, then after 1 s, no agent
         expect(page.locator("#state")).to_have_attribute("data-state", "waiting")
@@ -204,3 +214,31 @@ def test_page_says_how_to_fix_a_blocked_microphone(server_factory, browser: Brow
             page.click("#leave")
     finally:
         blocking.close()
+
+
+def test_page_picks_the_agents_voice_for_the_call(server_factory, page: Page) -> None:  # type: ignore[no-untyped-def]
+    voices = {"default": "serena", "default_found": True, "voices": [
+        {"name": "serena", "kind": "preset", "languages": ["chinese"]},
+        {"name": "alice", "kind": "clone", "languages": []},
+    ]}
+    with fake_agent(on_start=[READY, {"type": "state", "state": "listening"}],
+                    voices=voices) as agent:
+        srv = server_factory(LIVEKIT_URL="", TOKEN_AGENT_WS_URL=agent.url)
+        page.goto(srv.url + "/")
+        select = page.locator("#voice")
+        expect(page.locator("#voice-label")).to_be_visible()
+        expect(select).to_have_value("serena")  # the agent's own voice first
+        expect(select.locator("option")).to_have_text(["serena", "alice (clone)"])
+        select.select_option("alice")
+        page.click("#join")
+        expect(page.locator("#state")).to_have_attribute("data-state", "listening")
+        expect(select).to_be_disabled()  # the call keeps the voice it started with
+        shot(page, "page_voice")
+        assert agent.started[0]["voice"] == "alice"
+        page.click("#leave")
+        expect(select).to_be_enabled()
+        select.select_option("serena")
+        page.click("#join")
+        expect(page.locator("#state")).to_have_attribute("data-state", "listening")
+        assert [m.get("voice") for m in agent.started] == ["alice", "serena"]
+        page.click("#leave")

@@ -15,10 +15,12 @@ export class AgentSocket {
    * @param {{onOpen: Function, onEvent: Function, onEnd: Function}} on  callbacks:
    *   onOpen(micError?), onEvent(event) for every agent event but "clear",
    *   onEnd([pageState, detail]) once, when the conversation is over
+   * @param {string} voice  the agent's voice for this call ('' = the agent's default)
    */
-  constructor(url, on) {
+  constructor(url, on, voice = '') {
     this.url = url;
     this.on = on;
+    this.voice = voice;
     this.muted = false;
     this.clock = new PlayoutClock(0.08);
     this.sources = new Set();
@@ -54,7 +56,7 @@ export class AgentSocket {
     ws.onopen = () => {
       clearTimeout(timer);
       this.opened = true;
-      ws.send(startMessage(this.ctx.sampleRate));
+      ws.send(startMessage(this.ctx.sampleRate, this.voice));
       if (!micError) this.wireMic();
       this.on.onOpen(micError);
     };

@@ -24,7 +24,7 @@ import { formatMs, LATENCY_FIELDS, LATENCY_TOPIC, LatencyStats, parseLatency } f
 import {
   conversationState, IN_CALL, micNotice, noAgentDetail, noAgentState, settleState, STATES,
 } from './states.js';
-import { pageState } from './talk.js';
+import { pageState, voiceChoices, voicesUrl } from './talk.js';
 import { eotToFirstAudioMs, liveKitTranscript, TRANSCRIPTION_TOPIC, TurnLog } from './turns.js';
 
 const $ = (id) => document.getElementById(id);
@@ -59,6 +59,7 @@ function setState(next, detail = '') {
     .includes(next) ? 'Retry' : 'Join';
   $('leave').disabled = !(busy || inCall);
   $('mute').disabled = !inCall;
+  $('voice').disabled = busy || inCall; // a call keeps the voice it started with
 }
 
 // Entering "waiting" starts the agent's bound; leaving it stops it. When it runs out
@@ -163,6 +164,7 @@ async function join(event) {
 
 async function joinSocket(my) {
   setState('connecting', agentWsUrl);
+  const voice = $('voice-label').hidden ? '' : $('voice').value;
   const s = new AgentSocket(agentWsUrl, {
     onOpen: (micError) => {
       if (my !== attempt) return;
@@ -178,7 +180,7 @@ async function joinSocket(my) {
       setState(next, detail);
       refreshMute();
     },
-  });
+  }, voice);
   socket = s;
   window.voiceDemo.socket = s;
   await s.start(connectTimeoutMs);
@@ -350,12 +352,33 @@ function said(cls, who, text) {
   return p;
 }
 
+// The agent's voices (GET /v1/voices next to its /v1/talk: the TTS's presets and voice
+// library), for the call's voice; the agent's own voice is selected. No list (an older
+// agent, the TTS down): no choice shown, and the call gets the agent's voice.
+async function loadVoices() {
+  let choices = null;
+  try {
+    const res = await withTimeout(fetch(voicesUrl(agentWsUrl)), 5000);
+    choices = res.ok ? voiceChoices(await res.json()) : null;
+  } catch {
+    choices = null;
+  }
+  const select = $('voice');
+  if (!choices || select.options.length) return;
+  select.replaceChildren(...choices.voices.map((v) => new Option(v.label, v.name)));
+  select.value = choices.selected;
+  $('voice-label').hidden = false;
+}
+
 function init() {
   const params = new URLSearchParams(location.search);
   $('room').value = params.get('room') || 'voice-demo';
   $('transport').textContent = transport === 'websocket' ? `agent ${agentWsUrl}` : 'LiveKit';
   // no rooms without LiveKit: one conversation with the agent per Join
-  if (transport === 'websocket') $('room').closest('label').hidden = true;
+  if (transport === 'websocket') {
+    $('room').closest('label').hidden = true;
+    loadVoices();
+  }
   $('identity').textContent = identity;
   $('join-form').addEventListener('submit', join);
   $('leave').addEventListener('click', leave);

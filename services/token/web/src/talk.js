@@ -4,11 +4,39 @@
 
 export const INPUT_RATES = [8000, 16000, 22050, 24000, 32000, 44100, 48000];
 
-/** The first message: the mic's sample rate (the agent resamples to what it needs). */
-export function startMessage(sampleRate) {
+/**
+ * The first message: the mic's sample rate (the agent resamples to what it needs) and,
+ * if one was picked, the agent's voice for this call (a name from GET /v1/voices).
+ */
+export function startMessage(sampleRate, voice = '') {
   const rate = Math.round(sampleRate);
   if (!INPUT_RATES.includes(rate)) throw new Error(`unsupported mic rate ${sampleRate} Hz`);
-  return JSON.stringify({ type: 'start', sample_rate: rate });
+  return JSON.stringify({ type: 'start', sample_rate: rate, ...(voice ? { voice } : {}) });
+}
+
+/** The agent's list of voices, next to its /v1/talk: ws(s)://host/v1/talk -> http(s)://host/v1/voices. */
+export function voicesUrl(wsUrl) {
+  const u = new URL(wsUrl);
+  u.protocol = u.protocol === 'wss:' ? 'https:' : 'http:';
+  u.pathname = u.pathname.replace(/\/v1\/talk\/?$/, '') + '/v1/voices';
+  return u.toString();
+}
+
+/**
+ * GET /v1/voices's body -> {voices: [{name, label}], selected} for the page's <select>
+ * (the agent's default voice selected, listed even if the TTS lacks it), or null.
+ */
+export function voiceChoices(body) {
+  if (!body || !Array.isArray(body.voices)) return null;
+  const voices = body.voices
+    .filter((v) => v && typeof v.name === 'string' && v.name)
+    .map((v) => ({ name: v.name, label: typeof v.kind === 'string' && v.kind && v.kind !== 'preset'
+      ? `${v.name} (${v.kind})` : v.name }));
+  const def = typeof body.default === 'string' ? body.default : '';
+  const found = voices.find((v) => v.name.toLowerCase() === def.toLowerCase());
+  if (def && !found) voices.unshift({ name: def, label: `${def} (not on the TTS)` });
+  if (!voices.length) return null;
+  return { voices, selected: found ? found.name : (def || voices[0].name) };
 }
 
 const KNOWN = new Set(['ready', 'state', 'transcript', 'latency', 'clear', 'error']);

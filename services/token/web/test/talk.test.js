@@ -1,12 +1,36 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { endState, pageState, parseEvent, startMessage } from '../src/talk.js';
+import {
+  endState, pageState, parseEvent, startMessage, voiceChoices, voicesUrl,
+} from '../src/talk.js';
 
 test('start message carries the mic rate; unsupported rates throw', () => {
   assert.deepEqual(JSON.parse(startMessage(48000)), { type: 'start', sample_rate: 48000 });
   assert.deepEqual(JSON.parse(startMessage(44100.0)), { type: 'start', sample_rate: 44100 });
   assert.throws(() => startMessage(96000), /unsupported mic rate 96000/);
+  assert.deepEqual(JSON.parse(startMessage(48000, 'alice')),
+    { type: 'start', sample_rate: 48000, voice: 'alice' });
+  assert.deepEqual(JSON.parse(startMessage(48000, '')), { type: 'start', sample_rate: 48000 });
+});
+
+test('the voices list sits next to /v1/talk', () => {
+  assert.equal(voicesUrl('ws://127.0.0.1:8003/v1/talk'), 'http://127.0.0.1:8003/v1/voices');
+  assert.equal(voicesUrl('wss://agent.example.com/v1/talk'), 'https://agent.example.com/v1/voices');
+  assert.equal(voicesUrl('wss://example.com/agent/v1/talk'), 'https://example.com/agent/v1/voices');
+});
+
+test('voiceChoices: the agent default selected, library voices labelled by kind', () => {
+  const c = voiceChoices({ default: 'Serena', voices: [
+    { name: 'serena', kind: 'preset' }, { name: 'alice', kind: 'clone' }, { name: 7 }] });
+  assert.deepEqual(c, { selected: 'serena', voices: [
+    { name: 'serena', label: 'serena' }, { name: 'alice', label: 'alice (clone)' }] });
+  const missing = voiceChoices({ default: 'ghost', voices: [{ name: 'alice', kind: 'clone' }] });
+  assert.equal(missing.selected, 'ghost');
+  assert.equal(missing.voices[0].label, 'ghost (not on the TTS)');
+  assert.equal(voiceChoices({ voices: 'x' }), null);
+  assert.equal(voiceChoices(null), null);
+  assert.equal(voiceChoices({ voices: [] }), null);
 });
 
 test('parseEvent keeps known, well-formed events only', () => {
