@@ -32,6 +32,7 @@ from .agent import Pipeline, attach_duplex, build_pipeline
 from .audio_io import MicrophoneInput, SpeakerOutput
 from .duplex import BargeIn, DuplexState
 from .settings import AgentSettings
+from .voices import check_configured_voice
 from .warmup import warm_transcript_timing
 
 log = logging.getLogger("voice_agent.direct")
@@ -190,6 +191,7 @@ async def run_direct_session(
     """Greet, then play each WAV as one user turn after the agent has gone quiet;
     write the agent's side (same timeline) to `out_wav`."""
     clips = [read_wav_16k(p) for p in user_wavs]
+    await check_configured_voice(settings)  # an unknown AGENT_TTS_VOICE: an error, and why
     async with DirectSession(settings, greet=greet) as ds:
         await ds.wait_until_quiet(timeout=turn_timeout_s, quiet_s=0.5)
         for clip in clips:
