@@ -62,3 +62,39 @@ def test_sweep_on_cpu_reports_each_rate(tmp_path: Path) -> None:
         assert row["audio_s_per_wall_s"] > 0 and len(row["client_cpu_share"]) == 2
     assert r.returncode == 0
     assert r.stderr.count("openloop: rate ") == 2
+
+
+@pytest.mark.slow
+def test_sweep_with_cloned_voices_on_cpu(tmp_path: Path) -> None:
+    """`--clone-voices 2` on a tiny Base server: two voices made (timed) in a temporary
+    library, probed, every call of the sweep speaks with one of them, both deleted."""
+    out = tmp_path / "ol.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        x for x in (str(ROOT), os.environ.get("PYTHONPATH", "")) if x)}
+    log = tmp_path / "server.log"
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.openloop", "--start-server", "--model",
+         "preset:tiny-base", "--max-sessions", "8", "--rates", "1", "--duration", "5",
+         "--warmup", "0", "--procs", "1", "--clone-voices", "2", "--clone-seconds", "4",
+         "--clone-audio", "synth", "--out", str(out), "--server-log", str(log),
+         "--server-env", "TTS_ADMIT_MARGIN=0", "--stop-above-ms", "60000", "--seed", "3"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.exists(), r.stderr[-4000:]
+    result = json.loads(out.read_text())
+    c = result["clones"]
+    names = ["olclone000", "olclone001"]
+    assert c["names"] == names and c["mode"] == "icl" and c["audio"] == "synthetic"
+    assert len(c["create_ms"]) == 2 and all(ms > 0 for ms in c["create_ms"])
+    assert all(len(c["probe_ttfa_ms"][n]) == 2 for n in names)
+    assert c["first_use_ttfa_ms_median"] > 0 and c["cached_use_ttfa_ms_median"] > 0
+    assert c["deleted"] == 2
+    assert any(kv.startswith("TTS_VOICE_DIR=") for kv in result["server_env"])
+    [row] = result["rows"]
+    assert row["pass"], row["failures"]
+    assert row["calls"] >= 1 and row["by_code"] == {"OK": row["calls"]}
+    assert set(row["voices_used"]) <= set(names)
+    assert sum(row["voices_used"].values()) == row["calls"]
+    text = log.read_text()
+    for n in names:
+        assert f"created clone voice '{n}'" in text and f"deleted '{n}'" in text
+    assert r.returncode == 0, r.stderr[-3000:]
