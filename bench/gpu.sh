@@ -90,11 +90,20 @@ if [ -n "${WITH_OPENLOOP:-}" ]; then
   # The field's method (bench/openloop.py): Poisson arrivals at each of OL_RATES, OL_WARMUP
   # s of warm-up then OL_DURATION s counted per rate, the shipped prompt set, client TTFA
   # and underruns; one server per preset. OL_ARGS=--stream-text for the LLM-speed mode.
+  # OL_CLONE=N: a Base preset (OL_PRESETS=1.7b-base) gets N cloned voices, made before the
+  # sweep (timed; first vs cached use at idle) from OL_CLONE_SECONDS s synthetic references
+  # (OL_CLONE_MODE icl | xvec), every call speaking with one of them; compare with the
+  # CustomVoice preset's run (OL_PRESETS=1.7b) on the same machine.
   for p in ${OL_PRESETS:-0.6b}; do
+    clone=()
+    case $p in *-base)
+      [ -n "${OL_CLONE:-}" ] && clone=(--clone-voices "$OL_CLONE" --clone-audio synth \
+        --clone-seconds "${OL_CLONE_SECONDS:-10}" --clone-mode "${OL_CLONE_MODE:-icl}") ;;
+    esac
     timeout -k 15 "${OL_TIMEOUT:-560}" python3 -m bench.openloop --start-server \
       --model "preset:$p" --device cuda --max-sessions "${OL_MAX_SESSIONS:-256}" \
       --rates "${OL_RATES:-1,10,20}" --duration "${OL_DURATION:-120}" --warmup "${OL_WARMUP:-10}" \
-      --procs "${OL_PROCS:-4}" --out "$OUT/openloop_$p${OL_TAG:-}.json" \
+      --procs "${OL_PROCS:-4}" --out "$OUT/openloop_$p${OL_TAG:-}.json" "${clone[@]}" \
       --server-log "$OUT/openloop_server_$p${OL_TAG:-}.log" ${OL_ARGS:-} 2>&1 >/dev/null \
       | tee "$OUT/openloop_$p${OL_TAG:-}.log"
     gzip -f "$OUT/openloop_server_$p${OL_TAG:-}.log"
