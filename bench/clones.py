@@ -199,7 +199,12 @@ class ClonedVoices:
                     if e.code() != grpc.StatusCode.NOT_FOUND:
                         raise
                 t = time.perf_counter()
-                resp = await stub.CreateVoice(req, timeout=300)
+                try:
+                    resp = await stub.CreateVoice(req, timeout=300)
+                except grpc.aio.AioRpcError as e:
+                    raise RuntimeError(
+                        f"CreateVoice {name}: {e.code().name} {e.details()!r} (it needs a "
+                        "Base checkpoint's server with a TTS_VOICE_DIR)") from None
                 ms.append(round((time.perf_counter() - t) * 1e3, 2))
                 self.created.append(name)
                 if resp.voice.kind != "clone":
