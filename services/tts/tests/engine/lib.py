@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -21,11 +22,16 @@ CONFIGS = ("tiny", "tiny-1.7b")
 
 
 def oracle_python() -> Path | None:
-    """`VOICE_ORACLE_PYTHON`, else <repo>/.venv/oracle, else <repo>/.venv-oracle."""
+    """`VOICE_ORACLE_PYTHON`, else <repo>/.venv/oracle, else <repo>/.venv-oracle, else this
+    interpreter where it has the official code (`qwen_tts`: the GPU host, whose one
+    Python has the engine and qwen-tts-hf side by side)."""
     env = os.environ.get("VOICE_ORACLE_PYTHON")
     candidates = [Path(env)] if env else [REPO / ".venv/oracle/bin/python",
                                           REPO / ".venv-oracle/bin/python"]
-    return next((p for p in candidates if p.exists()), None)
+    found = next((p for p in candidates if p.exists()), None)
+    if found is None and not env and importlib.util.find_spec("qwen_tts") is not None:
+        return Path(sys.executable)
+    return found
 
 
 def write_tiny_checkpoint(name: str, directory: Path, seed: int = 0) -> Path:

@@ -190,7 +190,7 @@ def _our_prompt(engine: Engine, case: Case, steps: int
         track = [engine.cfg.tts_pad_token_id] * steps if case.offline else [
             engine.scheduler._track_id(s, text, k) for k in range(1, steps + 1)]
         trailing = r.model.talker.text_embed(torch.tensor(track, device=r.device))
-        return prompt.float().numpy(), trailing.float().numpy(), track
+        return prompt.float().cpu().numpy(), trailing.float().cpu().numpy(), track
     finally:
         s.close()
 
