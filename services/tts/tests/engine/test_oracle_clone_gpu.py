@@ -40,6 +40,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,9 @@ CLONES = [Clone("icl_16k_stream", 16000, 4.0, "A short one.", False, False, 32),
 DESIGNS = [Case("design_stream", DESIGN, TEXT, "english", max_new=24, design=True),
            Case("design_offline", DESIGN, LONG, offline=True, max_new=16, design=True)]
 TIMES: dict[str, float] = {}
+# The 1.7B checkpoint is written on a thread while the 0.6B oracle runs (mostly on the GPU).
+_WRITES: dict[str, Future] = {}
+_POOL = ThreadPoolExecutor(1)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -113,21 +117,38 @@ def no_tf32():
     print(f"\ntimes (s): {TIMES}")
 
 
-def _checkpoint(name: str, root: Path) -> Path:
-    t0, threads = time.perf_counter(), torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or 1)  # conftest sets 1: for the tiny models
-    try:
-        model = random_model(ModelConfig.from_name(name), seed=5)
-        if name in STORE_BF16:
-            model.to(torch.bfloat16)
-        path = save_checkpoint(model, root / name,
-                               text_tokenizer_dir=write_demo_tokenizer(root / "_tokenizer"))
-    finally:
-        torch.set_num_threads(threads)
+def _cores() -> int:
+    return int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
+
+
+def _write(name: str, root: Path) -> Path:
+    t0 = time.perf_counter()
+    torch.set_num_threads(_cores())  # on this (pool) thread
+    model = random_model(ModelConfig.from_name(name), seed=5)
+    if name in STORE_BF16:
+        model.to(torch.bfloat16)
+    path = save_checkpoint(model, root / name,
+                           text_tokenizer_dir=write_demo_tokenizer(root / f"_tokenizer_{name}"))
     del model
     gc.collect()
     TIMES[f"write {name}"] = round(time.perf_counter() - t0, 1)
     return path
+
+
+def _start_write(name: str, tmp_path_factory) -> Future:
+    if name not in _WRITES:
+        _WRITES[name] = _POOL.submit(_write, name, tmp_path_factory.mktemp("ckpt_gpu"))
+    return _WRITES[name]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def threads():
+    """All cores for writing the random checkpoints (conftest sets 1, for the tiny models)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(_cores())
+    yield
+    torch.set_num_threads(n)
+    _POOL.shutdown()
 
 
 def _tokenizer(path: Path) -> TextTokenizer:
@@ -149,8 +170,8 @@ def _oracle(name: str, path: Path, ids: dict, specs: list[dict], work: Path) -> 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> tuple[Path, dict]:
-    root = tmp_path_factory.mktemp("ckpt_clone_gpu")
-    path = _checkpoint(BASE, root)
+    path = _start_write(BASE, tmp_path_factory).result()
+    _start_write(DESIGN, tmp_path_factory)
     tok, ids, specs = _tokenizer(path), {}, []
     for c in CLONES:
         ids |= _ids(tok, c.case(c.id))
@@ -158,20 +179,21 @@ def base(tmp_path_factory) -> tuple[Path, dict]:
                       "non_streaming_mode": c.offline, "max_new_tokens": c.max_new,
                       "ref_audio": c.audio().tolist(), "ref_sr": c.rate,
                       "ref_text": c.ref_text, "x_vector_only": c.xvec_only})
-    return path, _oracle(BASE, path, ids, specs, root)
+    return path, _oracle(BASE, path, ids, specs, tmp_path_factory.mktemp("oracle_base"))
 
 
 @pytest.fixture(scope="module")
 def design(tmp_path_factory) -> tuple[Path, dict]:
-    root = tmp_path_factory.mktemp("ckpt_design_gpu")
-    path = _checkpoint(DESIGN, root)
+    t0 = time.perf_counter()
+    path = _start_write(DESIGN, tmp_path_factory).result()
+    TIMES[f"wait {DESIGN}"] = round(time.perf_counter() - t0, 1)
     tok, ids = _tokenizer(path), {}
     for c in DESIGNS:
         ids |= _ids(tok, c)
     specs = [{"mode": "design", "text": c.text, "speaker": "", "language": c.language,
               "instruct": INSTRUCT, "non_streaming_mode": c.offline,
               "max_new_tokens": c.max_new} for c in DESIGNS]
-    return path, _oracle(DESIGN, path, ids, specs, root)
+    return path, _oracle(DESIGN, path, ids, specs, tmp_path_factory.mktemp("oracle_design"))
 
 
 def _engine(path: Path, mode: str) -> Engine:
