@@ -29,8 +29,10 @@ both processes (`torch.backends.cuda.matmul` / `cudnn.allow_tf32`). Greedy. Chec
 Each side is a few tens of frames (max_new_tokens 24-32): the random weights never reach
 EOS, so the length cap stops both.
 
+VOICE_CLONE_ORACLE_17B_BASE=1 adds `1.7b-base` (bf16-stored too) to the clone cases.
 VOICE_CLONE_ORACLE_DEVICE=cpu runs this file on the CPU with tiny shapes (`tiny-base`,
-`tiny-1.7b-design`; no graphs): a check of this code path on a machine without a GPU.
+`tiny-1.7b-design`, `tiny-1.7b-base`; no graphs): a check of this code path on a machine
+without a GPU.
 VOICE_ORACLE_LIBROSA_STANDIN=1 forces oracle_run.py's librosa stand-in where the real one
 is installed.
 """
@@ -66,7 +68,10 @@ pytestmark = [
 ]
 BASE = "tiny-base" if TINY else "0.6b-base"
 DESIGN = "tiny-1.7b-design" if TINY else "1.7b-design"
-STORE_BF16 = {DESIGN}  # written in bf16, loaded as float32 by both sides
+# VOICE_CLONE_ORACLE_17B_BASE=1 adds the 1.7B Base (+2B random weights to write: ~1 min).
+BASES = [BASE] + ([("tiny-" if TINY else "") + "1.7b-base"]
+                  if os.environ.get("VOICE_CLONE_ORACLE_17B_BASE") == "1" else [])
+STORE_BF16 = {n for n in (DESIGN, *BASES) if "1.7b" in n}  # loaded as float32 by both
 MODES = ("eager",) if TINY else ("eager", "graphs")
 XVEC_MAX_REL = 1e-4  # max |ours - official| / max |official|
 REF_FRAMES_MAX_DIFF = 0.02  # fraction of reference frames whose codes may differ (ties)
@@ -168,10 +173,12 @@ def _oracle(name: str, path: Path, ids: dict, specs: list[dict], work: Path) -> 
     return out
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> tuple[Path, dict]:
-    path = _start_write(BASE, tmp_path_factory).result()
-    _start_write(DESIGN, tmp_path_factory)
+@pytest.fixture(scope="module", params=BASES)
+def base(request, tmp_path_factory) -> tuple[Path, dict]:
+    name = request.param
+    path = _start_write(name, tmp_path_factory).result()
+    nxt = BASES.index(name) + 1
+    _start_write(BASES[nxt] if nxt < len(BASES) else DESIGN, tmp_path_factory)
     tok, ids, specs = _tokenizer(path), {}, []
     for c in CLONES:
         ids |= _ids(tok, c.case(c.id))
@@ -179,7 +186,7 @@ def base(tmp_path_factory) -> tuple[Path, dict]:
                       "non_streaming_mode": c.offline, "max_new_tokens": c.max_new,
                       "ref_audio": c.audio().tolist(), "ref_sr": c.rate,
                       "ref_text": c.ref_text, "x_vector_only": c.xvec_only})
-    return path, _oracle(BASE, path, ids, specs, tmp_path_factory.mktemp("oracle_base"))
+    return path, _oracle(name, path, ids, specs, tmp_path_factory.mktemp("oracle_base"))
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +264,8 @@ def _check_generation(engine: Engine, case: Case, oracle: dict, key: str) -> str
     assert codes.shape == ref_codes.shape, (codes.shape, ref_codes.shape)
     differ = np.flatnonzero((codes != ref_codes).any(axis=1))
     assert not len(differ), (f"{len(differ)} of {len(codes)} frames differ, the first at "
-                             f"frame {differ[0]}")
+                             f"frame {differ[0]} in codebooks "
+                             f"{np.flatnonzero(codes[differ[0]] != ref_codes[differ[0]])}")
     # The official cut after the reference is a float product: at most one sample early.
     assert len(ref_audio) - len(audio) in (0, 1), (len(ref_audio), len(audio))
     ref_audio = ref_audio[len(ref_audio) - len(audio):]
@@ -304,7 +312,7 @@ def test_clone_matches_official(clone, base, base_engine):
     if same_prompt:
         lines.append("our prompt: " + _check_generation(engine, clone.case(f"{clone.id}_ours"),
                                                         oracle, key))
-    print(f"\n{BASE} {mode} {clone.id}: " + "; ".join(lines))
+    print(f"\n{base[0].name} {mode} {clone.id}: " + "; ".join(lines))
 
 
 @pytest.mark.timeout(900)
