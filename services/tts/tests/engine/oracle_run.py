@@ -25,24 +25,14 @@ our writer and the official modules fails here.
 
 import contextlib
 import importlib.util
-import json
 import os
 import sys
 import tempfile
 import time
 
-import transformers.processing_utils  # noqa: F401  (before the stubs: see the oracle README)
-from transformers import AutoProcessor  # noqa: F401
+from oracle_env import install_stubs, load_weights, read_json
 
-_stubs = tempfile.mkdtemp()
-for _rel, _body in {"sox.py": "", "soundfile.py": "", "gradio.py": "",
-                    "torchaudio/__init__.py": "from . import compliance\n",
-                    "torchaudio/compliance/__init__.py": "from . import kaldi\n",
-                    "torchaudio/compliance/kaldi.py": ""}.items():
-    os.makedirs(os.path.dirname(os.path.join(_stubs, _rel)), exist_ok=True)
-    with open(os.path.join(_stubs, _rel), "w") as _f:
-        _f.write(_body)
-sys.path.append(_stubs)
+install_stubs()
 
 # librosa: the official model imports it at module top and takes the speaker encoder's mel
 # filter bank from `librosa.filters.mel`; `create_voice_clone_prompt` (and the speech
@@ -129,7 +119,6 @@ from qwen_tts.inference.qwen3_tts_model import (  # noqa: E402
     VoiceClonePromptItem,
 )
 from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
 
 
 class IdsProcessor:
@@ -140,19 +129,6 @@ class IdsProcessor:
         return {"input_ids": torch.tensor([self.ids[text]])}
 
 
-def read_json(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)
-
-
-def load_weights(directory: str) -> dict[str, torch.Tensor]:
-    index = os.path.join(directory, "model.safetensors.index.json")
-    if os.path.exists(index):
-        out = {}
-        for f in sorted(set(read_json(index)["weight_map"].values())):
-            out.update(load_file(os.path.join(directory, f)))
-        return out
-    return load_file(os.path.join(directory, "model.safetensors"))
 
 
 def skip_init(fast: bool):

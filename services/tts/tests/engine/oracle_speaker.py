@@ -12,24 +12,12 @@ xvec_<name> (`extract_speaker_embedding`, float32). The model is built from conf
 and loaded with strict name checking, so our writer's `speaker_encoder.*` names are checked.
 """
 
-import json
 import os
 import sys
-import tempfile
 
-import transformers.processing_utils  # noqa: F401  (before the stubs: see the oracle README)
+from oracle_env import install_stubs, load_weights, read_json
 
-# Importing qwen_tts pulls in the 25 Hz tokenizer and the demo (torchaudio, sox, gradio):
-# empty stand-ins at the END of sys.path, used only where the real package is absent.
-_stubs = tempfile.mkdtemp()
-for _rel, _body in {"sox.py": "", "gradio.py": "",
-                    "torchaudio/__init__.py": "from . import compliance\n",
-                    "torchaudio/compliance/__init__.py": "from . import kaldi\n",
-                    "torchaudio/compliance/kaldi.py": ""}.items():
-    os.makedirs(os.path.dirname(os.path.join(_stubs, _rel)), exist_ok=True)
-    with open(os.path.join(_stubs, _rel), "w") as _f:
-        _f.write(_body)
-sys.path.append(_stubs)
+install_stubs()
 
 import librosa  # noqa: E402
 import numpy as np  # noqa: E402
@@ -39,22 +27,6 @@ from qwen_tts.core.models.modeling_qwen3_tts import (  # noqa: E402
     Qwen3TTSForConditionalGeneration,
     mel_spectrogram,
 )
-from safetensors.torch import load_file  # noqa: E402
-
-
-def read_json(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)
-
-
-def load_weights(directory: str) -> dict[str, torch.Tensor]:
-    index = os.path.join(directory, "model.safetensors.index.json")
-    if os.path.exists(index):
-        out = {}
-        for f in sorted(set(read_json(index)["weight_map"].values())):
-            out.update(load_file(os.path.join(directory, f)))
-        return out
-    return load_file(os.path.join(directory, "model.safetensors"))
 
 
 def main() -> None:

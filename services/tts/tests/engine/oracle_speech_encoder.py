@@ -13,25 +13,12 @@ codes_<name> = `Qwen3TTSTokenizer.encode(wav, sr)` (resampling with librosa when
 encoder's pre-quantization latents (SEANet, transformer, downsample), and the package version.
 """
 
-import json
 import os
 import sys
-import tempfile
 
-import transformers.processing_utils  # noqa: F401  (before the stubs: see the oracle README)
-from transformers import AutoProcessor  # noqa: F401
+from oracle_env import install_stubs, load_weights, read_json
 
-# The 25 Hz tokenizer and the demo import these at module level; the 12 Hz path never
-# calls them. librosa and soundfile are real (the official path resamples with librosa).
-_stubs = tempfile.mkdtemp()
-for _rel, _body in {"sox.py": "", "gradio.py": "",
-                    "torchaudio/__init__.py": "from . import compliance\n",
-                    "torchaudio/compliance/__init__.py": "from . import kaldi\n",
-                    "torchaudio/compliance/kaldi.py": ""}.items():
-    os.makedirs(os.path.dirname(os.path.join(_stubs, _rel)), exist_ok=True)
-    with open(os.path.join(_stubs, _rel), "w") as _f:
-        _f.write(_body)
-sys.path.append(_stubs)
+install_stubs()
 
 from importlib.metadata import version  # noqa: E402
 
@@ -41,12 +28,10 @@ from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import ( 
     Qwen3TTSTokenizerV2Config,
 )
 from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
 
 
 def main() -> None:
-    with open(sys.argv[1]) as f:
-        spec = json.load(f)
+    spec = read_json(sys.argv[1])
     st_dir = os.path.join(spec["checkpoint"], "speech_tokenizer")
     # transformers 5 moves `rope_theta` into `rope_parameters`, but the fork's default-RoPE
     # init reads `config.rope_theta`: set it on the parsed config, then load as the wrapper.
@@ -54,7 +39,7 @@ def main() -> None:
     cfg.encoder_config.rope_theta = cfg.encoder_config.rope_parameters["rope_theta"]
     tok = Qwen3TTSTokenizer.from_pretrained(st_dir, config=cfg, dtype=torch.float32)
     model = tok.model.eval()
-    model.load_state_dict(load_file(os.path.join(st_dir, "model.safetensors")), strict=True)
+    model.load_state_dict(load_weights(st_dir), strict=True)
     enc = model.encoder
     out = {"version": np.array(version("qwen-tts-hf")),
            "sliding_window": np.array(enc.config.sliding_window),
