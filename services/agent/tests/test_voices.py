@@ -47,9 +47,11 @@ def reference_wav(seconds: float = 4.0, rate: int = 16000) -> bytes:
     return b.getvalue()
 
 
-async def create_voice(tts: Server, name: str) -> dict:
+async def create_voice(tts: Server, name: str, ref_text: str = "") -> dict:
     form = aiohttp.FormData()
     form.add_field("name", name)
+    if ref_text:  # an in-context clone
+        form.add_field("ref_text", ref_text)
     form.add_field("audio_sample", reference_wav(), filename="ref.wav",
                    content_type="audio/wav")
     async with aiohttp.ClientSession() as s, s.post(
@@ -196,3 +198,29 @@ async def test_an_agent_tts_voice_the_tts_lacks_is_an_error_at_start_up(
                    and "alice" in m and "POST /v1/audio/voices" in m for m in errors), errors
     finally:
         await a.runner.cleanup()
+
+
+async def test_a_reply_in_an_in_context_clone_is_flushed_at_each_sentence(
+        base_tts: Server) -> None:
+    """An in-context clone's first frame waits for about its reference's frames of text
+    (here ~50 tokens) or a flush: the TTS plugin asks the TTS what the voice is and
+    flushes at each sentence end, so the first sentence is heard while the reply is still
+    being written. An x-vector clone ("alice": no transcript) starts from the first word
+    anyway and is not flushed."""
+    from voice_agent.plugins import TTS
+
+    await create_voice(base_tts, "carol", ref_text="This is what carol says in the clip.")
+    tts = TTS(addr=base_tts.addr, voice="carol", max_frames=6)
+    try:
+        assert await tts.flushes_sentences("Carol")
+        assert not await tts.flushes_sentences("alice")
+        assert not await tts.flushes_sentences("nobody")
+        stream = tts.stream()
+        stream.push_text("Hello there. ")  # the rest of the reply is not written yet
+        async with asyncio.timeout(60):
+            first = await stream.__anext__()
+        assert first.frame.samples_per_channel > 0
+        stream.end_input()
+        await stream.aclose()
+    finally:
+        await tts.aclose()

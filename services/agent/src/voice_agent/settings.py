@@ -131,7 +131,8 @@ class AgentSettings(BaseSettings):
     bridge_min_chars: int = Field(8, ge=1, le=256)
     bridge_max_chars: int = Field(12, ge=1, le=256)
     # Send Control FLUSH after each segment that ends a sentence (a TTS engine that
-    # waits for more text then speaks it at once); FLUSH always ends the reply.
+    # waits for more text then speaks it at once); FLUSH always ends the reply. Replies in
+    # an in-context clone are flushed per sentence whatever this says (plugins/tts.py).
     bridge_flush_on_sentence: bool = False
     # Cache of synthesized starter phrases (the greeting and fallback): "on" replays
     # cached audio for a reply that is exactly a cached phrase.

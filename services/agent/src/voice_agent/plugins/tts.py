@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import weakref
 from dataclasses import dataclass, field, replace
 
@@ -49,6 +50,9 @@ _FLUSH = tts_pb2.SynthesizeRequest(control=tts_pb2.Control(type=tts_pb2.Control.
 _STOP = tts_pb2.SynthesizeRequest(control=tts_pb2.Control(type=tts_pb2.Control.STOP))
 # AudioFrame messages of up to this many frame_ms frames (SessionConfig.frames_per_message).
 FRAMES_PER_MESSAGE = 4
+# How long the TTS's answer to "is this voice an in-context clone" is kept (a voice can be
+# deleted and made again as another kind under the same name).
+VOICE_KIND_TTL_S = 30.0
 
 
 @dataclass
@@ -94,6 +98,7 @@ class TTS(tts.TTS):
         self._channels = ChannelCache(addr, api_key)
         self._tracker = tracker
         self._streams: weakref.WeakSet[SynthesizeStream] = weakref.WeakSet()
+        self._in_context: dict[str, tuple[float, bool]] = {}  # voice -> (when, in context)
 
     @property
     def model(self) -> str:
@@ -130,6 +135,31 @@ class TTS(tts.TTS):
 
     async def aclose(self) -> None:
         await self._channels.aclose()
+
+    async def flushes_sentences(self, voice: str) -> bool:
+        """Whether a reply in `voice` is flushed at each sentence end: when asked to, and
+        always for an in-context clone (a library voice made with a transcript): its first
+        frame waits for about as many text tokens as its reference has frames, or for a
+        flush (services/tts/README.md, "How fast a clone speaks"), so without a flush a
+        reply would start at its end. From the TTS's ListVoices, kept VOICE_KIND_TTL_S;
+        a TTS that does not answer: no."""
+        if self._opts.flush_on_sentence:
+            return True
+        key, now = voice.lower(), time.monotonic()
+        seen = self._in_context.get(key)
+        if seen is not None and now - seen[0] < VOICE_KIND_TTL_S:
+            return seen[1]
+        try:
+            resp = await tts_pb2_grpc.TextToSpeechStub(self._channels.get()).ListVoices(
+                tts_pb2.ListVoicesRequest(), timeout=2.0, metadata=self._channels.metadata)
+        except (grpc.aio.AioRpcError, TimeoutError) as e:  # asked again after the TTL
+            log.debug("tts ListVoices failed (%s): no flush per sentence", e)
+            self._in_context[key] = (now, False)
+            return False
+        for v in resp.voices:
+            self._in_context[v.name.lower()] = (now, v.kind == "clone" and not v.x_vector_only
+                                                and bool(v.ref_text.strip()))
+        return self._in_context.setdefault(key, (now, False))[1]
 
     def _config(self, trace_id: str) -> tts_pb2.SynthesizeRequest:
         o = self._opts
@@ -218,6 +248,7 @@ class SynthesizeStream(tts.SynthesizeStream):
             waiter.cancel()
             if not started.is_set():
                 return
+            flush_on_sentence = await self._tts.flushes_sentences(opts.voice)
             segmenter = TextSegmenter(opts.bridge)
             utt = 0  # server utterance id of the text being sent
             utt_has_text = False
@@ -233,7 +264,7 @@ class SynthesizeStream(tts.SynthesizeStream):
                 self.segments.append(text)
                 await _write(tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=text)))
                 utt_has_text = seg_has_text = True
-                if opts.flush_on_sentence and ends_sentence:
+                if flush_on_sentence and ends_sentence:
                     await _write(_FLUSH)
                     utt, utt_has_text = utt + 1, False
 
