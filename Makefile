@@ -118,12 +118,11 @@ $(VENV)/tools/.ok: tests/requirements.txt $(PROTOS) deploy/setup.sh $(TESTKIT)/p
 	touch $@
 
 # The official qwen-tts code, the test oracle of the TTS engine (its pins clash with ours).
-$(VENV)/oracle/.ok:
+$(VENV)/oracle/.ok: services/tts/tests/engine/oracle-requirements.txt
 	$(PYTHON) -m venv $(VENV)/oracle
 	$(VENV)/oracle/bin/$(PIP) $(TORCH) transformers==5.17.0 accelerate einops numpy onnxruntime safetensors
 	$(VENV)/oracle/bin/$(PIP) --no-deps qwen-tts-hf==0.1.1.post1
-	# The voice-clone path: its mel filters and resampling come from librosa.
-	$(VENV)/oracle/bin/$(PIP) librosa==0.11.0 soundfile==0.14.0
+	$(VENV)/oracle/bin/$(PIP) -r services/tts/tests/engine/oracle-requirements.txt
 	touch $@
 
 # services/<s>/setup.sh, if any, installs what pip cannot: `setup.sh run` what the service
