@@ -195,6 +195,18 @@ def _our_prompt(engine: Engine, case: Case, steps: int
         s.close()
 
 
+def _generate(engine: Engine, case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, audio) of a greedy case: offline through `synthesize`, streaming as text
+    pieces through a session."""
+    if case.offline:
+        audio, codes = engine.synthesize(case.text, case.id, case.language,
+                                         sampling=SamplingParams.greedy(),
+                                         non_streaming_mode=True,
+                                         max_frames=case.max_new - 1, return_codes=True)
+        return codes, audio
+    return _stream(engine, case, seed=len(case.id))
+
+
 def _stream(engine: Engine, case: Case, seed: int) -> tuple[np.ndarray, np.ndarray]:
     sink = _Sink()
     engine.start()
@@ -221,13 +233,7 @@ def test_matches_official(case, clone_engines, clone_oracle):
     np.testing.assert_allclose(prompt, ref_prompt, rtol=0, atol=1e-6)
     np.testing.assert_allclose(trailing[:n], ref_trailing, rtol=0, atol=1e-6)
     assert track[n:] == [engine.cfg.tts_pad_token_id] * 2, track
-    if case.offline:
-        audio, codes = engine.synthesize(case.text, case.id, case.language,
-                                         sampling=SamplingParams.greedy(),
-                                         non_streaming_mode=True,
-                                         max_frames=case.max_new - 1, return_codes=True)
-    else:
-        codes, audio = _stream(engine, case, seed=len(case.id))
+    codes, audio = _generate(engine, case)
     ref_codes, ref_audio = clone_oracle[f"codes_{key}"], clone_oracle[f"audio_{key}"]
     assert codes.shape == ref_codes.shape, (codes.shape, ref_codes.shape)
     mismatched = int((codes != ref_codes).any(axis=1).sum())

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from voice_tts.engine import Engine, EngineSettings, SamplingParams
+from voice_tts.engine import Engine, EngineSettings
 from voice_tts.engine.checkpoint import random_model, save_checkpoint
 from voice_tts.engine.config import ModelConfig
 from voice_tts.engine.demo_tokenizer import write_demo_tokenizer
@@ -57,7 +57,8 @@ from voice_tts.engine.voices import VoicePrompt
 
 from .lib import run_oracle, snr_db
 from .test_oracle import MIN_SNR_DB
-from .test_oracle_clone import INSTRUCT, LONG, Case, _ids, _our_prompt, _stream
+from .test_oracle_clone import INSTRUCT, LONG, Case, _ids, _our_prompt
+from .test_oracle_clone import _generate as generate
 
 DEVICE = os.environ.get("VOICE_CLONE_ORACLE_DEVICE", "cuda")
 TINY = DEVICE == "cpu"
@@ -231,16 +232,9 @@ def design_engine(request, design):
 
 
 def _generate(engine: Engine, case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, audio) of a greedy case: offline through `synthesize`, streaming as text
-    pieces through a session."""
+    """test_oracle_clone's `_generate`, timed."""
     t0 = time.perf_counter()
-    if case.offline:
-        audio, codes = engine.synthesize(case.text, case.id, case.language,
-                                         sampling=SamplingParams.greedy(),
-                                         non_streaming_mode=True,
-                                         max_frames=case.max_new - 1, return_codes=True)
-    else:
-        codes, audio = _stream(engine, case, seed=len(case.id))
+    codes, audio = generate(engine, case)
     TIMES[f"ours {case.id}"] = round(time.perf_counter() - t0, 2)
     return codes, audio
 
