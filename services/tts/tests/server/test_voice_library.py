@@ -20,6 +20,7 @@ from voice.tts.v1 import tts_pb2, tts_pb2_grpc
 from voice_tts.client.api import synthesize
 
 from .conftest import ServerProc, config
+from .test_cli_random import _cli
 
 RATE = 16000
 LIMIT = 1_500_000  # TTS_VOICE_MAX_UPLOAD_BYTES of the module's server
@@ -523,14 +524,6 @@ async def test_http_inline_reference_audio_and_voice_objects(base: ServerProc) -
 # --- the CLI -----------------------------------------------------------------------------
 
 
-async def _cli(*args: str) -> tuple[int, str, str]:
-    import sys
-
-    p = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "voice_tts.client", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(p.communicate(), 120)
-    return p.returncode or 0, out.decode(), err.decode()
 
 
 async def test_cli_voices_create_list_speak_delete(base: ServerProc, tmp_path: Path) -> None:
