@@ -142,6 +142,10 @@ def row(rate: float, s: dict[str, Any]) -> dict[str, Any]:
     return {
         "rate": rate, "achieved_rate": s["achieved_rate"], "calls": s["arrivals"],
         "ttfa_ms": s["ttfa_ms"], "server_ttfa_ms": s["server_ttfa_ms"], "e2e_ms": s["e2e_ms"],
+        # where the server's TTFA went: queue (text in -> its prompt runs: the step in
+        # flight), prefill, first_packet (text in -> the engine's packet); the session's
+        # start as the client saw it
+        "server_parts_ms": s["server_parts_ms"], "session_started_ms": s["session_started_ms"],
         "underruns": {"late_frames": u["late_frames"],
                       "over_20ms": u["late_frames_over_20ms"],
                       "over_100ms": u["late_frames_over_100ms"],

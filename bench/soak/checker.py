@@ -26,6 +26,9 @@ class Record:
     started_ms: float | None = None
     ttfa_ms: float | None = None
     server_ttfa_ms: float | None = None
+    # the server's split of its TTFA (FIRST_AUDIO timings): waiting for the engine, the
+    # prompt, until the engine's first packet
+    server_parts_ms: dict[str, float] = field(default_factory=dict)
     e2e_ms: float | None = None
     end_ms: float | None = None
     frames: int = 0
@@ -160,7 +163,10 @@ class StreamChecker:
                 self.bad(f"FIRST_AUDIO of utterance {uid} after its STOPPED/RESET")
             self.first_audio.add(uid)
             if uid == 0:
-                self.rec.server_ttfa_ms = e.timings.ttfa_ms
+                tm = e.timings
+                self.rec.server_ttfa_ms = tm.ttfa_ms
+                self.rec.server_parts_ms = {"queue": tm.queue_ms, "prefill": tm.prefill_ms,
+                                            "first_packet": tm.first_packet_ms}
         elif t == tts_pb2.Event.FLUSHED:
             if uid in self.first_audio and uid >= self.min_uid and uid not in self.closed_utts:
                 self.bad(f"FLUSHED of utterance {uid} without its last_in_utterance frame")

@@ -179,6 +179,9 @@ def summarize(soak: SoakState, load: dict[str, Any], model: str, planned: int,
         "session_started_ms": dist([r["started_ms"] for r in admitted]),
         "server_ttfa_ms": dist([r["server_ttfa_ms"] for r in admitted
                                 if r["server_ttfa_ms"] is not None]),
+        "server_parts_ms": {k: dist([r["server_parts_ms"][k] for r in admitted
+                                     if r.get("server_parts_ms")])
+                            for k in ("queue", "prefill", "first_packet")},
         "e2e_ms": dist([r["e2e_ms"] for r in recs if r["e2e_ms"] is not None]),
         "reset_ttfa_ms": dist([r["reset_ttfa_ms"] for r in recs
                                if r["reset_ttfa_ms"] is not None]),

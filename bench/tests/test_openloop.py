@@ -60,6 +60,11 @@ def test_sweep_on_cpu_reports_each_rate(tmp_path: Path) -> None:
         assert u["late_frames"] >= u["over_20ms"] >= u["over_100ms"] >= 0
         assert 1 <= row["peak_inflight"] <= row["calls"]
         assert row["audio_s_per_wall_s"] > 0 and len(row["client_cpu_share"]) == 2
+        # the server's split of its TTFA: parts of the first packet's time, each call's
+        parts = row["server_parts_ms"]
+        assert {p["n"] for p in parts.values()} == {row["server_ttfa_ms"]["n"]}
+        assert parts["queue"]["p50"] + parts["prefill"]["p50"] <= \
+            parts["first_packet"]["p50"] <= row["server_ttfa_ms"]["p50"]
     assert r.returncode == 0
     assert r.stderr.count("openloop: rate ") == 2
 

@@ -219,6 +219,34 @@ def test_speaks_the_first_stable_token_then_waits_for_text(tiny_engine):
     s.close()
 
 
+def test_a_step_of_first_steps_only_skips_the_talker(tiny_engine):
+    """A prompt that arrives alone takes its first step (frame 0, sampled by its prompt)
+    without a talker pass; once a row talks, the talker runs for the batch."""
+    talker_rows: list[int] = []
+    hook = tiny_engine.model.talker.register_forward_hook(
+        lambda mod, args, out: talker_rows.append(out.shape[1]))
+    try:
+        a, b = Collector(), Collector()
+        sa = tiny_engine.open_session(SessionParams(voice="vivian", seed=1, max_frames=6), a)
+        sa.push_text("Hello world.")
+        sa.flush()
+        tiny_engine.run_once()  # prompt (many rows) + its first step (none)
+        assert len(talker_rows) == 1 and talker_rows[0] > 1 and a.packets()
+        tiny_engine.run_once()  # its second frame: the talker steps (one row)
+        assert talker_rows[1:] == [1]
+        sb = tiny_engine.open_session(SessionParams(voice="vivian", seed=2, max_frames=6), b)
+        sb.push_text("Hi there.")
+        sb.flush()
+        tiny_engine.run_once()  # b's prompt, then one step: a talks, b's first step rides
+        assert talker_rows[2] > 1 and talker_rows[3:] == [1] and b.packets()
+        while not (a.ends() and b.ends()):
+            tiny_engine.run_once()
+        sa.close()
+        sb.close()
+    finally:
+        hook.remove()
+
+
 def test_text_after_flush_is_the_next_utterance(tiny_engine):
     c = Collector()
     s = tiny_engine.open_session(SessionParams(voice="vivian", seed=1, max_frames=6), c)

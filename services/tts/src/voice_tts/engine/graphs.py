@@ -210,9 +210,13 @@ class DecodeGraphs:
         marks = host.marks
         marks[0].record()
         talker, cp = bk.graphs
-        talker.replay()
+        if any(talk):
+            talker.replay()
+            token = bk.token
+        else:  # first steps only: their prompts sampled the tokens (see Runner.launch)
+            token = self.runner.state.last_token[bk.inputs[0]]
         marks[1].record()
-        host.tokens[:n].copy_(bk.token[:n], non_blocking=True)
+        host.tokens[:n].copy_(token[:n], non_blocking=True)
         host.tokens_ready.record()
         cp.replay()
         marks[2].record()
