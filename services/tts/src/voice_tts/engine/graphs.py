@@ -301,7 +301,7 @@ class PrefillGraphs:
     def inputs(self, b: int, slots: list[int], rows: list, last: list[int]) -> torch.Tensor:
         """A bucket's input buffer (host) for these `PromptRows`, padded to b rows."""
         length = len(rows[0].text)
-        host = torch.full((b, 2 + 2 * length), -1, dtype=torch.long, pin_memory=True)
+        host = torch.full((b, 2 + 2 * length), -1, dtype=torch.long)
         host[:, 0], host[:, 1] = self.runner.scratch_slot, 0
         n = len(slots)
         host[:n, 0], host[:n, 1] = torch.tensor(slots), torch.tensor(last)
@@ -315,8 +315,7 @@ class PrefillGraphs:
         b = fit(self.batches, len(slots))
         if b is None or (b, length) not in self._graphs:
             return False
-        # Pinned and asynchronous: no host sync behind the step in flight (runner.to_device).
-        self._buf[b, length].copy_(self.inputs(b, slots, rows, last), non_blocking=True)
+        self._buf[b, length].copy_(self.inputs(b, slots, rows, last))
         self.runner.extra_rows(rows, length, out=self.extra(b, length))
         self._graphs[b, length].replay()
         self.replays += 1

@@ -60,15 +60,6 @@ from .sampling import (
 from .voices import IclPrompt
 
 
-def to_device(data, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Host values onto the device without a host sync: a pageable
-    `torch.tensor(..., device="cuda")` waits for everything queued on the stream (the step
-    in flight), leaving the GPU idle while the host then builds the next launch; a pinned
-    buffer is copied asynchronously, in stream order."""
-    t = torch.tensor(data, dtype=dtype)
-    return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t
-
-
 @dataclass
 class PrefillRequest:
     slot: int
@@ -138,11 +129,11 @@ class SlotSampling:
         """rows: (do_sample, temperature, top_k (0 = off), top_p) per slot."""
         do_sample, temperature, top_k, top_p = zip(*rows, strict=True)
         dev = slots.device
-        self.t.do_sample[slots] = to_device(do_sample, torch.bool, dev)
-        self.t.temperature[slots] = to_device(temperature, torch.float32, dev)
-        self.t.top_k[slots] = to_device([k if 0 < k < self.vocab else self.vocab
-                                         for k in top_k], torch.long, dev)
-        self.t.top_p[slots] = to_device(top_p, torch.float32, dev)
+        self.t.do_sample[slots] = torch.tensor(do_sample, dtype=torch.bool, device=dev)
+        self.t.temperature[slots] = torch.tensor(temperature, dtype=torch.float32, device=dev)
+        self.t.top_k[slots] = torch.tensor([k if 0 < k < self.vocab else self.vocab
+                                            for k in top_k], device=dev)
+        self.t.top_p[slots] = torch.tensor(top_p, dtype=torch.float32, device=dev)
 
     def rows(self, slots: torch.Tensor) -> SamplingTensors:
         return SamplingTensors(**{f.name: getattr(self.t, f.name)[slots]
@@ -501,7 +492,7 @@ class Runner:
             groups.setdefault(key or n, []).append(i)
         for length, group in sorted(groups.items()):
             slots = [reqs[i][0].slot for i in group]
-            slots_t = to_device(slots, torch.long, self.device)
+            slots_t = torch.tensor(slots, device=self.device)
             self._set_sampling(slots_t, [reqs[i] for i in group])
             padded = [PromptRows(r.text + [-1] * (length - len(r.text)),
                                  r.codec + [-1] * (length - len(r.codec)), r.extra)
@@ -550,10 +541,10 @@ class Runner:
                                   for p in params])
         s.cp.set_rows(slots, [(p.subtalker_do_sample, p.subtalker_temperature,
                                p.subtalker_top_k, p.subtalker_top_p) for p in params])
-        s.penalty[slots] = to_device([p.repetition_penalty for p in params], torch.float32,
-                                     self.device)
-        s.seed[slots] = to_device([seed & 0xFFFFFFFF for _, _, seed in reqs], torch.long,
-                                  self.device)
+        s.penalty[slots] = torch.tensor([p.repetition_penalty for p in params],
+                                        device=self.device)
+        s.seed[slots] = torch.tensor([seed & 0xFFFFFFFF for _, _, seed in reqs],
+                                     device=self.device)
 
     @torch.no_grad()
     def launch(self, slots: list[int], text_ids: list[int], talk: list[bool]) -> Step:
