@@ -89,6 +89,33 @@ async def test_cancel_aborts_the_generation_in_the_thinker(thinker: Server) -> N
     await llm.aclose()
 
 
+async def test_two_calls_of_one_turn_overlap_at_the_thinker(thinker: Server) -> None:
+    """The framework replaces a preemptive generation with the final one within a turn;
+    the first call may still be generating at the thinker when the second arrives (its
+    abort in flight). Both must be served: each call of a turn has its own request_id."""
+    tracker = TurnTracker()
+    tracker.user_turn_ended(vad_end=time.perf_counter(), silence_s=0.2)
+    # seed 1 at temperature 0.3 runs to max_tokens (seconds of generation on CPU)
+    llm = LLM(addr=thinker.addr, max_tokens=400, temperature=0.3, seed=1, tracker=tracker)
+    first = llm.chat(chat_ctx=chat(), conn_options=ONCE)
+    async with asyncio.timeout(30):
+        async for chunk in first:
+            if chunk.delta and chunk.delta.content:
+                break  # the first call is generating now
+        second_text = ""
+        async with llm.chat(chat_ctx=chat("and now?"), conn_options=ONCE) as second:
+            async for chunk in second:
+                if chunk.delta and chunk.delta.content:
+                    second_text += chunk.delta.content
+                    break
+    await first.aclose()
+    await llm.aclose()
+    assert second_text
+    turn = tracker.current
+    assert turn is not None
+    assert (first.request_id, second.request_id) == (turn.trace_id, f"{turn.trace_id}-2")
+
+
 def test_context_is_a_bounded_window() -> None:
     ctx = ChatContext.empty()
     ctx.add_message(role="system", content="sys")

@@ -23,6 +23,9 @@ def test_a_turn_reports_the_latency_message_once() -> None:
     tracker.stt_started()
     tracker.stt_done()
     assert tracker.llm_started() == turn.trace_id  # the thinker's request_id
+    # a second call of the turn (preemptive generation replaced) may overlap the first's
+    # abort at the thinker, which refuses an id still generating: its own id
+    assert tracker.llm_started() == f"{turn.trace_id}-2"
     tracker.llm_first_token()
     assert tracker.tts_text_sent() == turn.trace_id  # the TTS SessionConfig.trace_id
     tracker.tts_audio_received()

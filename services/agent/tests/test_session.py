@@ -252,7 +252,10 @@ async def test_tts_crash_mid_turn_falls_back_and_the_session_goes_on(
 
 async def test_thinker_crash_mid_turn_falls_back_and_the_session_goes_on(
         tts_server: Server, tmp_path: Path) -> None:
-    thinker = start_thinker(tmp_path)  # our own server (text-only): this test kills it
+    # our own server (text-only): this test kills it. Paced to 20 tokens a second after
+    # the first 8, so the reply is still being written when the TTS speaks it on a busy
+    # host (unpaced, the tiny model can write 1,000 tokens before the first frame plays)
+    thinker = start_thinker(tmp_path, LLM_PACE_TOKENS_PER_S="20", LLM_PACE_AFTER_TOKENS="8")
     speech = espeak("What time is it now?", tmp_path)
     try:
         settings = long_reply(tts_server, thinker)
@@ -262,6 +265,8 @@ async def test_thinker_crash_mid_turn_falls_back_and_the_session_goes_on(
             await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
             await ds.say_user(speech)
             await ds.wait_state(DuplexState.SPEAKING, timeout=30)
+            live = [s for s in ds.pipeline.llm._streams if s._call and not s._call.done()]
+            assert live, "the thinker finished before the kill: the test proves nothing"
             thinker.kill()
             async with asyncio.timeout(20):
                 while "llm:fallback" not in fallback.events:

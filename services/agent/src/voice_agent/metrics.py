@@ -87,6 +87,7 @@ class Turn:
     tts_first_audio: float | None = None
     first_publish: float | None = None
     reported: bool = False
+    llm_calls: int = 0
     marks: dict[str, float] = field(default_factory=dict)
 
     def ms(self, a: float | None, b: float | None) -> float | None:
@@ -178,11 +179,18 @@ class TurnTracker:
             turn.stt_sent, turn.stt_done = sent, done
 
     def llm_started(self) -> str:
+        """A thinker call of this turn starts; returns its request_id.
+
+        The first call's id is the trace id; later ones (the framework's preemptive
+        generation is replaced by the final one) add "-2", "-3": the thinker refuses an
+        id that is still generating, and a cancelled call's abort may not have reached it.
+        """
         turn = self.ensure_turn("user")
         self._adopt_stt(turn)
         if turn.llm_sent is None:
             turn.llm_sent = time.perf_counter()
-        return turn.trace_id
+        turn.llm_calls += 1
+        return turn.trace_id if turn.llm_calls == 1 else f"{turn.trace_id}-{turn.llm_calls}"
 
     def llm_first_token(self) -> None:
         turn = self.current

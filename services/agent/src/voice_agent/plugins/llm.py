@@ -187,6 +187,7 @@ class LLMStream(llm.LLMStream):
         self._call: grpc.aio.UnaryStreamCall | None = None
         self.cancelled_by_barge_in = False
         self.text = ""
+        self.request_id = ""
 
     def cancel(self) -> bool:
         """Cancel the gRPC call (the thinker aborts the generation). True if it was live."""
@@ -201,7 +202,7 @@ class LLMStream(llm.LLMStream):
             raise APIError(tools_refusal(self._tools), retryable=False)
         opts = self._llm_._opts
         tracker = self._llm_._tracker
-        request_id = tracker.llm_started() if tracker else utils.shortuuid()
+        request_id = self.request_id = tracker.llm_started() if tracker else utils.shortuuid()
         system, msgs = build_messages(self._chat_ctx, opts.max_messages,
                                       self._llm_._utterances)
         req = thinker_pb2.ChatRequest(messages=msgs, max_tokens=opts.max_tokens,
