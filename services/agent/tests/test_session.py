@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pytest
 from voice.llm.v1.thinker_pb2 import ROLE_ASSISTANT, ROLE_USER
 from voice_agent.audio_io import OutputTap
 from voice_agent.direct import DirectSession
@@ -39,10 +41,24 @@ def make_settings(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
     return AgentSettings(**base)  # type: ignore[arg-type]
 
 
+# A thinker that writes 20 tokens a second after the first 8: a long reply is still being
+# written seconds into its speech, also on a busy host and through a paused reply (at full
+# speed the tiny model can write 1,000 tokens before the user's words are judged). For the
+# tests that cut the reply: one that waits for its end would wait ~50 s.
+PACED = {"LLM_PACE_TOKENS_PER_S": "20", "LLM_PACE_AFTER_TOKENS": "8"}
+
+
+@pytest.fixture(scope="module")
+def paced_thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    s = start_thinker(tmp_path_factory.mktemp("paced_thinker"), **PACED)
+    yield s
+    s.stop()
+
+
 def long_reply(tts: Server, thinker: Server, seed: int = 8, **kw: object) -> AgentSettings:
-    # seed 8 at temperature 0.3: the tiny thinker writes to max_tokens (1000: seconds on CPU)
-    # for the transcripts these tests' speech gets (checked over seeds 1-39),
-    # and the TTS keeps speaking while text flows: the call is live during SPEAKING
+    # seed 8 at temperature 0.3: the tiny thinker writes to max_tokens (1000: seconds on
+    # CPU, ~50 s paced) for the transcripts these tests' speech gets (checked over seeds
+    # 1-39), and the TTS keeps speaking while text flows: the call is live during SPEAKING
     # (60 codec frames = 4.8 s: the noise reply is capped, the tests need not hear it all)
     return make_settings(tts, thinker, llm_max_tokens=1000, llm_temperature=0.3,
                          llm_seed=seed, tts_max_frames=60, **kw)
@@ -99,7 +115,8 @@ async def test_a_user_turn_gets_a_spoken_reply(tts_server: Server, thinker: Serv
 
 
 async def test_barge_in_stops_within_a_frame_and_cancels_the_thinker(
-        tts_server: Server, thinker: Server, tmp_path: Path) -> None:
+        tts_server: Server, paced_thinker: Server, tmp_path: Path) -> None:
+    thinker = paced_thinker
     first = espeak("Tell me a long story about the sea.", tmp_path)
     interrupt = espeak("Stop, stop please.", tmp_path)
     aborts0 = thinker.metric("llm_aborts_total")
@@ -252,10 +269,7 @@ async def test_tts_crash_mid_turn_falls_back_and_the_session_goes_on(
 
 async def test_thinker_crash_mid_turn_falls_back_and_the_session_goes_on(
         tts_server: Server, tmp_path: Path) -> None:
-    # our own server (text-only): this test kills it. Paced to 20 tokens a second after
-    # the first 8, so the reply is still being written when the TTS speaks it on a busy
-    # host (unpaced, the tiny model can write 1,000 tokens before the first frame plays)
-    thinker = start_thinker(tmp_path, LLM_PACE_TOKENS_PER_S="20", LLM_PACE_AFTER_TOKENS="8")
+    thinker = start_thinker(tmp_path, **PACED)  # our own server: this test kills it
     speech = espeak("What time is it now?", tmp_path)
     try:
         settings = long_reply(tts_server, thinker)
