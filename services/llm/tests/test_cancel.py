@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import grpc
@@ -73,6 +74,30 @@ async def test_server_works_after_cancels(thinker: Thinker) -> None:
     assert deltas[-1].final.completion_tokens == 6
     assert text_of(deltas)
     assert thinker.backend.active_requests == 0
+
+
+async def test_a_request_id_is_free_once_its_reply_has_ended(thinker: Thinker,
+                                                            monkeypatch) -> None:
+    """The backend forgets a request before its reader sees the end: active_requests is 0
+    when the final delta arrives, and the same id may be used again at once. The batcher
+    thread is made to pause after each hand-over to the loop, as a busy host preempts it
+    (it handed the end over in two calls: the reply ended, the request not yet forgotten)."""
+    loop = asyncio.get_running_loop()
+    hand_over = loop.call_soon_threadsafe
+    loop_thread = threading.get_ident()
+
+    def preempted(callback, *args, **kw):
+        handle = hand_over(callback, *args, **kw)
+        if threading.get_ident() != loop_thread:
+            time.sleep(0.05)
+        return handle
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", preempted)
+    for _ in range(2):
+        deltas = await thinker.chat(request(user("Hi."), max_tokens=3, temperature=0.0,
+                                            request_id="same-id"))
+        assert deltas[-1].final.completion_tokens == 3
+        assert thinker.backend.active_requests == 0
 
 
 async def test_backend_abort_ends_a_stream_being_read(thinker: Thinker) -> None:

@@ -151,10 +151,13 @@ class TransformersBackend:
         if job.request_id in self._runs:
             raise InvalidInput(f"request_id {job.request_id!r} is already generating")
 
+        def deliver(item: Any) -> None:  # on the loop
+            if item is END:  # forgotten before the reader sees the end (its id is free)
+                self._forget(run)
+            queue.put_nowait(item)
+
         def emit(item: Any) -> None:  # from the batcher's thread
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-            if item is END:
-                loop.call_soon_threadsafe(self._forget, run)
+            loop.call_soon_threadsafe(deliver, item)
 
         run = Request(prompt_ids, max_new, job.options, emit)
         self._batcher.submit(run)  # raises once closed; its END reaches _forget after this:
