@@ -189,12 +189,11 @@ class DecodeGraphs:
             then()
         slots.record_stream(self.stream)
 
-    def launch(self, slots: list[int], text_ids: list[int], talk: list[bool], talker: bool
+    def launch(self, slots: list[int], text_ids: list[int], talk: list[bool]
                ) -> tuple[Callable[[], list[int]], Callable[[], tuple]]:
         """Launch one step for these n rows -> (tokens(): codebook 0 of the frame each row
-        made, audio(): (codes (n, 16), pcm (n, frame_samples), part times in ms)); without
-        `talker` (first steps only, see Runner.launch) the talker graph is not replayed.
-        Read tokens before launching the next step, audio before the one after."""
+        made, audio(): (codes (n, 16), pcm (n, frame_samples), part times in ms)). Read
+        tokens before launching the next step, audio before the one after."""
         n = len(slots)
         b = self.bucket(n)
         assert b is not None, f"no graph for batch {n}"
@@ -210,11 +209,11 @@ class DecodeGraphs:
         bk.inputs.copy_(ids, non_blocking=True)
         marks = host.marks
         marks[0].record()
-        talker_graph, cp = bk.graphs
-        if talker:
-            talker_graph.replay()
+        talker, cp = bk.graphs
+        if any(talk):
+            talker.replay()
             token = bk.token
-        else:  # first steps only: their prompts sampled the tokens
+        else:  # first steps only: their prompts sampled the tokens (see Runner.launch)
             token = self.runner.state.last_token[bk.inputs[0]]
         marks[1].record()
         host.tokens[:n].copy_(token[:n], non_blocking=True)

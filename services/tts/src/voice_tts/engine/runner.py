@@ -555,16 +555,14 @@ class Runner:
         and costs ~a fifth of a small step, all of it in the first frame's time."""
         t0 = time.perf_counter()
         b = self.graphs.bucket(len(slots)) if self.graphs is not None else None
-        talker = any(talk)
-        step = (Step(*self.graphs.launch(slots, text_ids, talk, talker), pipelined=True)
-                if b is not None else self._eager(slots, text_ids, talk, talker))
+        step = (Step(*self.graphs.launch(slots, text_ids, talk), pipelined=True)
+                if b is not None else self._eager(slots, text_ids, talk))
         step.launched_at = t0
         for slot, yes in zip(slots, talk, strict=True):
             self._positions[slot] += yes
         return step
 
-    def _eager(self, slots: list[int], text_ids: list[int], talk: list[bool],
-               talker: bool) -> Step:
+    def _eager(self, slots: list[int], text_ids: list[int], talk: list[bool]) -> Step:
         if self.graphs is not None:  # decoder state: after the graphed steps in flight
             self.graphs.join()
         n = len(slots)
@@ -577,7 +575,7 @@ class Runner:
         idx = torch.tensor([slots, text_ids, talk], dtype=torch.long, device=self.device)
         self._check_step(slots, text_ids, idx[0])
         marks = [time.perf_counter()]
-        token = (self.step_talker(idx[0], idx[1], idx[2], kv_len) if talker
+        token = (self.step_talker(idx[0], idx[1], idx[2], kv_len) if any(talk[:n])
                  else self.state.last_token[idx[0]])
         marks.append(time.perf_counter())
         frame, decode = self.step_cp(idx[0])
