@@ -64,6 +64,11 @@ def long_reply(tts: Server, thinker: Server, seed: int = 8, **kw: object) -> Age
                          llm_seed=seed, tts_max_frames=60, **kw)
 
 
+def live_calls(ds: DirectSession) -> list:
+    """The thinker calls of the session still streaming."""
+    return [s for s in ds.pipeline.llm._streams if s._call and not s._call.done()]
+
+
 def audible_after(ds: DirectSession, t: float) -> float:
     return sum(0.02 for tick in ds.speaker.ticks if tick.audible and tick.at >= t)
 
@@ -125,7 +130,7 @@ async def test_barge_in_stops_within_a_frame_and_cancels_the_thinker(
         await ds.say_user(first)
         await ds.wait_state(DuplexState.SPEAKING, timeout=30)
         await asyncio.sleep(0.6)  # let the reply be heard for a while
-        live = [s for s in ds.pipeline.llm._streams if s._call and not s._call.done()]
+        live = live_calls(ds)
         assert live, "the thinker finished before the barge-in: the test proves nothing"
         received_before = live[0].text
         await ds.say_user(interrupt)
@@ -279,7 +284,7 @@ async def test_thinker_crash_mid_turn_falls_back_and_the_session_goes_on(
             await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
             await ds.say_user(speech)
             await ds.wait_state(DuplexState.SPEAKING, timeout=30)
-            live = [s for s in ds.pipeline.llm._streams if s._call and not s._call.done()]
+            live = live_calls(ds)
             assert live, "the thinker finished before the kill: the test proves nothing"
             thinker.kill()
             async with asyncio.timeout(20):
