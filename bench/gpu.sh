@@ -115,11 +115,15 @@ if [ -n "${WITH_ONE_GPU:-}" ]; then
   # (bench/one_gpu.py). Needs .whl-llm (transformers and its deps) on a host without them.
   # OG_LOOP=1,16 adds the whole loop (bench/agent_loop.py; needs .whl-agent, .whl-sphinx
   # and the speech in OG_LOOP_WAVS, made here: python -m bench.agent_loop make-wavs DIR).
+  # OG_CONV=1,16,64 adds conversations per GPU (bench/conversations.py through OG_AGENTS
+  # serve-direct agents, OG_AGENT_ENV their settings, OG_CONV_ARGS the generator's).
   PYTHONPATH=$PYTHONPATH:services/llm/src:services/agent/src timeout -k 15 "${OG_TIMEOUT:-560}" \
     python3 -m bench.one_gpu --modes "${OG_MODES:-timeslice,mps-nocap,mps-prio}" \
     --tts-model "preset:${OG_TTS:-0.6b}" --llm-model "${OG_LLM:-random:qwen3-1.7b}" \
     --rate "${OG_RATE:-10}" --seconds "${OG_SECONDS:-30}" --chats "${OG_CHATS:-4}" \
     --phases "${OG_PHASES:-}" --loop "${OG_LOOP:-}" --loop-wavs "${OG_LOOP_WAVS:-.loopwavs}" \
+    --conv "${OG_CONV:-}" --agents "${OG_AGENTS:-8}" --conv-args "${OG_CONV_ARGS:-}" \
+    $(for kv in ${OG_AGENT_ENV:-}; do echo --agent-env "$kv"; done) \
     $(for kv in ${OG_SHARES:-}; do echo --share "$kv"; done) \
     $(for kv in ${OG_LLM_ENV:-}; do echo --llm-env "$kv"; done) \
     --out "$OUT/one_gpu${OG_TAG:-}" 2>&1 | tail -40

@@ -13,6 +13,10 @@ runs three phases against them:
 - `loop` (with `--loop 1,16`): the whole voice loop, the agent's direct mode in a process
   per conversation against the two servers (bench/agent_loop.py: end of turn -> first
   audio, its stages, cancel -> silence on barge-in) at each level.
+- `conv` (with `--conv 1,16,64`): conversations per GPU as users load it: `--agents`
+  `serve-direct` agent processes (the `/v1/talk` WebSocket, `--agent-env` settings) and
+  the conversation load generator (bench/conversations.py) against them at each level,
+  the host's CPU per process sampled meanwhile (bench/host_load.py).
 
 `--phases` picks among them (default: the first three, and `loop` when `--loop` is given).
 
@@ -172,6 +176,68 @@ def loop_load(args: argparse.Namespace, out: Path) -> subprocess.Popen:
         cwd=ROOT, stderr=(out.with_suffix(".log")).open("w"))
 
 
+AGENT_PORT0 = 8100
+
+
+def conv_load(args: argparse.Namespace, out: Path) -> None:
+    """`--agents` serve-direct processes, then bench.conversations at each `--conv` level."""
+    levels = conv_levels(args)
+    per_agent = -(-max(levels) // args.agents)
+    env = {"AGENT_TTS_ADDR": TTS_ADDR, "AGENT_THINKER_ADDR": LLM_ADDR,
+           "AGENT_WS_MAX_SESSIONS": str(per_agent), "AGENT_HTTP_HOST": "127.0.0.1",
+           # a random thinker hears nothing: the offline ear; its text is no markdown
+           "AGENT_STT_BACKEND": "pocketsphinx", "AGENT_TTS_TEXT_FILTERS": "false",
+           "AGENT_LLM_MAX_TOKENS": "32", "AGENT_LLM_TEMPERATURE": "1.0",
+           **dict(kv.split("=", 1) for kv in args.agent_env)}
+    agents = [start([sys.executable, "-m", "voice_agent", "serve-direct"],
+                    {**env, "AGENT_HTTP_PORT": str(AGENT_PORT0 + i)}, out / f"agent_{i}.log")
+              for i in range(args.agents)]
+    try:
+        for i, a in enumerate(agents):
+            wait_http(a, f"http://127.0.0.1:{AGENT_PORT0 + i}/healthz", 300)
+        print(f"{len(agents)} agents up ({per_agent} conversations each)", file=sys.stderr,
+              flush=True)
+        addrs = [f"ws://127.0.0.1:{AGENT_PORT0 + i}/v1/talk" for i in range(args.agents)]
+        rows = []
+        for n in levels:  # low to high: a level never inherits an overloaded one's calls
+            sampler = subprocess.Popen([sys.executable, "-m", "bench.host_load", "--out",
+                                        str(out / f"host_load_{n}.json")], cwd=ROOT)
+            try:
+                subprocess.run([sys.executable, "-m", "bench.conversations", "--addr", *addrs,
+                                "--conversations", str(n), "--out", str(out / f"conv_{n}.json"),
+                                *args.conv_args.split()], cwd=ROOT,
+                               stderr=(out / f"conv_{n}.log").open("w"), check=False)
+            finally:
+                sampler.terminate()
+                sampler.wait()
+            row = {"conversations": n}
+            for name in ("conv", "host_load"):
+                with contextlib.suppress(OSError, ValueError):
+                    row[name] = json.loads((out / f"{name}_{n}.json").read_text())
+            rows.append(row)
+            print(f"conv {n}: done", file=sys.stderr, flush=True)
+        (out / "conv.json").write_text(json.dumps(rows, indent=1))
+    finally:
+        for a in agents:
+            stop(a)
+
+
+def wait_http(proc: subprocess.Popen, url: str, timeout: float) -> None:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited {proc.returncode}")
+        with contextlib.suppress(urllib.error.URLError, OSError), \
+                urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                return
+        time.sleep(1)
+    raise TimeoutError(f"{url}: not 200 in {timeout:g} s")
+
+
 def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dict:
     out = Path(args.out) / mode
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +248,8 @@ def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dic
                    "TTS_HTTP_PORT": str(TTS_HTTP), "TTS_GRPC_HOST": "127.0.0.1"}
         llm_env = {**mps.env, **mode_env(mode, "LLM", shares), "LLM_BACKEND": "transformers",
                    "LLM_MODEL": args.llm_model, "LLM_DEVICE": args.device,
-                   "LLM_MAX_CONCURRENT": str(max([args.chats, *loop_levels(args)])),
+                   "LLM_MAX_CONCURRENT": str(max([args.chats, *loop_levels(args),
+                                                     *conv_levels(args)])),
                    "LLM_MAX_MODEL_LEN": "4096",
                    "LLM_GRPC_HOST": "127.0.0.1", "LLM_HTTP_PORT": "8002",
                    **dict(kv.split("=", 1) for kv in args.llm_env)}
@@ -211,10 +278,13 @@ def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dic
             if "loop" in args.phases:
                 with gpu_busy(out, res, "loop"):
                     loop_load(args, out / "loop.json").wait()
+            if "conv" in args.phases:
+                with gpu_busy(out, res, "conv"):
+                    conv_load(args, out)
         finally:
             stop(tts)
             stop(llm)
-    for phase in ("tts_alone", "llm_alone", "tts_together", "llm_together", "loop"):
+    for phase in ("tts_alone", "llm_alone", "tts_together", "llm_together", "loop", "conv"):
         with contextlib.suppress(OSError, ValueError):
             res[phase] = json.loads((out / f"{phase}.json").read_text())
     return res
@@ -237,6 +307,10 @@ def llm_row(r: dict | None) -> tuple[str, str]:
 
 def loop_levels(args: argparse.Namespace) -> list[int]:
     return [int(x) for x in args.loop.split(",")] if args.loop else []
+
+
+def conv_levels(args: argparse.Namespace) -> list[int]:
+    return [int(x) for x in args.conv.split(",")] if args.conv else []
 
 
 def loop_table(results: list[dict]) -> str:
@@ -289,6 +363,12 @@ def main() -> None:
     p.add_argument("--loop", default="", help="agent loop levels (conversations), e.g. 1,16")
     p.add_argument("--loop-wavs", default="bench/out/loop_wavs",
                    help="the loop's speech (bench.agent_loop make-wavs)")
+    p.add_argument("--conv", default="", help="conversation levels through /v1/talk, e.g. "
+                   "1,16,64 (bench/conversations.py against --agents serve-direct agents)")
+    p.add_argument("--agents", type=int, default=8, help="serve-direct agent processes")
+    p.add_argument("--agent-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="agent settings, e.g. AGENT_STT_OFFLINE_MODEL=pocketsphinx")
+    p.add_argument("--conv-args", default="", help="more bench.conversations arguments")
     p.add_argument("--share", action="append", default=[], metavar="KEY=VALUE",
                    help="override a .env.example MPS line, e.g. "
                    "LLM_MPS_ACTIVE_THREAD_PERCENTAGE=40 (to try a setting before compose)")
@@ -296,7 +376,8 @@ def main() -> None:
                    help="more thinker environment, e.g. LLM_PACE_TOKENS_PER_S=20")
     p.add_argument("--out", default="bench/out/one_gpu")
     args = p.parse_args()
-    args.phases = args.phases or "tts,llm,together" + (",loop" if args.loop else "")
+    args.phases = args.phases or ("tts,llm,together" + (",loop" if args.loop else "")
+                                  + (",conv" if args.conv else ""))
     shares = env_file_shares() | dict(kv.split("=", 1) for kv in args.share)
     results = []
     for mode in args.modes.split(","):
