@@ -120,7 +120,7 @@ if [ -n "${WITH_ONE_GPU:-}" ]; then
   PYTHONPATH=$PYTHONPATH:services/llm/src:services/agent/src timeout -k 15 "${OG_TIMEOUT:-560}" \
     python3 -m bench.one_gpu --modes "${OG_MODES:-timeslice,mps-nocap,mps-prio}" \
     --tts-model "preset:${OG_TTS:-0.6b}" --llm-model "${OG_LLM:-random:qwen3-1.7b}" \
-    --rate "${OG_RATE:-10}" --seconds "${OG_SECONDS:-30}" --chats "${OG_CHATS:-4}" \
+    --tts-sessions "${OG_TTS_SESSIONS:-256}" --rate "${OG_RATE:-10}" --seconds "${OG_SECONDS:-30}" --chats "${OG_CHATS:-4}" \
     --phases "${OG_PHASES:-}" --loop "${OG_LOOP:-}" --loop-wavs "${OG_LOOP_WAVS:-.loopwavs}" \
     --conv "${OG_CONV:-}" --agents "${OG_AGENTS:-8}" --conv-args "${OG_CONV_ARGS:-}" \
     $(for kv in ${OG_AGENT_ENV:-}; do echo --agent-env "$kv"; done) \

@@ -244,7 +244,7 @@ def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dic
     res: dict = {"mode": mode}
     with MPS(mode.startswith("mps")) as mps:
         tts_env = {**mps.env, **mode_env(mode, "TTS", shares), "TTS_MODEL": args.tts_model,
-                   "TTS_DEVICE": args.device, "TTS_MAX_SESSIONS": "256",
+                   "TTS_DEVICE": args.device, "TTS_MAX_SESSIONS": str(args.tts_sessions),
                    "TTS_HTTP_PORT": str(TTS_HTTP), "TTS_GRPC_HOST": "127.0.0.1"}
         llm_env = {**mps.env, **mode_env(mode, "LLM", shares), "LLM_BACKEND": "transformers",
                    "LLM_MODEL": args.llm_model, "LLM_DEVICE": args.device,
@@ -350,6 +350,8 @@ def main() -> None:
     p.add_argument("--modes", default="timeslice,mps-nocap,mps-prio")
     p.add_argument("--tts-model", default="preset:0.6b")
     p.add_argument("--llm-model", default="random:qwen3-1.7b")
+    p.add_argument("--tts-sessions", type=int, default=256,
+                   help="TTS_MAX_SESSIONS (its KV cache and graphs: ~65 GB at 256)")
     p.add_argument("--device", default="cuda", help="cpu: a smoke run of this script")
     p.add_argument("--rate", type=float, default=10.0, help="TTS arrivals per second")
     p.add_argument("--seconds", type=float, default=30.0, help="counted seconds per phase")
