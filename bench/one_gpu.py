@@ -203,7 +203,8 @@ def conv_load(args: argparse.Namespace, out: Path) -> None:
             sampler = subprocess.Popen([sys.executable, "-m", "bench.host_load", "--out",
                                         str(out / f"host_load_{n}.json")], cwd=ROOT)
             try:
-                subprocess.run([sys.executable, "-m", "bench.conversations", "--addr", *addrs,
+                subprocess.run([sys.executable, "-m", "bench.conversations",
+                                *(x for a in addrs for x in ("--addr", a)),
                                 "--conversations", str(n), "--out", str(out / f"conv_{n}.json"),
                                 *args.conv_args.split()], cwd=ROOT,
                                stderr=(out / f"conv_{n}.log").open("w"), check=False)
