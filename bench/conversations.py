@@ -76,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a reply has ended after this long without reply audio")
     p.add_argument("--audible-dbfs", type=float, default=-50.0,
                    help="a reply frame is audible when its RMS is above this")
+    p.add_argument("--procs", type=int, default=1, help="client processes the callers are "
+                   "spread over (each level row's mic_late_ms_max says if the client kept up)")
     p.add_argument("--gap-s", type=float, default=2.0, help="pause between levels")
     p.add_argument("--raw", action="store_true", help="keep each caller's raw timelines "
                    "(frames, events, turns as sent) in the JSON")
@@ -128,31 +130,57 @@ def caller_line(n: int, rec: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             + (f"; {rec['error']}" if rec.get("error") else ""))
 
 
-async def level(n: int, a: argparse.Namespace, dialogs: list[Any],
-                speech: list[tuple[list[Utterance], Utterance]], judge: Judge
-                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """N callers at once; their raw records and per-turn rows."""
+async def _call(n: int, idx: list[int], offsets: list[float], a: argparse.Namespace,
+                dialogs: list[Any], speech: list[tuple[list[Utterance], Utterance]],
+                judge: Judge, t0: float) -> list[dict[str, Any]]:
+    """The callers `idx` of a level of N; their raw records as they finish."""
     import aiohttp  # the agent's venv has it; the pure parts above need it not
 
     from bench.caller import Caller, CallOpts
 
-    rng = random.Random(f"{a.seed}:spread:{n}")
     opts = CallOpts(api_key=a.api_key, voice=a.voice, quiet_s=a.quiet_s,
                     answer_timeout_s=a.answer_timeout, audible_rms=judge.audible_rms)
-    t0 = time.perf_counter()
     callers = [Caller(i, a.urls[i % len(a.urls)], dialogs[i], *speech[i],
-                      offset_s=round(rng.uniform(0, a.spread), 3) if n > 1 else 0.0,
-                      opts=opts, t0=t0) for i in range(n)]
+                      offset_s=offsets[i], opts=opts, t0=t0) for i in idx]
     recs: list[dict[str, Any]] = []
-    rows: list[dict[str, Any]] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         for fut in asyncio.as_completed([c.run(http) for c in callers]):
             rec = await fut
-            mine = turn_rows(rec, judge)
-            progress(caller_line(n, rec, mine))
+            if a.procs == 1:
+                progress(caller_line(n, rec, turn_rows(rec, judge)))
             recs.append(rec)
-            rows.extend(mine)
+    return recs
+
+
+def _call_in_process(*args: Any) -> list[dict[str, Any]]:
+    return asyncio.run(_call(*args))
+
+
+def level(n: int, a: argparse.Namespace, dialogs: list[Any],
+          speech: list[tuple[list[Utterance], Utterance]], judge: Judge
+          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """N callers at once (over `--procs` client processes, so that the client keeps its
+    20 ms clock at high N); their raw records and per-turn rows."""
+    rng = random.Random(f"{a.seed}:spread:{n}")
+    offsets = [round(rng.uniform(0, a.spread), 3) if n > 1 else 0.0 for _ in range(n)]
+    t0 = time.perf_counter()  # CLOCK_MONOTONIC: the same clock in every client process
+    procs = max(1, min(a.procs, n))
+    if procs == 1:
+        recs = asyncio.run(_call(n, list(range(n)), offsets, a, dialogs, speech, judge, t0))
+    else:
+        import multiprocessing
+
+        shares = [(n, list(range(k, n, procs)), offsets, a, dialogs, speech, judge, t0)
+                  for k in range(procs)]
+        with multiprocessing.get_context("fork").Pool(procs) as pool:
+            recs = [r for share in pool.starmap(_call_in_process, shares) for r in share]
     recs.sort(key=lambda r: r["caller"])
+    rows: list[dict[str, Any]] = []
+    for rec in recs:
+        mine = turn_rows(rec, judge)
+        if procs > 1:
+            progress(caller_line(n, rec, mine))
+        rows.extend(mine)
     rows.sort(key=lambda r: (r["caller"], r["turn"]))
     return recs, rows
 
@@ -197,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
             time.sleep(a.gap_s)  # the last level's sessions end
         progress(f"N={n}: {n} callers over {a.spread if n > 1 else 0:g} s")
         t = time.perf_counter()
-        recs, rows = asyncio.run(level(n, a, dialogs, speech, judge))
+        recs, rows = level(n, a, dialogs, speech, judge)
         row = summarize(n, recs, rows, th)
         row["wall_s"] = round(time.perf_counter() - t, 1)
         row["callers_detail"] = [{k: r.get(k) for k in (

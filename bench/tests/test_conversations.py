@@ -244,6 +244,7 @@ def test_three_callers_on_a_tiny_stack_of_two_conversations(tmp_path: Path) -> N
         r = subprocess.run(
             [str(PY["agent"]), "-m", "bench.conversations", "--addr", f"127.0.0.1:{ah}",
              "--conversations", "3", "--turns", "2", "--spread", "0.5", "--raw",
+             "--procs", "2",  # callers over two client processes, as at high N
              "--speech-dir", str(tmp_path / "speech"), "--out", str(out)],
             cwd=ROOT, capture_output=True, text=True, timeout=150)
     finally:
