@@ -110,6 +110,10 @@ class AgentSettings(BaseSettings):
     # Offline recogniser worker processes of this agent process (one per concurrent
     # utterance).
     stt_workers: int = Field(2, ge=1, le=64)
+    # ONNX Runtime intra-op threads of each Moonshine worker (no spinning; one inter-op
+    # thread). The wheel's own library took one per core and more (46 on 16 cores), so
+    # many workers on one host fought over the cores; 1 suits a worker per conversation.
+    stt_threads: int = Field(1, ge=1, le=64)
     # PocketSphinx runs its final pass early, once the user has been quiet for 30 % of
     # the VAD's hangover (redone if they go on), so the transcript is ready when the
     # hangover ends. Off: the pass runs after it (~100-250 ms later).

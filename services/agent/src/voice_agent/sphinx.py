@@ -2,9 +2,11 @@
 
 Two models, each shipped inside its PyPI wheel (no download), so the local mesh and the
 compose `cpu` profile recognise real speech (`AGENT_STT_OFFLINE_MODEL`):
-- `moonshine` (default): Moonshine tiny-en in `moonshine-voice==0.1.0` (later versions
-  dropped the weights from the wheel). One pass over the utterance at its end (or early,
-  below). On espeak-ng speech (`bench/ear.py`): WER 0.15, PocketSphinx's 0.59.
+- `moonshine` (default): Moonshine tiny-en, the model files of `moonshine-voice==0.1.0`
+  (later versions dropped the weights from the wheel) run on our own ONNX Runtime
+  sessions with `threads` threads (moonshine.py; the wheel's library takes a thread per
+  core and more). One pass over the utterance at its end (or early, below). On espeak-ng
+  speech (`bench/ear.py`): WER 0.15, PocketSphinx's 0.59.
 - `pocketsphinx`: a small, old streaming decoder (English acoustic model, dictionary,
   trigram language model), fed while the user speaks.
 A GPU thinker with an audio path is the real STT.
@@ -19,6 +21,8 @@ VAD's silence hangover (`prepare()`), so the transcript is usually ready when th
 hangover ends. If the user speaks again, `resume()` decodes the utterance anew from its
 kept audio and nothing is lost. Each utterance leases one worker; a worker that dies
 fails that utterance (the session speaks its fallback) and is replaced on the next one.
+`python -m voice_agent.sphinx moonshine THREADS` runs Moonshine on THREADS intra-op
+threads (the pool passes `AGENT_STT_THREADS`, default 1).
 
 Wire protocol on the worker's stdin/stdout: requests are `<kind:1><len:u32le><payload>`,
 kind A = 16 kHz s16le audio (starts an utterance if none), P = prepare (finish the
@@ -32,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import struct
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -44,6 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("voice_agent.stt.sphinx")
 
+# The worker does no BLAS work: without these numpy's OpenBLAS starts a thread per core.
+_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _HDR = struct.Struct("<cI")
 _LEN = struct.Struct("<I")
 START_TIMEOUT_S = 30.0
@@ -57,6 +64,14 @@ EARLY_PASS_MAX_RESUMES = 2
 
 
 MODELS = ("moonshine", "pocketsphinx")
+
+
+def stt_threads() -> int:
+    """`AGENT_STT_THREADS` (settings.py, checked when the agent starts), else its default."""
+    from .settings import AgentSettings
+
+    env = os.environ.get("AGENT_STT_THREADS", "").strip()
+    return int(env) if env else AgentSettings.model_fields["stt_threads"].default
 
 
 class SphinxError(RuntimeError):
@@ -94,10 +109,11 @@ class _Worker:
         self.proc = proc
 
     @classmethod
-    async def start(cls, model: str) -> _Worker:
+    async def start(cls, model: str, threads: int = 1) -> _Worker:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "voice_agent.sphinx", model,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            sys.executable, "-m", "voice_agent.sphinx", model, str(threads),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, **_ONE_THREAD})
         w = cls(proc)
         try:
             ready = await w.reply(START_TIMEOUT_S)
@@ -136,12 +152,15 @@ class _Worker:
 
 
 class SphinxPool:
-    """Up to `max_workers` recogniser processes, started on demand, reused across turns."""
+    """Up to `max_workers` recogniser processes, started on demand, reused across turns.
+    `threads`: each Moonshine worker's ONNX Runtime threads; None = `AGENT_STT_THREADS`."""
 
-    def __init__(self, max_workers: int = 2, model: str = "pocketsphinx") -> None:
+    def __init__(self, max_workers: int = 2, model: str = "pocketsphinx",
+                 threads: int | None = None) -> None:
         if model not in MODELS:
             raise ValueError(f"offline recogniser must be one of {MODELS}, not {model!r}")
         self.model = model
+        self.threads = threads if threads is not None else stt_threads()
         self._idle: list[_Worker] = []
         self._slots = asyncio.Semaphore(max_workers)
         self._all: set[_Worker] = set()
@@ -167,7 +186,7 @@ class SphinxPool:
                 self._keep(w)
 
     async def _spawn(self) -> _Worker:
-        w = await _Worker.start(self.model)
+        w = await _Worker.start(self.model, self.threads)
         self._all.add(w)
         return w
 
@@ -289,27 +308,23 @@ def _trim_silence(pcm: np.ndarray, floor: int = 64, keep: int = 1600) -> np.ndar
     return pcm[max(0, loud[0] * 160 - keep):min(len(pcm), (loud[-1] + 1) * 160 + keep)]
 
 
-def _moonshine() -> Callable[[bytes], str]:
-    """Moonshine tiny-en from the moonshine-voice wheel: 16 kHz s16le -> text."""
-    import os
+def _moonshine(threads: int = 1) -> Callable[[bytes], str]:
+    """Moonshine tiny-en (moonshine.py) on `threads` threads: 16 kHz s16le -> text."""
+    from .moonshine import VAD_HOP, Moonshine
 
-    from moonshine_voice import get_assets_path
-    from moonshine_voice.moonshine_api import ModelArch
-    from moonshine_voice.transcriber import Transcriber
-
-    tr = Transcriber(os.path.join(get_assets_path(), "tiny-en"), ModelArch.TINY)
+    model = Moonshine(threads)
 
     def transcribe(pcm: bytes) -> str:
         audio = _trim_silence(np.frombuffer(pcm, np.int16)).astype(np.float32) / 32768.0
         if len(audio) < 1600:  # under 0.1 s: nothing to hear
             return ""
-        out = tr.transcribe_without_streaming(audio.tolist(), 16000)
-        return " ".join(line.text.strip() for line in out.lines).strip()
+        # as the library heard it: whole hops of its VAD (the tail is the trim's quiet)
+        return model.transcribe(audio[:len(audio) // VAD_HOP * VAD_HOP]).strip()
 
     return transcribe
 
 
-def _serve(model: str) -> None:
+def _serve(model: str, threads: int = 1) -> None:
     """The worker process: one decoder, utterances one after another."""
     src, out = sys.stdin.buffer, sys.stdout.buffer
 
@@ -319,7 +334,7 @@ def _serve(model: str) -> None:
         out.flush()
 
     if model == "moonshine":
-        utt: _Decoding | _WholeDecoding = _WholeDecoding(_moonshine())
+        utt: _Decoding | _WholeDecoding = _WholeDecoding(_moonshine(threads))
     else:
         from pocketsphinx import Decoder
 
@@ -344,4 +359,5 @@ def _serve(model: str) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1] if len(sys.argv) > 1 else "pocketsphinx")
+    _serve(sys.argv[1] if len(sys.argv) > 1 else "pocketsphinx",
+           int(sys.argv[2]) if len(sys.argv) > 2 else 1)
