@@ -27,6 +27,9 @@ for w in sys.argv[1:]:
     z = zipfile.ZipFile(w)
     z.extractall("/tmp/site", [n for n in z.namelist() if ".data/" not in n.split("/")[0] + "/"])' $wheels/*.whl
 done
+if [ -d .whl-moon/moonshine_voice ]; then  # Moonshine's model files alone (device_wheels.sh)
+  mkdir -p /tmp/site && cp -r .whl-moon/moonshine_voice /tmp/site/
+fi
 [ -d /tmp/site ] && export PYTHONPATH=$PYTHONPATH:/tmp/site
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 FRAMES=${FRAMES:-120}

@@ -39,10 +39,15 @@ KV_HEADS, HEAD_DIM = 8, 36
 
 
 def model_dir() -> Path:
-    """Moonshine tiny-en's files inside the moonshine-voice wheel."""
-    from moonshine_voice import get_assets_path
+    """Moonshine tiny-en's files inside the moonshine-voice wheel, found without importing
+    the package (its __init__ loads the 42 MB C library, which this path never runs)."""
+    import importlib.util
 
-    return Path(get_assets_path()) / "tiny-en"
+    spec = importlib.util.find_spec("moonshine_voice")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("moonshine-voice==0.1.0 is not installed: it ships Moonshine "
+                           "tiny-en's model files (services/agent/pyproject.toml)")
+    return Path(spec.submodule_search_locations[0]) / "assets" / "tiny-en"
 
 
 def read_tokenizer(path: Path) -> list[bytes]:
