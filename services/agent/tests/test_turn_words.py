@@ -20,6 +20,8 @@ from .test_settings import load_settings
     ("Book me a table for two and", UNLIKELY), ("Well, um", UNLIKELY), ("So,", UNLIKELY),
     ("I want to book a table for two.", LIKELY), ("What is the weather like today?", LIKELY),
     ("Can you do that", LIKELY), ("Come in", LIKELY), ("", LIKELY), ("Thank you!", LIKELY),
+    ("Can you tell me", UNLIKELY), ("Please remind me.", UNLIKELY), ("Show us", UNLIKELY),
+    ("Call me", LIKELY), ("Tell me more", LIKELY), ("Help me", LIKELY),
 ])
 def test_the_last_word_says_whether_more_is_coming(text: str, p: float) -> None:
     assert end_of_turn_probability(text) == p

@@ -7,8 +7,9 @@ turn is over; below the detector's threshold it waits `max_endpointing_delay_s` 
 `min_endpointing_delay_s` (and a user who speaks again cancels the wait). LiveKit's text
 model does this with a small LLM whose weights are downloaded at run time; this one
 needs nothing: an English turn rarely ends on an article, a preposition, a conjunction,
-an auxiliary verb, a possessive or a filler ("to", "the", "and", "is", "my", "um"), or on a
-comma. Measured on AutoRTC's paused turns (bench/turns.py; services/agent/README.md).
+an auxiliary verb, a possessive or a filler ("to", "the", "and", "is", "my", "um"), on a
+verb still missing its object ("tell me", "remind us"), or on a comma. Measured on
+AutoRTC's paused turns (bench/turns.py; services/agent/README.md).
 
 It implements livekit-agents' `_TurnDetector` protocol (voice/turn.py: `model`,
 `provider`, `unlikely_threshold`, `supports_language`, `predict_end_of_turn`); English only:
@@ -32,6 +33,12 @@ HOLD_WORDS = frozenset({
     "is", "are", "was", "were", "am", "wanna", "gonna", "want",
     "um", "uh", "er", "erm",
 })
+# A verb that needs its second object, then only the first: "Can you tell me", "Please
+# remind me", "Show us" (tell me *what*, remind me *to*): the pause before the rest was
+# read as the end of the turn on 31 of 32 such turns (bench/conversations.py, H100).
+TWO_OBJECT_VERBS = frozenset({"tell", "remind", "show", "give", "let", "ask", "teach",
+                              "send", "bring", "lend", "offer"})
+OBJECT_PRONOUNS = frozenset({"me", "us", "him", "her", "them"})
 LIKELY, UNLIKELY = 0.9, 0.05
 _WORD = re.compile(r"[a-z']+")
 
@@ -44,7 +51,11 @@ def end_of_turn_probability(text: str) -> float:
     if text.endswith((",", "-", "...", "…")):
         return UNLIKELY
     words = _WORD.findall(text)
-    return UNLIKELY if words and words[-1] in HOLD_WORDS else LIKELY
+    if words and words[-1] in HOLD_WORDS:
+        return UNLIKELY
+    if len(words) >= 2 and words[-1] in OBJECT_PRONOUNS and words[-2] in TWO_OBJECT_VERBS:
+        return UNLIKELY
+    return LIKELY
 
 
 class TrailingWordTurnDetector:
