@@ -139,18 +139,49 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 thresholds=[(0.12, "red")],
             ),
             Panel(
-                "Thinker TTFT and TTS TTFA (seen by the agent)",
+                "EoT → first audio by stage (P95)",
                 [
                     (
                         f"histogram_quantile(0.95, sum by (le) (rate({m}_bucket[{RATE}])))",
-                        f"{name} P95",
+                        name,
                     )
                     for m, name in (
-                        ("agent_llm_ttft_seconds", "TTFT"),
-                        ("agent_tts_ttfa_seconds", "TTFA"),
+                        ("agent_eot_to_first_audio_seconds", "whole turn"),
+                        ("agent_vad_lag_seconds", "VAD lag (past its hangover)"),
+                        ("agent_stt_seconds", "VAD end → transcript"),
+                        ("agent_llm_ttft_seconds", "thinker TTFT"),
+                        ("agent_tts_ttfa_seconds", "TTS TTFA"),
+                        ("agent_tts_first_to_publish_seconds", "TTS frame → out"),
                     )
                 ],
                 unit="s",
+                description="P95 of each stage the agent times. The rest of a turn: the "
+                "VAD's hangover (AGENT_VAD_SILENCE_MS) and the end-of-turn wait "
+                "(AGENT_MIN_ENDPOINTING_DELAY_S, longer after a hold word).",
+            ),
+            Panel(
+                "Conversations",
+                [("sum(agent_conversations_active)", "all"),
+                 ("sum by (instance) (agent_conversations_active)", "{{instance}}")],
+                description="Conversations each agent process carries: /v1/talk, direct "
+                "mode and LiveKit jobs.",
+            ),
+            Panel(
+                "Calls refused/s by reason",
+                [(f"sum by (reason) (rate(agent_ws_refused_total[{RATE}]))", "{{reason}}")],
+                unit="reqps",
+                description="/v1/talk refusals: busy (AGENT_WS_MAX_SESSIONS), overloaded "
+                "(the process runs late: AGENT_ADMIT_MAX_LAG_MS), unauthorized, protocol "
+                "errors.",
+            ),
+            Panel(
+                "Event loop lag",
+                quantiles("agent_loop_lag_seconds"),
+                unit="s",
+                description="How late the agent's event loop runs its timers (sampled "
+                "every 50 ms). Past a frame or two (the 40 ms line) replies break up and "
+                "/v1/talk refuses new calls.",
+                thresholds=[(0.04, "red")],
             ),
             Panel(
                 "Turns/s, interruptions/s, backchannels/s",

@@ -32,7 +32,9 @@ KNOWN_METRICS = frozenset(
         "agent_eot_to_first_audio_seconds", "agent_cancel_to_silence_seconds",
         "agent_tts_first_to_publish_seconds", "agent_llm_ttft_seconds",
         "agent_tts_ttfa_seconds", "agent_turns_total", "agent_interruptions_total",
-        "agent_backchannels_total", "agent_errors_total",
+        "agent_backchannels_total", "agent_errors_total", "agent_conversations_active",
+        "agent_ws_refused_total", "agent_loop_lag_seconds", "agent_vad_lag_seconds",
+        "agent_stt_seconds",
         "token_requests_total",
         "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
     }

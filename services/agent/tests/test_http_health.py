@@ -34,6 +34,17 @@ async def backend_addr() -> AsyncIterator[str]:
     await server.stop(None)
 
 
+@pytest.fixture(autouse=True)
+def quiet_monitor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load monitor of its own, unsampled: a busy test host is not what these test."""
+    from voice_agent import http
+    from voice_agent.load import LoadMonitor
+
+    quiet = LoadMonitor()
+    monkeypatch.setattr(quiet, "watch", lambda: None)
+    monkeypatch.setattr(http, "MONITOR", quiet)
+
+
 async def healthz(tts_addr: str, thinker_addr: str, query: str = "") -> tuple[int, dict]:
     settings = AgentSettings(tts_addr=tts_addr, thinker_addr=thinker_addr, http_port=0,
                              ws_max_sessions=0)  # no talk route: nothing to prepare
@@ -46,7 +57,7 @@ async def test_both_backends_up_is_serving(backend_addr: str) -> None:
     for query in ("", "?strict=1"):
         assert await healthz(backend_addr, backend_addr, query) == (
             200, {"status": "SERVING", "tts": True, "thinker": True, "degraded": False,
-                  "preparing": False})
+                  "preparing": False, "overloaded": False})
 
 
 async def test_a_down_backend_is_degraded_and_not_serving_when_strict(
@@ -54,10 +65,10 @@ async def test_a_down_backend_is_degraded_and_not_serving_when_strict(
     down = f"127.0.0.1:{closed_port()}"
     assert await healthz(backend_addr, down) == (
         200, {"status": "SERVING", "tts": True, "thinker": False, "degraded": True,
-              "preparing": False})
+              "preparing": False, "overloaded": False})
     assert await healthz(down, backend_addr, "?strict=1") == (
         503, {"status": "NOT_SERVING", "tts": False, "thinker": True, "degraded": True,
-              "preparing": False})
+              "preparing": False, "overloaded": False})
 
 
 async def test_not_serving_until_the_talk_route_is_prepared(backend_addr: str,
@@ -76,5 +87,20 @@ async def test_not_serving_until_the_talk_route_is_prepared(backend_addr: str,
         r = await client.get("/healthz")
         assert r.status == 200 and await r.json() == {
             "status": "SERVING", "tts": False, "thinker": True, "degraded": True,
-            "preparing": False}
+            "preparing": False, "overloaded": False}
 
+
+
+async def test_an_overloaded_process_says_so_and_keeps_serving(
+        backend_addr: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Running late (load.py) refuses new /v1/talk conversations, not the probes: the
+    conversations under way go on."""
+    from voice_agent import http
+    from voice_agent.load import LoadMonitor
+
+    late = LoadMonitor()
+    for _ in range(20):
+        late.record(0.2)
+    monkeypatch.setattr(http, "MONITOR", late)
+    status, body = await healthz(backend_addr, backend_addr)
+    assert status == 200 and body["overloaded"] is True and body["status"] == "SERVING"

@@ -94,7 +94,7 @@ async def test_two_calls_of_one_turn_overlap_at_the_thinker(thinker: Server) -> 
     the first call may still be generating at the thinker when the second arrives (its
     abort in flight). Both must be served: each call of a turn has its own request_id."""
     tracker = TurnTracker()
-    tracker.user_turn_ended(vad_end=time.perf_counter(), silence_s=0.2)
+    tracker.user_turn_ended(tracker.end_of_speech(time.perf_counter(), 0.2))
     # seed 1 at temperature 0.3 runs to max_tokens (seconds of generation on CPU)
     llm = LLM(addr=thinker.addr, max_tokens=400, temperature=0.3, seed=1, tracker=tracker)
     first = llm.chat(chat_ctx=chat(), conn_options=ONCE)

@@ -27,16 +27,21 @@ from livekit.agents import APIConnectOptions, llm
 from livekit.agents.inference.eot import TurnDetector
 from livekit.agents.voice import Agent, AgentSession
 from livekit.agents.voice.agent_session import SessionConnectOptions
-from livekit.agents.voice.events import ConversationItemAddedEvent, ErrorEvent
+from livekit.agents.voice.events import (
+    AgentStateChangedEvent,
+    ConversationItemAddedEvent,
+    ErrorEvent,
+)
 from livekit.plugins import silero
 
 from .backchannel import BackchannelPolicy
 from .bridge import BridgeConfig
 from .duplex import FRAMEWORK_NEVER_INTERRUPTS, DuplexController
-from .metrics import TurnTracker
+from .metrics import CONVERSATIONS, TurnTracker
 from .plugins import LLM, STT, TTS
 from .plugins.utterances import UtteranceStore
 from .settings import AgentSettings
+from .speech_end import TimedVAD
 from .turn_words import TrailingWordTurnDetector
 
 log = logging.getLogger("voice_agent.agent")
@@ -224,7 +229,8 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     cache = cache or PhraseCache()
     s = settings
     utterances = UtteranceStore(capacity=s.max_context_messages) if s.stt_mode == "audio" else None
-    vad = load_vad(s)
+    # the shared Silero model, its end of speech located in the audio (speech_end.py)
+    vad = TimedVAD(load_vad(s), tracker.vad_speech_ended)
     stt_ = STT(addr=s.thinker_addr, instruction=s.stt_instruction, max_tokens=s.stt_max_tokens,
                backend=s.stt_backend, fallback=s.stt_fallback, vad=vad,
                sphinx_workers=s.stt_workers, offline_model=s.stt_offline_model,
@@ -270,6 +276,7 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
         aec_warmup_duration=None,
         **({} if s.tts_text_filters else {"tts_text_transforms": None}),
     )
+    count_conversation(session)
     agent = VoiceAgent(s, cache)
     p = Pipeline(settings=s, session=session, agent=agent, stt=stt_, llm=llm_, tts=tts_,
                  tracker=tracker, cache=cache)
@@ -277,9 +284,32 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     return p
 
 
-def attach_duplex(p: Pipeline, *, silent_from: object = None) -> DuplexController:
+def count_conversation(session: AgentSession) -> None:
+    """agent_conversations_active: from the session's start (its first state after
+    "initializing") to its close, whichever transport carries it."""
+    counted = False
+
+    def started(ev: AgentStateChangedEvent) -> None:
+        nonlocal counted
+        if ev.old_state == "initializing" and not counted:
+            counted = True
+            CONVERSATIONS.inc()
+
+    def closed(_: object) -> None:
+        nonlocal counted
+        if counted:
+            counted = False
+            CONVERSATIONS.dec()
+
+    session.on("agent_state_changed", started)
+    session.on("close", closed)
+
+
+def attach_duplex(p: Pipeline, *, silent_from: object = None,
+                  reports_first_audio: bool = True) -> DuplexController:
     p.duplex = DuplexController(
         p.session, tracker=p.tracker, llm=p.llm, tts=p.tts,
+        reports_first_audio=reports_first_audio,
         vad_silence_s=p.settings.vad_silence_ms / 1000,
         allow_interruptions=p.settings.allow_interruptions,
         silent_from=silent_from,  # type: ignore[arg-type]

@@ -14,7 +14,10 @@ silence follows within one frame. It reports playback started/finished to the
 framework like a room track does (the framework uses that for the agent state and for
 truncating interrupted replies to what was heard).
 
-Neither knows anything about the agent: they are `voice.io.AudioInput`/`AudioOutput`.
+The microphone stamps each frame with its real-time slot (speech_end.stamp: the user's
+end of speech is when its last sample arrived, however late the VAD reads it); the
+paced outputs report how late each tick fired to the process's load monitor (load.py).
+Otherwise neither knows anything about the agent: they are `voice.io.AudioInput`/`AudioOutput`.
 What a test harness may watch is public and read-only: the microphone's delivery clock
 (`t0`, `frames_sent`, `frame_s`) and, through an `OutputTap`, every frame an output
 accepted and every tick it played (AutoRTC's sender and network model hang there).
@@ -30,6 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 from livekit import rtc
 from livekit.agents.voice import io
+
+from .load import MONITOR
+from .speech_end import stamp
 
 
 class MicrophoneInput(io.AudioInput):
@@ -87,7 +93,9 @@ class MicrophoneInput(io.AudioInput):
         if delay > 0:
             await asyncio.sleep(delay)
         self._n += 1
-        return self._next_frame(max(due, time.perf_counter()))
+        # its samples are those of its real-time slot, however late it is read
+        return stamp(self._next_frame(max(due, time.perf_counter())),
+                     ((self.frame_samples, due),))
 
     def _next_frame(self, now: float) -> rtc.AudioFrame:
         out = np.zeros(self.frame_samples, dtype=np.int16)
@@ -232,6 +240,7 @@ class PacedOutput(io.AudioOutput):
                 await asyncio.sleep(delay)
             n += 1
             at = time.perf_counter()
+            MONITOR.tick_late(at - due)
             chunk = b"" if self._paused else bytes(self._buf[:nbytes])
             del self._buf[:len(chunk)]
             audible = bool(chunk) and self._active

@@ -21,7 +21,8 @@ the user's turn. The framework's own interruption is kept out of this decision
 (`FRAMEWORK_NEVER_INTERRUPTS`): it would cut the reply on the VAD or on any transcript.
 
 The controller also marks the turn boundaries for the tracker: the VAD end of speech
-is the user's end of turn (back-dated by the silence hangover).
+is the user's end of turn (when their last speech sample arrived, as the VAD located it:
+speech_end.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from .backchannel import BackchannelPolicy
 from .metrics import BACKCHANNELS, TurnTracker
 from .plugins.llm import LLM
 from .plugins.tts import TTS
+from .speech_end import SpeechEnd
 
 log = logging.getLogger("voice_agent.duplex")
 
@@ -58,21 +60,6 @@ _STT_WAIT_MAX_S = 3.0
 # many words) nor answers a turn spoken over a reply it did not see cut (the controller
 # cuts the reply first when the words ask for the turn).
 FRAMEWORK_NEVER_INTERRUPTS = 1_000_000
-
-
-def framework_last_speaking_time(session: AgentSession) -> float | None:
-    """When the framework's VAD last heard the user (wall clock), or None.
-
-    livekit-agents knows this but keeps it private and sends it in no event (1.8.x:
-    `AgentSession._activity._audio_recognition.last_speaking_time`); this is the one
-    place the agent reads private attributes of framework objects (warmup.py imports a
-    private function, which fails loudly if it moves). A changed attribute chain gives
-    None and the caller falls back; tests/test_duplex_framework.py fails on such a
-    version."""
-    activity = getattr(session, "_activity", None)
-    recognition = getattr(activity, "_audio_recognition", None)
-    last = getattr(recognition, "last_speaking_time", None)
-    return last if isinstance(last, float) else None
 
 
 class DuplexState(enum.Enum):
@@ -111,8 +98,12 @@ class DuplexController:
         allow_interruptions: bool = True,
         silent_from: Callable[[float], float] | None = None,
         backchannel: BackchannelPolicy | None = None,
+        reports_first_audio: bool = True,
     ) -> None:
         self._session = session
+        # the framework's "speaking" = the reply's first frame out, unless the output
+        # reports it itself, later (the WebSocket transport: when the socket took it)
+        self._reports_first_audio = reports_first_audio
         self._tracker = tracker
         self._llm = llm
         self._tts = tts
@@ -127,7 +118,7 @@ class DuplexController:
         self._paused_at: float | None = None
         self._user_speaking = False
         self._heard_backchannel = False
-        self._held_turn_end: tuple[float, float] | None = None
+        self._held_turn_end: SpeechEnd | None = None
         self._timers: list[asyncio.TimerHandle] = []
         self.backchannels = 0
         self.state = DuplexState.LISTENING
@@ -161,7 +152,8 @@ class DuplexController:
             self._set(DuplexState.THINKING)
         elif ev.new_state == "speaking":
             # the framework says "speaking" at playback start: the first frame published
-            self._tracker.audio_published()
+            if self._reports_first_audio:
+                self._tracker.audio_published()
             self._set(DuplexState.SPEAKING)
         elif ev.new_state in ("listening", "idle"):
             self._set(DuplexState.LISTENING)
@@ -180,7 +172,7 @@ class DuplexController:
         elif ev.new_state == "listening" and ev.old_state == "speaking":
             self._user_speaking = False
             now = time.perf_counter()
-            turn_end = (now, self._silence_before(now))
+            turn_end = self._tracker.end_of_speech(now, self._vad_silence_s)
             if self.state == DuplexState.PAUSED:
                 # not a turn yet: a backchannel is none; a cut makes it one (barge_in)
                 self._held_turn_end = turn_end
@@ -191,7 +183,7 @@ class DuplexController:
                     self._arm(lambda: self._no_words(now + _STT_WAIT_MAX_S),
                               self._backchannel.wait_s)
             else:
-                self._tracker.user_turn_ended(vad_end=turn_end[0], silence_s=turn_end[1])
+                self._tracker.user_turn_ended(turn_end)
 
     def _on_transcribed(self, ev: UserInputTranscribedEvent) -> None:
         if not ev.is_final or not ev.transcript.strip():
@@ -210,15 +202,6 @@ class DuplexController:
             # words the VAD missed, or that came after a resume: the framework no
             # longer cuts on a transcript, so this does
             self.barge_in()
-    def _silence_before(self, now: float) -> float:
-        """How long ago the user actually stopped (silence + inference lag, as the
-        framework's VAD bookkeeping knows it); else the configured hangover."""
-        last = framework_last_speaking_time(self._session)
-        if last is not None:
-            ago = time.time() - last
-            if 0.0 <= ago < 5.0:
-                return ago
-        return self._vad_silence_s
 
     # --- the pause ----------------------------------------------------------------------------
     def _can_pause(self) -> bool:
@@ -295,7 +278,7 @@ class DuplexController:
                 audio.resume()  # the next reply plays
         cleared = time.perf_counter()
         if held is not None:  # the user's words came after their speech ended
-            self._tracker.user_turn_ended(vad_end=held[0], silence_s=held[1])
+            self._tracker.user_turn_ended(held)
         try:
             self._session.interrupt()
         except RuntimeError as e:  # an uninterruptible speech, or the session is closing

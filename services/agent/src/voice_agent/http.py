@@ -10,6 +10,8 @@ sessions alive with a fallback when one is down, so a down backend is reported, 
 fatal); `/healthz?strict=1` answers 503 `{"status": "NOT_SERVING", ...}` then, for a
 readiness probe that should hold traffic until both backends are up. `status` always
 matches the HTTP code, as in every service (CONTRIBUTING.md "Service shell").
+`overloaded`: the process runs later than AGENT_ADMIT_MAX_LAG_MS (load.py), so /v1/talk
+refuses new conversations; it does not change the status (those under way go on).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import grpc
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .load import MONITOR
 from .metrics import REGISTRY
 from .settings import AgentSettings
 
@@ -50,13 +53,15 @@ def make_app(settings: AgentSettings) -> web.Application:
         serving = ready and (ok or req.query.get("strict") != "1")
         return web.json_response(
             {"status": "SERVING" if serving else "NOT_SERVING", "tts": tts_ok,
-             "thinker": thinker_ok, "degraded": not ok, "preparing": not ready},
+             "thinker": thinker_ok, "degraded": not ok, "preparing": not ready,
+             "overloaded": MONITOR.overloaded(settings.admit_max_lag_ms)},
             status=200 if serving else 503)
 
     app = web.Application()
     app[SETTINGS] = settings
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    app.on_startup.append(_watch_loop)
     hub = None
     if settings.ws_max_sessions > 0:
         from .ws_session import PATH, TALK_HUB, VOICES_PATH, TalkHub
@@ -72,6 +77,10 @@ def make_app(settings: AgentSettings) -> web.Application:
 
 
 _CHECKS: set[asyncio.Task[object]] = set()
+
+
+async def _watch_loop(_app: web.Application) -> None:
+    MONITOR.watch()  # this loop's lag (load.py): agent_loop_lag_seconds, the admission
 
 
 async def _check_voice(app: web.Application) -> None:

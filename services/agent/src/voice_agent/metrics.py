@@ -1,8 +1,9 @@
 """Per-turn timings with a trace id, Prometheus histograms, one log line per turn.
 
-A turn starts at the user's end of turn (EoT: the VAD's end of speech, back-dated by
-the silence hangover it waited for) and gets a trace id that travels to the thinker
-(request_id) and the TTS (SessionConfig.trace_id), so the three services' logs join.
+A turn starts at the user's end of turn (EoT: when the user's last speech sample arrived,
+as the VAD's end of speech locates it in the audio: speech_end.py) and gets a trace id
+that travels to the thinker (request_id) and the TTS (SessionConfig.trace_id), so the
+three services' logs join.
 The plugins and the audio output report their moments here; the tracker turns them
 into the metric names of CONTRIBUTING.md and, at the turn's first published frame,
 into the latency report the web page shows (data topic "latency").
@@ -19,9 +20,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .marks import LATENCY_KEYS
+from .speech_end import SpeechEnd
 
 log = logging.getLogger("voice_agent.turns")
 
@@ -57,6 +59,17 @@ TTS_TTFA = Histogram(
     buckets=_BUCKETS,
     registry=REGISTRY,
 )
+VAD_LAG = Histogram(
+    "agent_vad_lag_seconds", "Audio arrived -> the VAD's end-of-speech decision on it, past "
+    "the silence it waits for (a busy host decides late)", buckets=_BUCKETS, registry=REGISTRY,
+)
+STT = Histogram(
+    "agent_stt_seconds", "The VAD's end of speech -> the transcript", buckets=_BUCKETS,
+    registry=REGISTRY,
+)
+CONVERSATIONS = Gauge("agent_conversations_active", "Conversations this process carries "
+                      "(/v1/talk, direct mode, LiveKit jobs): sessions started, not closed",
+                      registry=REGISTRY)
 TURNS = Counter("agent_turns_total", "User turns answered (or attempted)", registry=REGISTRY)
 INTERRUPTIONS = Counter("agent_interruptions_total", "Barge-ins that cut the agent off",
                         registry=REGISTRY)
@@ -77,8 +90,9 @@ def new_trace_id() -> str:
 class Turn:
     trace_id: str
     kind: str  # "user" (answers an utterance) or "say" (greeting, fallback)
-    eot: float | None = None  # perf_counter of the user's end of speech
+    eot: float | None = None  # perf_counter: the user's last speech sample arrived
     vad_end: float | None = None  # when the VAD reported it
+    vad_lag: float | None = None  # how late the VAD decided (SpeechEnd.lag_s)
     stt_sent: float | None = None
     stt_done: float | None = None
     llm_sent: float | None = None
@@ -110,12 +124,16 @@ class Turn:
             "stt_to_llm_ms": self.ms(self.stt_done, self.llm_sent),
             "llm_to_tts_ms": self.ms(self.llm_first, self.tts_first_text),
             "tts_first_to_publish_ms": self.ms(self.tts_first_audio, self.first_publish),
+            "vad_lag_ms": None if self.vad_lag is None else round(self.vad_lag * 1000.0, 2),
         }
 
+    def ended(self, end: SpeechEnd) -> None:
+        self.eot, self.vad_end, self.vad_lag = end.at, end.decided, end.lag_s
 
-# An STT request up to this long before the VAD end event belongs to that turn.
-_STT_RACE_S = 0.5
 
+# A turn's record kept for a later VAD event of the same speech (the session's and the
+# STT's VAD streams each report it): ends this close are one end.
+_SAME_END_S = 0.1
 
 
 class TurnTracker:
@@ -125,26 +143,48 @@ class TurnTracker:
         self.current: Turn | None = None
         self.history: list[dict[str, object]] = []
         self.cancel_to_silence: list[float] = []
+        self.speech_end: SpeechEnd | None = None  # the VADs' latest (speech_end.TimedVAD)
         self._on_report = on_report
         self._stt: tuple[float, float | None] | None = None
+        self._answered_eot = float("-inf")  # the last reported user turn's
 
     # --- turn boundaries ---------------------------------------------------------------
-    def user_turn_ended(self, *, vad_end: float, silence_s: float) -> Turn:
+    def vad_speech_ended(self, end: SpeechEnd) -> None:
+        """A VAD stream of this conversation located an end of speech."""
+        self.speech_end = end
+
+    def end_of_speech(self, now: float, silence_s: float) -> SpeechEnd:
+        """The end of speech the VAD just reported (its user state went to listening at
+        `now`); without a located one (no TimedVAD), `now` back-dated by `silence_s`."""
+        end = self.speech_end
+        if end is not None and now - 2.0 <= end.decided <= now:
+            return end
+        return SpeechEnd(at=now - silence_s, decided=now, silence_s=silence_s)
+
+    def user_turn_ended(self, end: SpeechEnd) -> Turn:
         """VAD end of speech: a new user turn (its reply comes next)."""
         cur = self.current
-        if (cur is not None and cur.kind == "user" and not cur.reported and cur.vad_end is None
-                and cur.llm_sent is not None and vad_end - cur.llm_sent < _STT_RACE_S):
+        if (cur is not None and cur.kind == "user" and cur.eot is not None and cur.reported
+                and abs(cur.eot - end.at) < _SAME_END_S):
+            return cur  # answered already (a faster VAD stream's end): the same speech
+        if (cur is not None and cur.kind == "user" and not cur.reported and cur.eot is None
+                and cur.llm_sent is not None and cur.llm_sent >= end.at):
             # the reply already started (preemptive generation on a transcript that beat
             # this VAD event): it is this turn's reply
             turn = cur
         else:
             turn = Turn(trace_id=new_trace_id(), kind="user")
             self.current = turn
-        turn.eot, turn.vad_end = vad_end - silence_s, vad_end
+        self._start(turn, end)
+        return turn
+
+    def _start(self, turn: Turn, end: SpeechEnd) -> None:
+        turn.ended(end)
+        if end.lag_s is not None:
+            VAD_LAG.observe(max(0.0, end.lag_s))
         self._adopt_stt(turn)
         TURNS.inc()
         log.info("turn start trace_id=%s kind=user", turn.trace_id)
-        return turn
 
     def ensure_turn(self, kind: str = "say") -> Turn:
         """The turn the next reply belongs to; a reply without an utterance (greeting,
@@ -172,10 +212,11 @@ class TurnTracker:
                 turn.stt_done = self._stt[1]
 
     def _adopt_stt(self, turn: Turn) -> None:
-        if self._stt is None or turn.vad_end is None or turn.stt_sent is not None:
+        """The transcription of this turn's speech: the latest, if sent after it ended."""
+        if self._stt is None or turn.eot is None or turn.stt_sent is not None:
             return
         sent, done = self._stt
-        if sent >= turn.vad_end - _STT_RACE_S:
+        if sent >= turn.eot:
             turn.stt_sent, turn.stt_done = sent, done
 
     def llm_started(self) -> str:
@@ -216,6 +257,13 @@ class TurnTracker:
         if turn is None or turn.first_publish is not None:
             return
         turn.first_publish = at if at is not None else time.perf_counter()
+        end = self.speech_end
+        if (turn.kind == "user" and turn.eot is None and end is not None
+                and end.at > self._answered_eot + _SAME_END_S
+                and end.decided <= turn.first_publish):
+            # a reply to speech whose turn the session's VAD has not ended (yet): its
+            # transcript came from the STT's own VAD stream, which located the end first
+            self._start(turn, end)
         if turn.tts_first_audio is not None:
             TTS_FIRST_TO_PUBLISH.observe(max(0.0, turn.first_publish - turn.tts_first_audio))
         if turn.eot is not None:
@@ -237,6 +285,10 @@ class TurnTracker:
 
     def _finish(self, turn: Turn) -> None:
         turn.reported = True
+        if turn.kind == "user" and turn.eot is not None:
+            self._answered_eot = turn.eot
+        if turn.vad_end is not None and turn.stt_done is not None:
+            STT.observe(max(0.0, turn.stt_done - turn.vad_end))
         rec = turn.report()
         self.history.append(rec)
         log.info("turn %s", json.dumps(rec, ensure_ascii=False))

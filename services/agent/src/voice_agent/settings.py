@@ -46,6 +46,11 @@ class AgentSettings(BaseSettings):
     # Web pages on other hosts that may open /v1/talk: comma-separated
     # `scheme://host[:port]`, or `*`. Pages on the agent's own host (any port) need nothing.
     ws_origins: str = ""
+    # /v1/talk admission: a new conversation is refused (close 1013 `busy`, counted as
+    # reason "overloaded") while this process runs its timers later than this, in ms
+    # (load.py: the 95th percentile over 10 s of the event loop's lag and of the paced
+    # replies' 20 ms ticks); conversations under way go on. 0 = off.
+    admit_max_lag_ms: int = Field(40, ge=0, le=10_000)
 
 
     # --- TTS session --------------------------------------------------------------

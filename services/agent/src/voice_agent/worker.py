@@ -29,6 +29,7 @@ from livekit.agents import AgentServer, JobContext, JobExecutorType, JobProcess,
 from .agent import PhraseCache, attach_duplex, build_pipeline, load_vad, starter_phrases
 from .autortc_marks import AutoRTCMarks
 from .http import start_http
+from .load import MONITOR
 from .marks import encode_latency
 from .metrics import TurnTracker
 from .settings import AgentSettings, load_settings
@@ -47,6 +48,12 @@ def _prewarm(proc: JobProcess) -> None:
 async def entrypoint(ctx: JobContext) -> None:
     settings = load_settings()
     loop = asyncio.get_running_loop()
+    sampler = MONITOR.watch()  # this job's loop lag (load.py)
+
+    async def _stop_sampler() -> None:
+        sampler.cancel()
+
+    ctx.add_shutdown_callback(_stop_sampler)
 
     pending: set[asyncio.Task[None]] = set()
 

@@ -29,7 +29,8 @@ Protocol (v1). Text messages are JSON objects with a "type"; binary messages are
 Close codes: 1000 normal, 1001 server going away, 1003 binary before "start",
 1007 text that is not a JSON message, 1008 other protocol errors (an unknown voice:
 code "unknown_voice", naming the TTS's voices), 1009 message too large, 1011
-internal error, 1013 at capacity (AGENT_WS_MAX_SESSIONS; try again later).
+internal error, 1013 at capacity (AGENT_WS_MAX_SESSIONS) or overloaded (the process
+runs late: AGENT_ADMIT_MAX_LAG_MS, load.py); try again later.
 
 Not here: authentication (bind AGENT_HTTP_HOST to loopback or put an authenticating
 proxy in front), and any knowledge of the page that uses it.
@@ -58,9 +59,11 @@ from voice_keys import ApiKeys, bearer
 from .agent import PhraseCache, attach_duplex, build_pipeline, starter_phrases
 from .audio_io import PacedOutput
 from .duplex import DuplexState
+from .load import MONITOR
 from .metrics import REGISTRY, TurnTracker
 from .plugins import TTS
 from .settings import AgentSettings
+from .speech_end import stamp
 from .voices import (
     NAME,
     VoicesUnavailable,
@@ -82,6 +85,7 @@ HELLO_TIMEOUT_S = 10.0
 LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")  # one host, whichever name a page uses
 MAX_BACKLOG_S = 5.0  # mic audio the session may lag behind the client (older is dropped)
 MAX_AHEAD_S = 5.0  # mic audio a client may send ahead of real time (else: too_fast)
+CLOCK_WINDOW_S = 2.0  # how long a mic's audio clock is followed (SocketInput._sent_at)
 PREPARE_TIMEOUT_S = 120.0  # the starter phrases: retried until the TTS answers, this long
 PREPARE_RETRY_S = 2.0
 MAX_OUTBOX_S = 10.0  # reply audio waiting for a client that does not read
@@ -91,6 +95,8 @@ SESSIONS = Gauge("agent_ws_sessions", "/v1/talk conversations under way (started
                  registry=REGISTRY)
 REFUSED = Counter("agent_ws_refused_total", "/v1/talk connections refused, by reason",
                   ["reason"], registry=REGISTRY)
+for _reason in ("busy", "overloaded"):  # exported at 0 before the first refusal
+    REFUSED.labels(reason=_reason)
 MIC_DROPPED = Counter("agent_mic_frames_dropped_total",
                       "Mic frames dropped because the conversation fell behind reading them "
                       f"(over {MAX_BACKLOG_S:.0f} s queued): the agent was busy, not the "
@@ -98,9 +104,11 @@ MIC_DROPPED = Counter("agent_mic_frames_dropped_total",
 
 
 class ProtocolError(Exception):
-    def __init__(self, code: str, message: str, close_code: int = 1008) -> None:
+    def __init__(self, code: str, message: str, close_code: int = 1008,
+                 reason: str | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.close_code = code, message, close_code
+        self.reason = reason or code  # agent_ws_refused_total's label
 
 
 def parse_start(text: str) -> tuple[int, str | None]:
@@ -137,11 +145,12 @@ def parse_json(text: str) -> dict[str, object]:
 
 class Outbox:
     """What goes to the client, in order: JSON events and PCM frames, sent by one task.
-    `drop_audio()` removes frames not yet sent (barge-in)."""
+    `drop_audio()` removes frames not yet sent (barge-in). A frame may carry a call made
+    with the moment it was written to the socket (a reply's first frame: its latency)."""
 
     def __init__(self, ws: web.WebSocketResponse, frame_s: float) -> None:
         self._ws = ws
-        self._items: deque[str | bytes] = deque()
+        self._items: deque[str | bytes | tuple[bytes, Callable[[float], None]]] = deque()
         self._ready = asyncio.Event()
         self._audio = 0
         self._max_audio = int(MAX_OUTBOX_S / frame_s)
@@ -152,10 +161,10 @@ class Outbox:
         self._items.append(json.dumps(msg, ensure_ascii=False))
         self._ready.set()
 
-    def audio(self, pcm: bytes) -> None:
+    def audio(self, pcm: bytes, on_sent: Callable[[float], None] | None = None) -> None:
         if self._audio >= self._max_audio:
             self.stalled = True
-        self._items.append(pcm)
+        self._items.append(pcm if on_sent is None else (pcm, on_sent))
         self._audio += 1
         self._ready.set()
 
@@ -173,12 +182,15 @@ class Outbox:
                 if self._ws.closed or self.stalled:
                     return
                 try:
-                    if isinstance(item, bytes):
-                        self._audio -= 1
-                        await self._ws.send_bytes(item)
-                        self.audio_sent += 1
-                    else:
+                    if isinstance(item, str):
                         await self._ws.send_str(item)
+                        continue
+                    pcm, on_sent = item if isinstance(item, tuple) else (item, None)
+                    self._audio -= 1
+                    await self._ws.send_bytes(pcm)
+                    self.audio_sent += 1
+                    if on_sent is not None:
+                        on_sent(time.perf_counter())
                 except (ConnectionError, RuntimeError):
                     return
 
@@ -190,7 +202,13 @@ class SocketInput(io.AudioInput):
     MAX_AHEAD_S ahead of the clock since its first message) is refused: `too_fast`. A
     conversation that falls behind reading (its pipeline busy: starting, or an overloaded
     host) keeps the newest MAX_BACKLOG_S and drops the oldest, with a log line and
-    `agent_mic_frames_dropped_total`: the call goes on."""
+    `agent_mic_frames_dropped_total`: the call goes on.
+
+    Each frame is stamped with when its samples were sent (speech_end.stamp), on the
+    client's audio clock: a mic sends its audio in real time, so the message whose audio
+    ends at position p was sent at p + the smallest (arrival - position) of the last
+    CLOCK_WINDOW_S. A message read late (this loop was busy) keeps the time it was sent;
+    one that arrived on time keeps its arrival."""
 
     def __init__(self, input_rate: int, frame_ms: int = 20) -> None:
         super().__init__(label="SocketInput")
@@ -203,21 +221,28 @@ class SocketInput(io.AudioInput):
             maxsize=int(MAX_BACKLOG_S * 1000 / frame_ms))
         self._t0: float | None = None  # monotonic time of the first audio
         self._received_s = 0.0  # audio received, seconds
+        self._unframed: deque[list[float]] = deque()  # [16 kHz samples, perf time sent]
+        self._offsets: deque[tuple[float, float]] = deque()  # (arrived, arrived - position)
         self.dropped = 0  # frames dropped since the last log line
 
     def push(self, pcm: bytes) -> None:
         now = time.monotonic()
+        arrived = time.perf_counter()
         if self._t0 is None:
             self._t0 = now
         self._received_s += len(pcm) / 2 / self._input_rate
         if self._received_s - (now - self._t0) > MAX_AHEAD_S:
             raise ProtocolError("too_fast", "mic audio arrives faster than real time "
                                 f"(over {MAX_AHEAD_S:.0f} s ahead of the clock)")
+        sent = self._sent_at(arrived)
         if self._resampler is not None:
             frame = rtc.AudioFrame(data=pcm, sample_rate=self._input_rate, num_channels=1,
                                    samples_per_channel=len(pcm) // 2)
             pcm = b"".join(bytes(f.data) for f in self._resampler.push(frame))
+        if pcm:
+            self._unframed.append([len(pcm) // 2, sent])
         for f in self._framer.push(pcm):
+            stamp(f, self._arrivals(f.samples_per_channel))
             if self._queue.full():  # the conversation is behind: the oldest goes
                 self._queue.get_nowait()
                 MIC_DROPPED.inc()
@@ -231,6 +256,31 @@ class SocketInput(io.AudioInput):
                          self.dropped, self.dropped * 20)
                 self.dropped = 0
             self._queue.put_nowait(f)
+
+    def _sent_at(self, arrived: float) -> float:
+        """When the message just received (its audio ends at `_received_s`) was sent: its
+        position on the client's real-time audio clock (a sliding-window minimum)."""
+        offset = arrived - self._received_s
+        while self._offsets and self._offsets[-1][1] >= offset:
+            self._offsets.pop()
+        self._offsets.append((arrived, offset))
+        while self._offsets[0][0] < arrived - CLOCK_WINDOW_S:
+            self._offsets.popleft()
+        return self._received_s + self._offsets[0][1]
+
+    def _arrivals(self, n: int) -> list[tuple[int, float]]:
+        """When the next `n` samples were sent (speech_end.stamp): runs by message."""
+        out: list[tuple[int, float]] = []
+        done = 0
+        while done < n and self._unframed:
+            run = self._unframed[0]
+            take = min(int(run[0]), n - done)
+            done += take
+            run[0] -= take
+            out.append((done, run[1]))
+            if not run[0]:
+                self._unframed.popleft()
+        return out
 
     def close(self) -> None:
         with contextlib.suppress(asyncio.QueueFull):
@@ -247,18 +297,27 @@ class SocketInput(io.AudioInput):
 class SocketOutput(PacedOutput):
     """The client's loudspeaker, seen from here: the paced ticks of agent audio go out
     as they leave (the client plays as it receives); a clear drops what is queued for
-    the socket and tells the client to flush its playout buffer."""
+    the socket and tells the client to flush its playout buffer. A reply's first audio
+    is when its first frame was written to the socket (`on_first_audio`): a loop busy
+    between the tick and the write delays what the caller hears."""
 
     def __init__(self, outbox: Outbox, *, sample_rate: int, frame_ms: int,
                  on_first_audio: Callable[[float], None]) -> None:
         super().__init__("SocketOutput", sample_rate=sample_rate, frame_ms=frame_ms,
-                         on_first_audio=on_first_audio)
+                         on_first_audio=self._first_tick)
         self._outbox = outbox
+        self._on_first_sent = on_first_audio
+        self._first = False
         self._last_audible = float("-inf")
+
+    def _first_tick(self, at: float) -> None:
+        self._first = True
 
     def _tick(self, at: float, chunk: bytes, audible: bool) -> None:
         if audible:
-            self._outbox.audio(chunk.ljust(self.frame_samples * 2, b"\0"))
+            first, self._first = self._first, False
+            self._outbox.audio(chunk.ljust(self.frame_samples * 2, b"\0"),
+                               self._on_first_sent if first else None)
             self._last_audible = at
 
     def _cleared(self, at: float) -> None:
@@ -289,7 +348,9 @@ class TalkSession:
                                     on_first_audio=tracker.audio_published)
         self._sync = TranscriptSynchronizer(next_in_chain_audio=self.speaker,
                                             next_in_chain_text=None)
-        duplex = attach_duplex(p, silent_from=self.speaker.silent_from)
+        # the reply's first audio is the socket's to report (SocketOutput)
+        duplex = attach_duplex(p, silent_from=self.speaker.silent_from,
+                               reports_first_audio=False)
         duplex.on_state(lambda s: self.outbox.event(type="state", state=s.value))
         p.session.on("conversation_item_added", self._on_item)
         self.outbox.event(type="ready", protocol=PROTOCOL, session_id=self.id,
@@ -368,7 +429,8 @@ def check_audio(data: bytes, rate: int) -> None:
 
 
 class TalkHub:
-    """The route: admission (AGENT_WS_MAX_SESSIONS), the hello, one TalkSession each.
+    """The route: admission (AGENT_WS_MAX_SESSIONS, and none while the process runs
+    late: AGENT_ADMIT_MAX_LAG_MS), the hello, one TalkSession each.
 
     Before its first conversation the hub prepares what every conversation shares
     (`prepare`, started with the HTTP server; /healthz answers 503 until it is done):
@@ -549,7 +611,7 @@ class TalkHub:
         except ConnectionResetError:
             log.info("talk: client left before starting")
         except ProtocolError as e:
-            REFUSED.labels(reason=e.code).inc()
+            REFUSED.labels(reason=e.reason).inc()
             log.info("talk %s: %s: %s", session.id if session else "-", e.code, e.message)
             await _refuse(ws, e)
         except Exception:
@@ -571,6 +633,13 @@ class TalkHub:
             raise ProtocolError(
                 "busy", f"the agent is at capacity ({self.settings.ws_max_sessions} "
                 "conversations, AGENT_WS_MAX_SESSIONS); try again later", 1013)
+        limit = self.settings.admit_max_lag_ms
+        if MONITOR.overloaded(limit):
+            raise ProtocolError(
+                "busy", f"the agent's host is overloaded: it runs {MONITOR.lag_s() * 1000:.0f} "
+                f"ms late (over AGENT_ADMIT_MAX_LAG_MS={limit}), so another conversation "
+                f"would break up every reply ({self.talking} under way); try again later",
+                1013, reason="overloaded")
         self.talking += 1
         SESSIONS.inc()
         held = True

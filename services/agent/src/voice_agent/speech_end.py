@@ -1,0 +1,207 @@
+"""When the user really stopped speaking: the arrival time of their last speech sample.
+
+The VAD says "end of speech" once it has processed its hangover of silence. On a busy host
+it processes audio late (frames queued, inference in the executor), so its decision time
+minus the hangover is later than the real end by however far it lagged (63-213 ms with
+1-2 conversations on 2 cores, up to 1.8 s with 4), and every turn's latency looked
+shorter than the caller's. Here the end of speech is found in the audio and mapped back
+to when that audio arrived:
+
+- inputs stamp each frame with when its samples arrived (`stamp`): /v1/talk's SocketInput
+  with when each client message was sent, on the client's real-time audio clock (a
+  message the busy loop read late keeps its time), MicrophoneInput with each frame's
+  real-time slot. A frame with no stamp (a LiveKit room track) counts as arriving when
+  it reached the VAD;
+- `TimedVAD` wraps the VAD of a conversation (the session's stream and the STT's). Its
+  streams keep the recent audio with its stamps; at END_OF_SPEECH they place the end in
+  the stream's audio (Silero's `samples_index` minus its `silence_duration`, the end of
+  its last speech window), move it back to the end of the last 10 ms window louder than
+  -45 dBFS (and 6 dB over the silence the VAD waited on) in the 300 ms before it
+  (Silero's speech probability outlasts the speech: its end was 30-195 ms, mean 100, after
+  the last loud sample of espeak-ng sentences), and hand the conversation a `SpeechEnd`:
+  that sample's arrival, the decision's time, and the VAD's lag (the decision minus the
+  arrival of the audio it decided on).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from livekit import rtc
+from livekit.agents import vad
+
+ARRIVALS = "voice_agent.arrivals"  # frame.userdata: ((end sample in the frame, perf time), ...)
+LOOKBACK_S = 0.3  # how far before the VAD's end the speech may have ended
+WINDOW_S = 0.01
+SPEECH_DBFS = -45.0  # a 10 ms window this loud is speech (as bench/dialogs.py counts it)
+OVER_SILENCE_DB = 6.0
+KEEP_S = 2.0  # audio kept behind the VAD's position
+VAD_RATE = 16000  # Silero's rate (load_vad), that of its samples_index
+VAD_WINDOW = 512  # samples of one inference, at VAD_RATE
+
+
+@dataclass(frozen=True)
+class SpeechEnd:
+    at: float  # perf_counter: the last speech sample arrived
+    decided: float  # perf_counter: the VAD said "end of speech"
+    silence_s: float  # the silence the VAD waited for
+    lag_s: float | None = None  # decided - arrival of the audio decided on (None: unknown)
+
+
+def stamp(frame: rtc.AudioFrame, arrivals: Sequence[tuple[int, float]]) -> rtc.AudioFrame:
+    """Mark when a frame's samples arrived: (end sample, perf time) per run, in order."""
+    frame.userdata[ARRIVALS] = tuple(arrivals)
+    return frame
+
+
+@dataclass
+class _Frame:
+    start: int  # position in the stream's audio, samples
+    pcm: np.ndarray
+    arrivals: tuple[tuple[int, float], ...]
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.pcm)
+
+
+@dataclass
+class _Epoch:
+    """The audio between two flushes (Silero restarts its sample count at a flush)."""
+
+    frames: deque[_Frame] = field(default_factory=deque)
+    pushed: int = 0  # samples
+    rate: int = VAD_RATE  # of the frames pushed (one rate a stream: Silero's rule)
+    seen: int = -1  # the last samples_index of an inference the VAD reported
+
+    def at_rate(self, vad_samples: int) -> int:
+        return vad_samples * self.rate // VAD_RATE
+
+
+class TimedVAD(vad.VAD):
+    """A VAD whose streams report each end of speech as a `SpeechEnd` (see the module)."""
+
+    def __init__(self, inner: vad.VAD, on_speech_end: Callable[[SpeechEnd], None]) -> None:
+        super().__init__(capabilities=inner.capabilities)
+        self.inner = inner
+        self._on_speech_end = on_speech_end
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    @property
+    def provider(self) -> str:
+        return self.inner.provider
+
+    @property
+    def min_silence_duration(self) -> float | None:
+        return getattr(self.inner, "min_silence_duration", None)
+
+    def stream(self) -> TimedVADStream:  # type: ignore[override]
+        return TimedVADStream(self.inner.stream(), self._on_speech_end)
+
+
+class TimedVADStream:
+    """The inner VAD stream, with the audio it was given and when that audio arrived."""
+
+    def __init__(self, inner: vad.VADStream, on_speech_end: Callable[[SpeechEnd], None]) -> None:
+        self.inner = inner
+        self._on_speech_end = on_speech_end
+        self._epochs: deque[_Epoch] = deque([_Epoch()])
+
+    def push_frame(self, frame: rtc.AudioFrame) -> None:
+        self.inner.push_frame(frame)
+        epoch = self._epochs[-1]
+        n = frame.samples_per_channel
+        arrivals = frame.userdata.get(ARRIVALS) or ((n, time.perf_counter()),)
+        pcm = np.frombuffer(frame.data, dtype=np.int16)[::frame.num_channels]
+        epoch.rate = frame.sample_rate
+        epoch.frames.append(_Frame(epoch.pushed, pcm, arrivals))
+        epoch.pushed += n
+
+    def flush(self) -> None:
+        self.inner.flush()
+        self._epochs.append(_Epoch())
+
+    def end_input(self) -> None:
+        self.inner.end_input()
+        self._epochs.append(_Epoch())
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def __aiter__(self) -> TimedVADStream:
+        return self
+
+    async def __anext__(self) -> vad.VADEvent:
+        ev = await self.inner.__anext__()
+        epoch = self._epoch_of(ev)
+        if ev.type == vad.VADEventType.END_OF_SPEECH:
+            self._on_speech_end(self._speech_end(epoch, ev))
+        keep_from = epoch.at_rate(ev.samples_index) - int(KEEP_S * epoch.rate)
+        while epoch.frames and epoch.frames[0].end < keep_from:
+            epoch.frames.popleft()
+        return ev
+
+    def _epoch_of(self, ev: vad.VADEvent) -> _Epoch:
+        """The epoch the VAD is in: it moved on at a flush when its count went back (or an
+        inference repeated an index); an epoch shorter than a window gave no inference."""
+        while len(self._epochs) > 1:
+            first = self._epochs[0]
+            restarted = ev.samples_index < first.seen or (
+                ev.samples_index == first.seen and ev.type == vad.VADEventType.INFERENCE_DONE)
+            if not restarted and first.at_rate(VAD_WINDOW) <= first.pushed:
+                break
+            self._epochs.popleft()
+        epoch = self._epochs[0]
+        epoch.seen = ev.samples_index
+        return epoch
+
+    def _speech_end(self, epoch: _Epoch, ev: vad.VADEvent) -> SpeechEnd:
+        decided = time.perf_counter()
+        rate, frames = epoch.rate, list(epoch.frames)
+        pos = epoch.at_rate(ev.samples_index)  # the audio the VAD has decided on
+        vad_end = pos - round(ev.silence_duration * rate)  # its last speech window's end
+        end = loud_end(frames, rate, vad_end, pos) or vad_end
+        at, heard = arrival(frames, end - 1), arrival(frames, pos - 1)
+        if at is None or heard is None:  # audio not kept: the decision, back-dated
+            return SpeechEnd(at=decided - (pos - end) / rate, decided=decided,
+                             silence_s=ev.silence_duration)
+        return SpeechEnd(at=at, decided=decided, silence_s=ev.silence_duration,
+                         lag_s=decided - heard)
+
+
+def arrival(frames: Sequence[_Frame], sample: int) -> float | None:
+    """When a sample (its position in the stream) arrived; None if not kept."""
+    for f in reversed(frames):
+        if f.start <= sample < f.end:
+            k = sample - f.start
+            return next((at for end, at in f.arrivals if k < end), f.arrivals[-1][1])
+    return None
+
+
+def loud_end(frames: list[_Frame], rate: int, vad_end: int, pos: int) -> int | None:
+    """The end of the last 10 ms window of speech in the LOOKBACK_S before `vad_end`, loud
+    by SPEECH_DBFS and by OVER_SILENCE_DB over the silence [vad_end, pos) (windows on the
+    stream's 10 ms grid); None if none is."""
+    win = int(rate * WINDOW_S)
+    if not frames or win == 0:
+        return None
+    lo = max(vad_end - int(LOOKBACK_S * rate), frames[0].start)
+    lo = -(-lo // win) * win
+    hi = pos // win * win
+    kept = [f for f in frames if f.end > lo and f.start < hi]
+    if hi - lo < win or not kept or kept[0].start > lo:
+        return None
+    x = np.concatenate([f.pcm for f in kept])[lo - kept[0].start:hi - kept[0].start]
+    x = x[:len(x) // win * win].astype(np.float64) / 32768.0
+    level = 10 * np.log10(np.mean(x.reshape(-1, win) ** 2, axis=1) + 1e-20)
+    n_speech = -(-(vad_end - lo) // win)  # the windows that start before the VAD's end
+    floor = float(np.median(level[n_speech:])) if len(level) > n_speech else -120.0
+    loud = np.flatnonzero(level[:n_speech] >= max(SPEECH_DBFS, floor + OVER_SILENCE_DB))
+    return None if len(loud) == 0 else lo + (int(loud[-1]) + 1) * win

@@ -1,0 +1,104 @@
+"""The user's end of speech in arrival time (speech_end.py): real Silero on espeak-ng
+speech whose frames are stamped as arriving in real time, read by the VAD late.
+
+The VAD's decision minus its hangover (the old stamping) would put the end of speech as
+late as the VAD ran; the located end is the arrival of the last speech sample however
+late the VAD decides, and the turn's latency runs from there.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from livekit import rtc
+from voice_agent.agent import load_vad
+from voice_agent.metrics import REGISTRY, TurnTracker
+from voice_agent.settings import AgentSettings
+from voice_agent.speech_end import SpeechEnd, TimedVAD, stamp
+
+from .backends import espeak
+
+FRAME = 320  # 20 ms at 16 kHz
+
+
+def true_end(pcm: np.ndarray) -> int:
+    """One past the last sample of the last 10 ms window over -45 dBFS (bench/dialogs.py)."""
+    x = pcm[: len(pcm) // 160 * 160].astype(np.float64) / 32768
+    level = 10 * np.log10(np.mean(x.reshape(-1, 160) ** 2, axis=1) + 1e-20)
+    return (int(np.flatnonzero(level >= -45)[-1]) + 1) * 160
+
+
+def frames(pcm: np.ndarray, t0: float | None) -> list[rtc.AudioFrame]:
+    """20 ms frames, stamped as arriving in real time from `t0` (None: no stamps)."""
+    out = []
+    for k in range(0, len(pcm) - FRAME + 1, FRAME):
+        f = rtc.AudioFrame(pcm[k:k + FRAME].tobytes(), 16000, 1, FRAME)
+        out.append(f if t0 is None else stamp(f, ((FRAME, t0 + (k + FRAME) / 16000),)))
+    return out
+
+
+async def run(vad: TimedVAD, batches: list[list[rtc.AudioFrame]]) -> None:
+    """Push every frame at once (the VAD runs behind: seconds late), flushing between
+    batches, and read the stream to its end."""
+    stream = vad.stream()
+    for i, batch in enumerate(batches):
+        if i:
+            stream.flush()
+        for f in batch:
+            stream.push_frame(f)
+    stream.end_input()
+    async for _ in stream:
+        pass
+    await stream.aclose()
+
+
+def clip(text: str, tmp: Path) -> np.ndarray:
+    speech = espeak(text, tmp)
+    return np.concatenate([np.zeros(8000, np.int16), speech, np.zeros(12800, np.int16)])
+
+
+async def test_the_turn_runs_from_the_last_speech_samples_arrival_however_late_the_vad(
+        tmp_path: Path) -> None:
+    pcm = clip("What is the weather like today?", tmp_path)
+    # the audio arrived in real time, its last frame 10 s ago
+    t0 = time.perf_counter() - 10.0 - len(pcm) / 16000
+    arrived = t0 + ((true_end(pcm) - 1) // FRAME + 1) * FRAME / 16000
+    tracker = TurnTracker()
+    vad = TimedVAD(load_vad(AgentSettings()), tracker.vad_speech_ended)
+    await run(vad, [frames(pcm, t0)])
+    end = tracker.speech_end
+    assert end is not None
+    # the frame holding the last speech sample, or the next (the VAD's 10 ms windows)
+    assert 0.0 <= end.at - arrived <= 0.021, end.at - arrived
+    assert end.lag_s is not None and end.lag_s > 10.0  # it decided 10 s after the audio
+    lag0 = REGISTRY.get_sample_value("agent_vad_lag_seconds_count") or 0.0
+    tracker.user_turn_ended(tracker.end_of_speech(time.perf_counter(), 0.2))
+    first_audio = time.perf_counter() + 0.3
+    tracker.audio_published(at=first_audio)
+    rec = tracker.history[-1]
+    # the old stamping (the decision - the hangover) said ~0.5 s here, not ~11 s
+    assert abs(rec["eot_to_first_audio_ms"] - (first_audio - arrived) * 1000) < 21, rec
+    assert rec["vad_lag_ms"] > 10_000, rec
+    assert REGISTRY.get_sample_value("agent_vad_lag_seconds_count") == lag0 + 1
+
+
+async def test_each_segment_between_flushes_and_unstamped_frames(tmp_path: Path) -> None:
+    """A flush restarts Silero's sample count (the STT's stream is flushed every turn):
+    the second utterance is placed in its own audio. Frames without a stamp (a LiveKit
+    room track) arrived when they reached the VAD."""
+    one = clip("I would like to book a table for two.", tmp_path)
+    two = clip("And tomorrow?", tmp_path)
+    ends: list[SpeechEnd] = []
+    vad = TimedVAD(load_vad(AgentSettings()), ends.append)
+    t1, t2 = 1000.0, 2000.0
+    await run(vad, [frames(one, t1), frames(two, t2)])
+    assert len(ends) >= 2
+    for end, pcm, t0 in ((ends[-2], one, t1), (ends[-1], two, t2)):
+        arrived = t0 + ((true_end(pcm) - 1) // FRAME + 1) * FRAME / 16000
+        assert 0.0 <= end.at - arrived <= 0.021, (end, arrived)
+    ends.clear()
+    before = time.perf_counter()
+    await run(vad, [frames(two, None)])
+    assert ends and before <= ends[-1].at <= ends[-1].decided
