@@ -634,7 +634,9 @@ class TalkHub:
                 "busy", f"the agent is at capacity ({self.settings.ws_max_sessions} "
                 "conversations, AGENT_WS_MAX_SESSIONS); try again later", 1013)
         limit = self.settings.admit_max_lag_ms
-        if MONITOR.overloaded(limit):
+        # An idle process always takes one: its lateness is not its conversations' (a
+        # busy shared host, e.g. the 2-core mesh), and refusing would serve nobody.
+        if self.talking > 0 and MONITOR.overloaded(limit):
             raise ProtocolError(
                 "busy", f"the agent's host is overloaded: it runs {MONITOR.lag_s() * 1000:.0f} "
                 f"ms late (over AGENT_ADMIT_MAX_LAG_MS={limit}), so another conversation "
