@@ -50,7 +50,17 @@ def settings_for(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
 class Agent:
     def __init__(self, runner: web.AppRunner, port: int) -> None:
         self.runner, self.url = runner, f"ws://127.0.0.1:{port}{ws_session.PATH}"
+        self.http = f"http://127.0.0.1:{port}"
         self.hub = runner.app[ws_session.TALK_HUB]
+
+
+async def serve(settings: AgentSettings) -> Agent:
+    """The agent's HTTP app with `settings` on a free loopback port."""
+    runner = web.AppRunner(make_app(settings))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return Agent(runner, site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +76,10 @@ def thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture
 async def agent(tts_server: Server, thinker: Server) -> AsyncIterator[Agent]:
-    runner = web.AppRunner(make_app(settings_for(tts_server, thinker)))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    agent = Agent(runner, port)
+    agent = await serve(settings_for(tts_server, thinker))
     await asyncio.wait_for(agent.hub.ready.wait(), 120)  # as /healthz: prepared first
     yield agent
-    await runner.cleanup()
+    await agent.runner.cleanup()
 
 
 def at_48k(pcm16k: np.ndarray) -> bytes:
@@ -191,18 +196,13 @@ async def test_a_fresh_agents_first_call_with_the_greeting_as_shipped(
     shipped = AgentSettings()
     settings = settings_for(tts_server, thinker, greeting=shipped.greeting,
                             tts_max_frames=25, llm_max_tokens=24)
-    runner = web.AppRunner(make_app(settings))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    agent = Agent(runner, port)
+    agent = await serve(settings)
     question = at_48k(espeak("What is the weather like today?", tmp_path))
     try:
         async with aiohttp.ClientSession() as http:
             async with asyncio.timeout(120):  # as `make up` waits: for SERVING
                 while True:
-                    async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                    async with http.get(f"{agent.http}/healthz") as r:
                         if r.status == 200:
                             break
                     await asyncio.sleep(0.2)
@@ -224,7 +224,7 @@ async def test_a_fresh_agents_first_call_with_the_greeting_as_shipped(
                 await ws.send_json({"type": "stop"})
                 await inbox.wait(lambda: ws.closed, 20)
     finally:
-        await runner.cleanup()
+        await agent.runner.cleanup()
     assert not inbox.of("error"), inbox.of("error")
     assert greeting_at < 1.5, greeting_at  # from memory, not synthesized now
     assert ws.close_code == 1000
@@ -254,12 +254,7 @@ async def test_the_latency_record_is_what_the_caller_measures(
     first reply frame it receives; the agent's `latency` record, from the arrival of
     that sample (SocketInput's stamps, located by the VAD: speech_end.py), agrees."""
     settings = settings_for(tts_server, thinker, tts_max_frames=12, llm_max_tokens=16)
-    runner = web.AppRunner(make_app(settings))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    agent = Agent(runner, port)
+    agent = await serve(settings)
     await asyncio.wait_for(agent.hub.ready.wait(), 120)
     speech = [espeak(text, tmp_path) for text in (
         "What is the weather like today?", "I would like to book a table for two.",
@@ -307,7 +302,7 @@ async def test_the_latency_record_is_what_the_caller_measures(
             await asyncio.gather(task, return_exceptions=True)
             await ws.send_json({"type": "stop"})
     finally:
-        await runner.cleanup()
+        await agent.runner.cleanup()
     print(f"agent - caller: {[round(d, 1) for d in diffs]} ms")
     assert len(diffs) == len(speech)
     assert all(abs(d) <= AGREE_MS for d in diffs), diffs
@@ -525,12 +520,8 @@ async def test_api_keys_on_the_route(tts_server: Server, thinker: Server,
     keyfile.write_text("# rotated by rewriting\nfile-key-123\n")
     settings = settings_for(tts_server, thinker, api_keys="inline-key-456",
                             api_keys_file=keyfile)
-    runner = web.AppRunner(make_app(settings))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    url = f"ws://127.0.0.1:{port}{ws_session.PATH}"
+    agent = await serve(settings)
+    url = agent.url
     try:
         async with aiohttp.ClientSession() as http:
             for headers, query, words in (({}, "", "missing API key"),
@@ -549,10 +540,10 @@ async def test_api_keys_on_the_route(tts_server: Server, thinker: Server,
                 async with http.ws_connect(url + query, headers=headers) as ws:
                     await ws.send_json({"type": "start", "sample_rate": 16000})
                     assert (await ws.receive_json(timeout=30))["type"] == "ready"
-            async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
+            async with http.get(f"{agent.http}/metrics") as r:
                 assert r.status == 200  # metrics stay open
     finally:
-        await runner.cleanup()
+        await agent.runner.cleanup()
 
 
 async def test_client_vanishing_mid_reply_tears_the_session_down(
