@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/services/tts/src:$PWD/libs/voice-keys/
 # carries, so they can come in two calls: what one call installs stays while the machine
 # is held (30 s idle).
 for wheels in .whl .whl-llm .whl-sphinx .whl-moon; do
-  if [ -d $wheels ]; then
+  if compgen -G "$wheels/*.whl" >/dev/null; then  # .whl-moon may hold model files only
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site $wheels/*.whl
   fi
