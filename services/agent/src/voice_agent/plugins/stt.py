@@ -46,7 +46,7 @@ from livekit.agents import (
 )
 from livekit.agents.language import LanguageCode
 from livekit.agents.utils import AudioBuffer
-from livekit.agents.vad import VAD, VADEventType
+from livekit.agents.vad import VAD, VADEvent, VADEventType, VADStream
 from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
 
 from ..metrics import TurnTracker
@@ -239,6 +239,56 @@ class STT(stt.STT):
         await self._channels.aclose()
 
 
+class _RecogniserFeed:
+    """The offline recogniser's utterance for the speech under way: fed as the user
+    speaks, its final pass run early once they are quiet (undone if they speak again).
+    One per VAD speech segment; `aclose` gives its worker back."""
+
+    def __init__(self, prepare_after_s: float | None) -> None:
+        self.utt: Utterance | None = None  # None: no recogniser for this speech
+        self._lease = contextlib.AsyncExitStack()  # holds the recogniser's worker
+        self._resampler: rtc.AudioResampler | None = None  # made at a first non-16 kHz frame
+        self._prepare_after_s = prepare_after_s  # quiet this long: finish early (None: never)
+        self._prepared = False  # the final pass has run (the user is quiet)
+
+    @classmethod
+    async def open(cls, stt_: STT, prepare_after_s: float | None) -> _RecogniserFeed:
+        feed = cls(prepare_after_s)
+        try:
+            feed.utt = await feed._lease.enter_async_context(stt_.sphinx().utterance())
+        except SphinxError as e:  # reported at the end of speech
+            log.warning("no recogniser for this utterance: %s", e)
+        return feed
+
+    def feed(self, frames: list[rtc.AudioFrame]) -> None:
+        if self.utt is None:
+            return
+        for f in frames:
+            if f.sample_rate != 16000 and self._resampler is None:
+                self._resampler = rtc.AudioResampler(f.sample_rate, 16000, num_channels=1)
+            out = self._resampler.push(f) if self._resampler is not None else [f]
+            with contextlib.suppress(SphinxError):  # a dead worker: finish() says so
+                for g in out:
+                    self.utt.feed(bytes(g.data))
+
+    def quiet_for(self, quiet_s: float) -> None:
+        """The user has been quiet `quiet_s` (the VAD's silence so far): finish early, or
+        take it back when they speak again."""
+        if self.utt is None or self._prepare_after_s is None:
+            return
+        quiet = quiet_s >= self._prepare_after_s
+        if quiet != self._prepared:
+            self._prepared = quiet
+            with contextlib.suppress(SphinxError):  # a dead worker: finish() says so
+                if quiet:
+                    self.utt.prepare()
+                else:
+                    self.utt.resume()
+
+    async def aclose(self) -> None:
+        await self._lease.aclose()
+
+
 class SpeechStream(stt.RecognizeStream):
     """VAD-segmented utterances; each one fed to the recogniser as the user speaks."""
 
@@ -254,89 +304,56 @@ class SpeechStream(stt.RecognizeStream):
 
     async def _run(self) -> None:
         vad_stream = self._vad.stream()
-
-        async def forward() -> None:
-            async for item in self._input_ch:
-                if isinstance(item, self._FlushSentinel):
-                    vad_stream.flush()
-                else:
-                    vad_stream.push_frame(item)
-            vad_stream.end_input()
-
-        async def recognize() -> None:
-            utt: Utterance | None = None
-            lease: contextlib.AsyncExitStack | None = None
-            resampler: rtc.AudioResampler | None = None
-            prepared = False  # the recogniser's final pass has run (the user is quiet)
-
-            def feed(frames: list[rtc.AudioFrame]) -> None:
-                nonlocal resampler
-                if utt is None:
-                    return
-                for f in frames:
-                    if f.sample_rate != 16000 and resampler is None:
-                        resampler = rtc.AudioResampler(f.sample_rate, 16000, num_channels=1)
-                    out = resampler.push(f) if resampler is not None else [f]
-                    with contextlib.suppress(SphinxError):  # a dead worker: finish() says so
-                        for g in out:
-                            utt.feed(bytes(g.data))
-
-            def prepare_if_quiet(quiet_s: float) -> None:
-                nonlocal prepared
-                if utt is None or self._prepare_after_s is None:
-                    return
-                quiet = quiet_s >= self._prepare_after_s
-                if quiet != prepared:
-                    prepared = quiet
-                    with contextlib.suppress(SphinxError):  # a dead worker: finish() says so
-                        if quiet:
-                            utt.prepare()
-                        else:
-                            utt.resume()
-
-            try:
-                async for ev in vad_stream:
-                    if ev.type == VADEventType.START_OF_SPEECH:
-                        self._event_ch.send_nowait(
-                            stt.SpeechEvent(type=stt.SpeechEventType.START_OF_SPEECH))
-                        if self._stt_.may_use_sphinx():
-                            lease = contextlib.AsyncExitStack()
-                            try:
-                                utt = await lease.enter_async_context(
-                                    self._stt_.sphinx().utterance())
-                            except SphinxError as e:  # reported at the end of speech
-                                log.warning("no recogniser for this utterance: %s", e)
-                                utt = None
-                            feed(ev.frames)
-                    elif ev.type == VADEventType.INFERENCE_DONE and ev.speaking:
-                        feed(ev.frames)
-                        prepare_if_quiet(ev.raw_accumulated_silence)
-                    elif ev.type == VADEventType.END_OF_SPEECH:
-                        speech_end = time.time() - ev.silence_duration - ev.inference_duration
-                        self._event_ch.send_nowait(stt.SpeechEvent(
-                            type=stt.SpeechEventType.END_OF_SPEECH, speech_end_time=speech_end))
-                        try:
-                            final = await self._stt_.transcribe(
-                                ev.frames, utt, self._language, self._conn_options)
-                        except APIError as e:
-                            final = None
-                            self._emit_error(e, recoverable=False)
-                        finally:
-                            utt, resampler, prepared = None, None, False
-                            if lease is not None:
-                                await lease.aclose()
-                                lease = None
-                        if final is not None and final.alternatives[0].text:
-                            final.speech_end_time = speech_end
-                            self._event_ch.send_nowait(final)
-            finally:
-                if lease is not None:
-                    await lease.aclose()
-
-        tasks = [asyncio.create_task(forward(), name="stt_forward"),
-                 asyncio.create_task(recognize(), name="stt_recognize")]
+        tasks = [asyncio.create_task(self._forward(vad_stream), name="stt_forward"),
+                 asyncio.create_task(self._recognize(vad_stream), name="stt_recognize")]
         try:
             await asyncio.gather(*tasks)
         finally:
             await utils.aio.cancel_and_wait(*tasks)
             await vad_stream.aclose()
+
+    async def _forward(self, vad_stream: VADStream) -> None:
+        async for item in self._input_ch:
+            if isinstance(item, self._FlushSentinel):
+                vad_stream.flush()
+            else:
+                vad_stream.push_frame(item)
+        vad_stream.end_input()
+
+    async def _recognize(self, vad_stream: VADStream) -> None:
+        feed: _RecogniserFeed | None = None  # the speech under way's, if the recogniser listens
+        try:
+            async for ev in vad_stream:
+                if ev.type == VADEventType.START_OF_SPEECH:
+                    self._event_ch.send_nowait(
+                        stt.SpeechEvent(type=stt.SpeechEventType.START_OF_SPEECH))
+                    if self._stt_.may_use_sphinx():
+                        feed = await _RecogniserFeed.open(self._stt_, self._prepare_after_s)
+                        feed.feed(ev.frames)
+                elif ev.type == VADEventType.INFERENCE_DONE and ev.speaking:
+                    if feed is not None:
+                        feed.feed(ev.frames)
+                        feed.quiet_for(ev.raw_accumulated_silence)
+                elif ev.type == VADEventType.END_OF_SPEECH:
+                    ended, feed = feed, None
+                    await self._end_of_speech(ev, ended)
+        finally:
+            if feed is not None:
+                await feed.aclose()
+
+    async def _end_of_speech(self, ev: VADEvent, feed: _RecogniserFeed | None) -> None:
+        speech_end = time.time() - ev.silence_duration - ev.inference_duration
+        self._event_ch.send_nowait(stt.SpeechEvent(
+            type=stt.SpeechEventType.END_OF_SPEECH, speech_end_time=speech_end))
+        try:
+            final = await self._stt_.transcribe(ev.frames, feed.utt if feed else None,
+                                                self._language, self._conn_options)
+        except APIError as e:
+            final = None
+            self._emit_error(e, recoverable=False)
+        finally:
+            if feed is not None:
+                await feed.aclose()
+        if final is not None and final.alternatives[0].text:
+            final.speech_end_time = speech_end
+            self._event_ch.send_nowait(final)

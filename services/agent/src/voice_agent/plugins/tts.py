@@ -177,6 +177,30 @@ class TTS(tts.TTS):
         return tts_pb2.SynthesizeRequest(config=cfg)
 
 
+@dataclass
+class _Call:
+    """One Synthesize call of a `SynthesizeStream._run`: what its input task and its
+    receive task share (a retried run starts a new one)."""
+
+    rpc: grpc.aio.StreamStreamCall
+    request_id: str
+    trace_id: str
+    emitter: tts.AudioEmitter
+    # SESSION_STARTED: the server accepted the config (text waits for it)
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    # the first write that failed locally; the receive side then reads the real status
+    write_failed: BaseException | None = None
+    flush_on_sentence: bool = False  # FLUSH at each sentence end (TTS.flushes_sentences)
+    utterance: int = 0  # server utterance id of the text being sent
+    utterance_has_text: bool = False  # text written since the last FLUSH
+    segment_has_text: bool = False  # text written since the framework's last flush
+    # the server utterance ids that end a framework segment (FLUSHED may come out of
+    # order: an empty utterance is answered at once)
+    boundaries: set[int] = field(default_factory=set)
+    segment_open: bool = False  # an emitter segment is open (receive side)
+    segments_opened: int = 0  # emitter segments opened so far: the next one's id
+
+
 class SynthesizeStream(tts.SynthesizeStream):
     def __init__(self, *, tts: TTS, conn_options: APIConnectOptions) -> None:
         super().__init__(tts=tts, conn_options=conn_options)
@@ -195,16 +219,15 @@ class SynthesizeStream(tts.SynthesizeStream):
         call = self._call
         if call is None or call.done():
             return False
-
-        async def _send_stop() -> None:
-            try:
-                async with self._write_lock:
-                    await call.write(_STOP)
-            except Exception:  # the call may be gone already: nothing left to stop
-                pass
-
-        self._stop_task = asyncio.ensure_future(_send_stop())
+        self._stop_task = asyncio.ensure_future(self._send_stop(call))
         return True
+
+    async def _send_stop(self, call: grpc.aio.StreamStreamCall) -> None:
+        try:
+            async with self._write_lock:
+                await call.write(_STOP)
+        except Exception:  # the call may be gone already: nothing left to stop
+            pass
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         opts = self._tts._opts
@@ -216,116 +239,11 @@ class SynthesizeStream(tts.SynthesizeStream):
         )
         trace_id = tracker.ensure_turn().trace_id if tracker else request_id
         stub = tts_pb2_grpc.TextToSpeechStub(self._tts._channels.get())
-        call = stub.Synthesize(wait_for_ready=False, metadata=self._tts._channels.metadata)
-        self._call = call
-        # the server utterance id that ends each framework segment (FLUSHED may come
-        # out of order: an empty utterance is answered at once)
-        boundaries: set[int] = set()
-
-        write_failed: list[BaseException] = []
-
-        async def _write(req: tts_pb2.SynthesizeRequest) -> None:
-            # A write that races the server ending the call fails with a local error
-            # (INTERNAL / "already finished"); the receive side then reads the real
-            # status, so a failed write only stops the writing.
-            if write_failed or call.done():
-                return
-            try:
-                async with self._write_lock:
-                    await call.write(req)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as e:
-                write_failed.append(e)
-
-        started = asyncio.Event()  # SESSION_STARTED: the server accepted the config
-
-        async def _input_task() -> None:
-            await _write(self._tts._config(trace_id))
-            # Text waits for SESSION_STARTED (one round trip, spent during the thinker's
-            # TTFT): text written while the server rejects the config races its abort,
-            # and the client then sees INTERNAL instead of the server's reason.
-            waiter = asyncio.ensure_future(started.wait())
-            await asyncio.wait([waiter, recv], return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            if not started.is_set():
-                return
-            flush_on_sentence = await self._tts.flushes_sentences(opts.voice)
-            segmenter = TextSegmenter(opts.bridge)
-            utt = 0  # server utterance id of the text being sent
-            utt_has_text = False
-            seg_has_text = False
-
-            async def send(text: str, ends_sentence: bool) -> None:
-                nonlocal utt, utt_has_text, seg_has_text
-                if self._stopped or not text:
-                    return
-                if tracker is not None:
-                    tracker.tts_text_sent()
-                self._mark_started()
-                self.segments.append(text)
-                await _write(tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=text)))
-                utt_has_text = seg_has_text = True
-                if flush_on_sentence and ends_sentence:
-                    await _write(_FLUSH)
-                    utt, utt_has_text = utt + 1, False
-
-            async for data in self._input_ch:
-                if isinstance(data, self._FlushSentinel):
-                    for seg in segmenter.finish():
-                        await send(seg.text, True)
-                    if self._stopped:
-                        continue
-                    if utt_has_text:
-                        await _write(_FLUSH)
-                        utt, utt_has_text = utt + 1, False
-                    if seg_has_text:
-                        boundaries.add(utt - 1)
-                        seg_has_text = False
-                    continue
-                for seg in segmenter.push(data):
-                    await send(seg.text, seg.ends_sentence)
-            if not write_failed and not call.done():
-                async with self._write_lock:
-                    await call.done_writing()
-            log.debug("tts input done trace_id=%s segments=%s stats=%s", trace_id,
-                      len(self.segments), segmenter.stats)
-
-        async def _recv_task() -> None:
-            seg_open = False
-            n_seg = 0
-            async for resp in call:
-                kind = resp.WhichOneof("response")
-                if kind == "audio":
-                    if self._stopped:
-                        continue  # barge-in: nothing after the decision reaches the output
-                    if not seg_open:
-                        output_emitter.start_segment(segment_id=f"{request_id}-{n_seg}")
-                        seg_open, n_seg = True, n_seg + 1
-                    if tracker is not None:
-                        tracker.tts_audio_received()
-                    output_emitter.push(resp.audio.pcm)
-                    continue
-                ev = resp.event
-                if ev.type == tts_pb2.Event.SESSION_STARTED:
-                    started.set()
-                elif ev.type == tts_pb2.Event.FIRST_AUDIO:
-                    log.debug("tts first audio trace_id=%s utt=%d server_ttfa_ms=%.1f",
-                              trace_id, ev.utterance_id, ev.timings.ttfa_ms)
-                elif ev.type == tts_pb2.Event.FLUSHED:
-                    if ev.utterance_id in boundaries:
-                        boundaries.discard(ev.utterance_id)
-                        if seg_open:
-                            output_emitter.end_segment()
-                            seg_open = False
-                elif ev.type == tts_pb2.Event.STOPPED:
-                    log.info("tts stopped trace_id=%s utt=%d", trace_id, ev.utterance_id)
-            if seg_open and not self._stopped:
-                output_emitter.end_segment()
-            if write_failed and not self._stopped:
-                raise status_error(grpc.StatusCode.UNAVAILABLE, str(write_failed[0]),
-                                   "tts Synthesize (write)")
-
-        recv = asyncio.create_task(_recv_task(), name="tts.recv")
-        inp = asyncio.create_task(_input_task(), name="tts.input")
+        rpc = stub.Synthesize(wait_for_ready=False, metadata=self._tts._channels.metadata)
+        self._call = rpc
+        call = _Call(rpc=rpc, request_id=request_id, trace_id=trace_id, emitter=output_emitter)
+        recv = asyncio.create_task(self._recv_task(call), name="tts.recv")
+        inp = asyncio.create_task(self._input_task(call, recv), name="tts.input")
         tasks = [inp, recv]
 
         def _stop_writing(_: object) -> None:
@@ -335,7 +253,7 @@ class SynthesizeStream(tts.SynthesizeStream):
             if self._stop_task is not None:
                 self._stop_task.cancel()
 
-        call.add_done_callback(_stop_writing)
+        rpc.add_done_callback(_stop_writing)
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             if inp.done() and not inp.cancelled() and inp.exception() is not None:
@@ -352,8 +270,109 @@ class SynthesizeStream(tts.SynthesizeStream):
             raise status_error(code, details, "tts Synthesize") from None
         finally:
             await utils.aio.gracefully_cancel(*tasks)
-            call.cancel()
+            rpc.cancel()
             self._call = None
+
+    async def _write(self, call: _Call, req: tts_pb2.SynthesizeRequest) -> None:
+        # A write that races the server ending the call fails with a local error
+        # (INTERNAL / "already finished"); the receive side then reads the real
+        # status, so a failed write only stops the writing.
+        if call.write_failed is not None or call.rpc.done():
+            return
+        try:
+            async with self._write_lock:
+                await call.rpc.write(req)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as e:
+            call.write_failed = e
+
+    async def _input_task(self, call: _Call, recv: asyncio.Task[None]) -> None:
+        opts = self._tts._opts
+        await self._write(call, self._tts._config(call.trace_id))
+        # Text waits for SESSION_STARTED (one round trip, spent during the thinker's
+        # TTFT): text written while the server rejects the config races its abort,
+        # and the client then sees INTERNAL instead of the server's reason.
+        waiter = asyncio.ensure_future(call.started.wait())
+        await asyncio.wait([waiter, recv], return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if not call.started.is_set():
+            return
+        call.flush_on_sentence = await self._tts.flushes_sentences(opts.voice)
+        segmenter = TextSegmenter(opts.bridge)
+        async for data in self._input_ch:
+            if isinstance(data, self._FlushSentinel):
+                for seg in segmenter.finish():
+                    await self._send_text(call, seg.text, True)
+                if not self._stopped:
+                    await self._end_segment(call)
+                continue
+            for seg in segmenter.push(data):
+                await self._send_text(call, seg.text, seg.ends_sentence)
+        if call.write_failed is None and not call.rpc.done():
+            async with self._write_lock:
+                await call.rpc.done_writing()
+        log.debug("tts input done trace_id=%s segments=%s stats=%s", call.trace_id,
+                  len(self.segments), segmenter.stats)
+
+    async def _send_text(self, call: _Call, text: str, ends_sentence: bool) -> None:
+        if self._stopped or not text:
+            return
+        if self._tts._tracker is not None:
+            self._tts._tracker.tts_text_sent()
+        self._mark_started()
+        self.segments.append(text)
+        await self._write(call, tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=text)))
+        call.utterance_has_text = call.segment_has_text = True
+        if call.flush_on_sentence and ends_sentence:
+            await self._write(call, _FLUSH)
+            call.utterance, call.utterance_has_text = call.utterance + 1, False
+
+    async def _end_segment(self, call: _Call) -> None:
+        """The framework's flush: FLUSH the text since the last one, and remember which
+        server utterance ends this framework segment."""
+        if call.utterance_has_text:
+            await self._write(call, _FLUSH)
+            call.utterance, call.utterance_has_text = call.utterance + 1, False
+        if call.segment_has_text:
+            call.boundaries.add(call.utterance - 1)
+            call.segment_has_text = False
+
+    async def _recv_task(self, call: _Call) -> None:
+        tracker = self._tts._tracker
+        async for resp in call.rpc:
+            kind = resp.WhichOneof("response")
+            if kind == "audio":
+                if self._stopped:
+                    continue  # barge-in: nothing after the decision reaches the output
+                if not call.segment_open:
+                    call.emitter.start_segment(
+                        segment_id=f"{call.request_id}-{call.segments_opened}")
+                    call.segment_open = True
+                    call.segments_opened += 1
+                if tracker is not None:
+                    tracker.tts_audio_received()
+                call.emitter.push(resp.audio.pcm)
+                continue
+            self._on_event(call, resp.event)
+        if call.segment_open and not self._stopped:
+            call.emitter.end_segment()
+        if call.write_failed is not None and not self._stopped:
+            raise status_error(grpc.StatusCode.UNAVAILABLE, str(call.write_failed),
+                               "tts Synthesize (write)")
+
+    def _on_event(self, call: _Call, ev: tts_pb2.Event) -> None:
+        if ev.type == tts_pb2.Event.SESSION_STARTED:
+            call.started.set()
+        elif ev.type == tts_pb2.Event.FIRST_AUDIO:
+            log.debug("tts first audio trace_id=%s utt=%d server_ttfa_ms=%.1f",
+                      call.trace_id, ev.utterance_id, ev.timings.ttfa_ms)
+        elif ev.type == tts_pb2.Event.FLUSHED:
+            if ev.utterance_id in call.boundaries:
+                call.boundaries.discard(ev.utterance_id)
+                if call.segment_open:
+                    call.emitter.end_segment()
+                    call.segment_open = False
+        elif ev.type == tts_pb2.Event.STOPPED:
+            log.info("tts stopped trace_id=%s utt=%d", call.trace_id, ev.utterance_id)
 
 
 class ChunkedStream(tts.ChunkedStream):
