@@ -9,6 +9,7 @@ import numpy as np
 
 from .faults import FaultInjection
 from .sampling import SamplingParams
+from .voices.prompt import VoicePrompt
 
 
 class EngineFull(RuntimeError):
@@ -90,6 +91,7 @@ class EngineSettings:
 
 @dataclass(frozen=True)
 class SessionParams:
+    # A voice of the engine's table by name; with `voice_prompt`, only the session's label.
     voice: str
     language: str = "auto"
     instruct: str = ""  # 1.7B only; the 0.6B model ignores it (as the official code does)
@@ -99,6 +101,9 @@ class SessionParams:
     # True: wait for the whole text (flush) and use the official non_streaming_mode prompt.
     non_streaming_mode: bool = False
     max_frames: int | None = None  # per-utterance cap (None: derived from the text length)
+    # The session's own voice (inline reference audio): resolved from it, never added to
+    # the table where other sessions could name it.
+    voice_prompt: VoicePrompt | None = None
 
 
 @dataclass

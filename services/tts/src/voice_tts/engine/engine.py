@@ -28,24 +28,16 @@ import torch
 
 from . import offline
 from .api import EngineFull, EngineSettings, SessionParams, StepStats
-from .audio_features import to_24k
 from .checkpoint import load_model, prepare, random_model
 from .config import ModelConfig
 from .faults import EngineFailed, FaultInjection, poisons_device
 from .model import Qwen3TTS
 from .output import InFlight, Output
-from .runner import Runner, Step, icl_codec_rows
+from .runner import Runner, Step
 from .scheduler import Row, Scheduler, SchedulerOutput
 from .session import Session, Sink
 from .text import TextTokenizer, load_text_tokenizer
-from .voices import (
-    IclPrompt,
-    LibraryVoice,
-    UnknownVoice,
-    Voice,
-    VoicePrompt,
-    VoiceTable,
-)
+from .voices import UnknownVoice, Voice, VoiceMaker, VoicePrompt, VoiceTable
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +65,8 @@ class Engine:
         self.output = Output(self.settings, self._fail,
                              self.cfg.speech_decoder.codebook_size)
         self.voice_table = VoiceTable(self.cfg.talker, self.cfg.tts_model_type)
+        self.voice_maker = VoiceMaker(model, tokenizer, self.runner.dtype,
+                                      self.settings.max_seq_len)
         self._fault = FaultInjection(self.settings.fault) if self.settings.fault else None
         self._name = name or self.cfg.name
         self._step_lock = threading.Lock()
@@ -157,64 +151,17 @@ class Engine:
 
     def make_voice_prompt(self, audio: np.ndarray, sample_rate: int, ref_text: str = "",
                           x_vector_only: bool = False) -> VoicePrompt:
-        """A clone of a reference recording (Base checkpoints): its x-vector and, unless
-        `x_vector_only` or without a transcript, its codes for in-context cloning. Mono
-        (or channels last, averaged) at any rate; eager float32, off the hot path."""
-        if self.model_type != "base":
-            raise ValueError(f"voice cloning needs a base checkpoint; this one is "
-                             f"{self.model_type}")
-        from .model.speaker_encoder import x_vector
-        from .model.speech_encoder import reference_codes
-
-        wav = resample_24k(audio, sample_rate)
-        icl = not x_vector_only and bool(ref_text.strip())
-        return VoicePrompt(x_vector=x_vector(self.model, wav),
-                           ref_codes=reference_codes(self.model, wav) if icl else None,
-                           ref_text=ref_text if icl else "")
+        """A clone of a reference recording (Base checkpoints): `VoiceMaker.from_audio`."""
+        return self.voice_maker.from_audio(audio, sample_rate, ref_text, x_vector_only)
 
     def design_voice_prompt(self, description: str) -> VoicePrompt:
         """A designed voice (VoiceDesign checkpoints): the description is its instruct."""
-        if self.model_type != "voice_design":
-            raise ValueError(f"voice design needs a voice_design checkpoint; this one is "
-                             f"{self.model_type}")
-        prompt = VoicePrompt(instruct=description)
-        prompt.check(self.model_type)
-        return prompt
+        return self.voice_maker.from_description(description)
 
-    @torch.no_grad()
     def add_voice(self, name: str, prompt: VoicePrompt) -> None:
         """Add (or replace) a library voice; sessions name it like a preset. ValueError:
         a preset's name, or a prompt of another model type."""
-        prompt.check(self.model_type)
-        if prompt.x_vector is not None:
-            vec = torch.as_tensor(np.asarray(prompt.x_vector, dtype=np.float32))
-            if vec.shape != (self.cfg.talker.hidden_size,):
-                raise ValueError(f"x-vector of shape {tuple(vec.shape)}; the talker needs "
-                                 f"({self.cfg.talker.hidden_size},)")
-            voice = LibraryVoice(prompt, vec.to(self.device, self.runner.dtype),
-                                 self._icl_prompt(prompt))
-        else:
-            voice = LibraryVoice(prompt, instruct_ids=self.tokenizer.instruct_ids(
-                prompt.instruct))
-        if self.device.type == "cuda":  # made on this thread's stream, read on the engine's
-            torch.cuda.current_stream(self.device).synchronize()
-        self.voice_table.add(name, voice)
-
-    def _icl_prompt(self, prompt: VoicePrompt) -> IclPrompt | None:
-        if prompt.ref_codes is None:
-            return None
-        codes = torch.as_tensor(np.asarray(prompt.ref_codes, dtype=np.int64),
-                                device=self.device)
-        groups = self.cfg.code_predictor.num_code_groups
-        size = self.cfg.speech_decoder.codebook_size
-        if codes.shape[1] != groups or int(codes.min()) < 0 or int(codes.max()) >= size:
-            raise ValueError(f"reference codes must be (T, {groups}) in 0..{size - 1}")
-        ref_ids = self.tokenizer.ref_ids(prompt.ref_text)
-        # The prompt holds both (offline: all of them) and a few hundred frames must follow.
-        if len(codes) + len(ref_ids) + 256 > self.settings.max_seq_len:
-            raise ValueError(f"reference of {len(codes)} frames and {len(ref_ids)} transcript "
-                             f"ids is too long for max_seq_len {self.settings.max_seq_len}")
-        return IclPrompt(ref_ids, icl_codec_rows(self.model, codes), codes)
+        self.voice_table.add(name, self.voice_maker.library_voice(prompt))
 
     def remove_voice(self, name: str) -> None:
         """Remove a library voice (UnknownVoice if none); open sessions keep theirs."""
@@ -226,7 +173,11 @@ class Engine:
     # --- sessions ---------------------------------------------------------------------------
 
     def open_session(self, params: SessionParams, sink: Sink) -> Session:
-        voice = self.voice_table.resolve(params.voice, params.language)  # UnknownVoice
+        if params.voice_prompt is None:
+            voice = self.voice_table.resolve(params.voice, params.language)  # UnknownVoice
+        else:
+            voice = self.voice_table.resolve_prompt(
+                self.voice_maker.library_voice(params.voice_prompt), params.language)
         params.sampling.validate()
         if params.max_text_chars < 1:
             raise ValueError("max_text_chars must be >= 1")
@@ -373,18 +324,6 @@ class Engine:
     def synthesize(self, text: str, voice: str, *args, **kw):
         """Whole text in, whole utterance out: `offline.synthesize` (same arguments)."""
         return offline.synthesize(self, text, voice, *args, **kw)
-
-
-def resample_24k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Mono float32 at 24 kHz as the official code makes it: channels (last axis)
-    averaged, then `audio_features.to_24k` (bit-equal to its `librosa.resample`, length
-    included)."""
-    wav = np.asarray(audio, dtype=np.float32)
-    if wav.ndim > 1:
-        wav = wav.mean(axis=-1).astype(np.float32)
-    if wav.ndim != 1 or not len(wav):
-        raise ValueError("reference audio must be a non-empty mono (or channels-last) array")
-    return to_24k(wav, int(sample_rate))
 
 
 __all__ = ["Engine", "EngineFull", "UnknownVoice"]

@@ -5,19 +5,32 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from .api import AudioPacket, SessionParams, UtteranceEnd
+from .config import ModelConfig
 from .faults import EngineFailed
 from .sampling import SamplingParams
-
-if TYPE_CHECKING:
-    from .engine import Engine
+from .session import Session, Sink
 
 
-def synthesize(engine: Engine, text: str, voice: str, language: str = "auto", seed: int = 0,
+class Steppable(Protocol):
+    """What of the engine this helper uses (the engine imports this module, not back)."""
+
+    cfg: ModelConfig
+    fatal: BaseException | None
+
+    @property
+    def running(self) -> bool: ...
+
+    def open_session(self, params: SessionParams, sink: Sink) -> Session: ...
+
+    def run_once(self) -> bool: ...
+
+
+def synthesize(engine: Steppable, text: str, voice: str, language: str = "auto", seed: int = 0,
                sampling: SamplingParams | None = None, instruct: str = "",
                non_streaming_mode: bool = False, max_frames: int | None = None,
                return_codes: bool = False, max_text_chars: int = 4000,
@@ -32,7 +45,7 @@ def synthesize(engine: Engine, text: str, voice: str, language: str = "auto", se
     done = threading.Event()
     end: list[UtteranceEnd] = []
 
-    def sink(event) -> None:
+    def sink(event: Any) -> None:
         if isinstance(event, AudioPacket):
             packets.append(event)
         else:

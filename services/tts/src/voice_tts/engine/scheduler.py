@@ -38,8 +38,8 @@ from typing import NamedTuple
 
 from .api import EngineFull, EngineSettings
 from .config import ModelConfig
+from .layout import PrefillRequest
 from .length_guard import max_frames_for
-from .runner import PrefillRequest
 from .sampling import SamplingParams
 from .session import Session, Utterance
 from .text import TextIds

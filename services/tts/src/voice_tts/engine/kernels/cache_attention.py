@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl_args
+from .launch import pdl_args
 from .layer_ops import _after_previous
 
 

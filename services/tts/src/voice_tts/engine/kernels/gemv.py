@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from . import active, pdl_args
+from .launch import active, pdl_args
 from .layer_ops import _after_previous, _rnd
 from .layer_ops import rms_norm as _rms_norm
 from .layer_ops import silu_mul as _silu_mul

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import pdl_args
+from .launch import pdl_args
 
 try:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait

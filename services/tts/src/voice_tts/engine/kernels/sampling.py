@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ..sampling import MIN_NEW_TOKENS, NOISE_SHIFT, SamplingTensors
-from . import pdl_args
+from .launch import pdl_args
 from .layer_ops import _after_previous
 
 _M32 = tl.constexpr(0xFFFFFFFF)

@@ -15,99 +15,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
-import numpy as np
-import torch
-
-from .config import TalkerConfig
-
-MODEL_TYPES = ("base", "custom_voice", "voice_design")
-
-
-class UnknownVoice(ValueError):
-    """Unknown speaker or language (a ValueError: the server maps it to NOT_FOUND or
-    INVALID_ARGUMENT)."""
-
-
-@dataclass(frozen=True)
-class Voice:
-    name: str
-    languages: tuple[str, ...]
-    dialect: str | None = None
-    kind: str = "preset"  # "preset" | "clone" | "design"
-
-
-@dataclass(frozen=True)
-class VoicePrompt:
-    """What a library voice adds to a prompt, derived once when the voice is made."""
-
-    x_vector: np.ndarray | None = None  # (talker hidden,) float32: Base clones
-    ref_codes: np.ndarray | None = None  # (T_ref, 16) int64: in-context; None: x-vector only
-    ref_text: str = ""  # the reference's transcript (in-context clones)
-    instruct: str = ""  # VoiceDesign: the description
-
-    @property
-    def kind(self) -> str:
-        return "design" if self.x_vector is None else "clone"
-
-    def check(self, model_type: str) -> None:
-        """ValueError unless this prompt is whole and fits a checkpoint of `model_type`
-        (clones need Base, designs VoiceDesign)."""
-        if self.x_vector is None and not self.instruct.strip():
-            raise ValueError("a voice prompt needs an x-vector (clone) or an instruct (design)")
-        if self.x_vector is not None and self.instruct:
-            raise ValueError("a voice prompt is a clone (x-vector) or a design (instruct), "
-                             "not both")
-        if self.ref_codes is not None and (self.ref_codes.ndim != 2 or not len(self.ref_codes)
-                                           or not self.ref_text.strip()):
-            raise ValueError("an in-context clone needs (T_ref, 16) reference codes and "
-                             "their transcript")
-        need = "base" if self.kind == "clone" else "voice_design"
-        if model_type != need:
-            raise ValueError(f"a {self.kind} voice needs a {need} checkpoint; this one is "
-                             f"{model_type}")
-
-
-@dataclass(frozen=True)
-class IclPrompt:
-    """An in-context clone's part of the prompt (device tensors, talker dtype)."""
-
-    ref_ids: list[int]  # the transcript's text ids (Lr)
-    codec_rows: torch.Tensor  # (T_ref, H): each reference frame's summed codec embeddings
-    ref_codes: torch.Tensor  # (T_ref, 16) int64: primes the speech decoder
-    # The speech decoder's state after the reference codes (`DecoderSlots.save`), kept at
-    # first use: later utterances copy it in instead of decoding the reference again.
-    decoder_state: list[torch.Tensor] = field(default_factory=list, compare=False,
-                                              repr=False)
-
-    @property
-    def codec_len(self) -> int:
-        """Ly: the codec track of the in-context part, bos + one row per frame."""
-        return len(self.codec_rows) + 1
-
-
-@dataclass(frozen=True)
-class LibraryVoice:
-    """A library voice as the prompt uses it (built once, by the engine)."""
-
-    prompt: VoicePrompt
-    speaker_vec: torch.Tensor | None = None  # (H,) the x-vector in the talker dtype
-    icl: IclPrompt | None = None
-    instruct_ids: list[int] | None = None  # VoiceDesign: the description's rows
-
-
-@dataclass(frozen=True)
-class ResolvedVoice:
-    """Everything of a voice a session's prompts need: a preset speaker's codec id, or an
-    x-vector (+ in-context rows), or a design's instruct rows (no speaker row)."""
-
-    codec_prefix: list[int]
-    speaker_id: int | None = None
-    speaker_vec: torch.Tensor | None = None
-    icl: IclPrompt | None = None
-    instruct_ids: list[int] | None = None
-    kind: str = "preset"
+from ..config import TalkerConfig
+from .prompt import LibraryVoice, ResolvedVoice, UnknownVoice, Voice
 
 
 class VoiceNames:
@@ -121,13 +31,18 @@ class VoiceNames:
 
     def __call__(self, voice: str, language: str) -> tuple[str, str]:
         """-> (speaker, language) as the table spells them."""
-        name, lang = (voice or "").strip().lower(), (language or "auto").strip().lower()
+        name = (voice or "").strip().lower()
         if name not in self.speakers:
             raise UnknownVoice(f"unknown voice {(voice or '')[:64]!r}; known: {self.speakers}")
+        return name, self.language(language)
+
+    def language(self, language: str) -> str:
+        """The language as the table spells it (UnknownVoice if none)."""
+        lang = (language or "auto").strip().lower()
         if lang not in self.languages:
             raise UnknownVoice(f"unknown language {(language or '')[:64]!r}; "
                                f"known: {self.languages}")
-        return name, lang
+        return lang
 
 
 class VoiceTable:
@@ -155,6 +70,14 @@ class VoiceTable:
                  for name in sorted(self.speakers)]
                 + [Voice(name, langs, None, v.prompt.kind) for name, v in library])
 
+    def voice(self, name: str) -> Voice:
+        """The voice of that name (the naming rule's spelling), or UnknownVoice."""
+        key = (name or "").strip().lower()
+        for v in self.voices():
+            if v.name == key:
+                return v
+        raise UnknownVoice(f"unknown voice {(name or '')[:64]!r}")
+
     def add(self, name: str, voice: LibraryVoice) -> None:
         """Add or replace a library voice; a preset's name is refused (ValueError)."""
         key = name.strip().lower()
@@ -181,15 +104,23 @@ class VoiceTable:
         with self._lock:  # a voice removed meanwhile is unknown, not half-resolved
             name, lang = self.names(voice, language)
             library = self._library.get(name)
-        lang_id = None if lang == "auto" else self.language_ids[lang]
         if library is not None:
-            return ResolvedVoice(self._prefix(lang_id), speaker_vec=library.speaker_vec,
-                                 icl=library.icl, instruct_ids=library.instruct_ids,
-                                 kind=library.prompt.kind)
+            return self._resolve_library(library, lang)
+        lang_id = None if lang == "auto" else self.language_ids[lang]
         dialect = self.dialects.get(name)
         if lang in ("chinese", "auto") and dialect:
             lang_id = self.language_ids[str(dialect).lower()]
         return ResolvedVoice(self._prefix(lang_id), speaker_id=self.speakers[name])
+
+    def resolve_prompt(self, library: LibraryVoice, language: str) -> ResolvedVoice:
+        """A voice that is in no table: one session's own (inline reference audio)."""
+        return self._resolve_library(library, self.names.language(language))
+
+    def _resolve_library(self, library: LibraryVoice, lang: str) -> ResolvedVoice:
+        lang_id = None if lang == "auto" else self.language_ids[lang]
+        return ResolvedVoice(self._prefix(lang_id), speaker_vec=library.speaker_vec,
+                             icl=library.icl, instruct_ids=library.instruct_ids,
+                             kind=library.prompt.kind)
 
     def _prefix(self, lang_id: int | None) -> list[int]:
         c = self.cfg
