@@ -14,6 +14,8 @@ WORKDIR /src/services/token/web
 COPY services/token/web/package.json services/token/web/package-lock.json ./
 RUN npm ci --no-audit --no-fund --loglevel=error
 COPY services/token/web/ ./
+# the /v1/talk protocol the page imports (web/src/talk.js): the agent's, described once
+COPY services/agent/src/voice_agent/talk/protocol.json /src/services/agent/src/voice_agent/talk/protocol.json
 RUN mkdir -p ../src/voice_token/static && bash build.sh
 
 FROM ${PYTHON_IMAGE} AS build

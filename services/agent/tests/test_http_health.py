@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from voice_agent import ws_session
 from voice_agent.http import make_app
 from voice_agent.settings import AgentSettings
+from voice_agent.talk import hub as talk_hub
 
 
 def closed_port() -> int:
@@ -75,15 +75,15 @@ async def test_not_serving_until_the_talk_route_is_prepared(backend_addr: str,
                                                              monkeypatch) -> None:
     """The starter phrases come before SERVING; a TTS that never answers is given up on
     (PREPARE_TIMEOUT_S) and the agent serves, degraded: conversations speak them live."""
-    monkeypatch.setattr(ws_session, "PREPARE_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(ws_session, "PREPARE_RETRY_S", 0.2)
+    monkeypatch.setattr(talk_hub, "PREPARE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(talk_hub, "PREPARE_RETRY_S", 0.2)
     down = f"127.0.0.1:{closed_port()}"
     settings = AgentSettings(tts_addr=down, thinker_addr=backend_addr, http_port=0)
     app = make_app(settings)
     async with TestClient(TestServer(app)) as client:
         r = await client.get("/healthz")
         assert (r.status, (await r.json())["preparing"]) == (503, True)
-        await asyncio.wait_for(app[ws_session.TALK_HUB].ready.wait(), 30)
+        await asyncio.wait_for(app[talk_hub.TALK_HUB].ready.wait(), 30)
         r = await client.get("/healthz")
         assert r.status == 200 and await r.json() == {
             "status": "SERVING", "tts": False, "thinker": True, "degraded": True,

@@ -23,7 +23,7 @@ import aiohttp
 import numpy as np
 import pytest
 from aiohttp import web
-from voice_agent import ws_session
+from voice_agent import talk
 from voice_agent.http import make_app
 from voice_agent.settings import AgentSettings
 from voice_testkit import free_port
@@ -90,8 +90,8 @@ class Agent:
     def __init__(self, runner: web.AppRunner, port: int) -> None:
         self.runner = runner
         self.base = f"127.0.0.1:{port}"
-        self.url = f"ws://{self.base}{ws_session.PATH}"
-        self.hub = runner.app[ws_session.TALK_HUB]
+        self.url = f"ws://{self.base}{talk.PATH}"
+        self.hub = runner.app[talk.TALK_HUB]
 
 
 async def start_agent(settings: AgentSettings) -> Agent:
@@ -137,7 +137,7 @@ async def converse(agent: Agent, start: dict, frames: int = 5,
 
 async def test_v1_voices_lists_the_library_voices_with_their_kind(agent: Agent) -> None:
     async with aiohttp.ClientSession() as http, http.get(
-            f"http://{agent.base}{ws_session.VOICES_PATH}",
+            f"http://{agent.base}{talk.VOICES_PATH}",
             headers={"Origin": "http://127.0.0.1:8000"}) as r:
         assert r.status == 200
         # the page is served next door (the token service's port): it may read the list

@@ -1,4 +1,4 @@
-"""The WebSocket transport (GET /v1/talk, ws_session.py) through aiohttp's client against
+"""The WebSocket transport (GET /v1/talk, voice_agent/talk/) through aiohttp's client against
 the agent's real HTTP app on a real localhost port, with the real TTS and thinker.
 
 A conversation: mic PCM at 48 kHz (resampled by the agent), the reply's PCM paced in
@@ -22,11 +22,14 @@ import aiohttp
 import numpy as np
 import pytest
 from aiohttp import web
-from voice_agent import ws_session
+from voice_agent import talk
 from voice_agent.http import make_app
 from voice_agent.load import LoadMonitor
 from voice_agent.metrics import REGISTRY
 from voice_agent.settings import AgentSettings
+from voice_agent.talk import audio as talk_audio
+from voice_agent.talk import hub as talk_hub
+from voice_agent.talk import protocol as talk_protocol
 
 from .backends import Server, espeak, start_thinker
 
@@ -49,9 +52,9 @@ def settings_for(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
 
 class Agent:
     def __init__(self, runner: web.AppRunner, port: int) -> None:
-        self.runner, self.url = runner, f"ws://127.0.0.1:{port}{ws_session.PATH}"
+        self.runner, self.url = runner, f"ws://127.0.0.1:{port}{talk.PATH}"
         self.http = f"http://127.0.0.1:{port}"
-        self.hub = runner.app[ws_session.TALK_HUB]
+        self.hub = runner.app[talk.TALK_HUB]
 
 
 async def serve(settings: AgentSettings) -> Agent:
@@ -314,9 +317,9 @@ async def test_a_conversation_behind_drops_old_mic_audio_a_fast_client_is_refuse
     oldest goes (a metric counts it), the call goes on. Audio sent faster than real
     time by more than MAX_AHEAD_S: `too_fast`, the client's fault."""
     clock = [100.0]
-    monkeypatch.setattr(ws_session.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(talk_audio.time, "monotonic", lambda: clock[0])
     frame = bytes(640)  # 20 ms at 16 kHz
-    mic = ws_session.SocketInput(16000)
+    mic = talk_audio.SocketInput(16000)
     before = REGISTRY.get_sample_value("agent_mic_frames_dropped_total") or 0.0
     for _ in range(350):  # 7 s in real time, nobody reading
         mic.push(frame)
@@ -324,8 +327,8 @@ async def test_a_conversation_behind_drops_old_mic_audio_a_fast_client_is_refuse
     assert mic._queue.qsize() == 250  # the newest 5 s
     after = REGISTRY.get_sample_value("agent_mic_frames_dropped_total")
     assert after - before == 100
-    fast = ws_session.SocketInput(16000)
-    with pytest.raises(ws_session.ProtocolError) as e:
+    fast = talk_audio.SocketInput(16000)
+    with pytest.raises(talk_protocol.ProtocolError) as e:
         for _ in range(300):  # 6 s at once
             fast.push(frame)
     assert e.value.code == "too_fast" and "ahead of the clock" in e.value.message
@@ -339,9 +342,9 @@ async def test_mic_frames_are_stamped_when_sent_on_the_clients_audio_clock(
     from voice_agent.speech_end import ARRIVALS
 
     clock = [100.0]
-    monkeypatch.setattr(ws_session.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(ws_session.time, "perf_counter", lambda: clock[0])
-    mic = ws_session.SocketInput(16000)
+    monkeypatch.setattr(talk_audio.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(talk_audio.time, "perf_counter", lambda: clock[0])
+    mic = talk_audio.SocketInput(16000)
     frame = bytes(640)
     for k in range(100):  # on time: message k (audio to (k + 1) * 20 ms) at 100 + k * 20 ms
         clock[0] = 100.0 + k * 0.02
@@ -414,10 +417,10 @@ async def test_bad_input_gets_a_clear_error_and_a_clean_close(agent: Agent) -> N
 
 
 async def test_no_start_in_time_and_capacity(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ws_session, "HELLO_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(talk_hub, "HELLO_TIMEOUT_S", 0.5)
     e = await expect_error(agent.url, code="no_start", close=1008)
     assert "start" in e["message"]
-    monkeypatch.setattr(ws_session, "HELLO_TIMEOUT_S", 30.0)
+    monkeypatch.setattr(talk_hub, "HELLO_TIMEOUT_S", 30.0)
     async with aiohttp.ClientSession() as http:
         # sockets that never start hold no conversation slot (AGENT_WS_MAX_SESSIONS=2)
         silent = [await http.ws_connect(agent.url) for _ in range(4)]
@@ -425,13 +428,13 @@ async def test_no_start_in_time_and_capacity(agent: Agent, monkeypatch: pytest.M
         for ws in held:
             await ws.send_json({"type": "start", "sample_rate": 16000})
             assert (await ws.receive_json(timeout=10))["type"] == "ready"
-        assert ws_session.SESSIONS._value.get() == 2
+        assert talk_hub.SESSIONS._value.get() == 2
         e = await expect_error(agent.url, code="busy", close=1013, start=True)
         assert "AGENT_WS_MAX_SESSIONS" in e["message"]
         # a slot is free the moment its conversation ends, not after its teardown
         await held[0].close()
         async with asyncio.timeout(1.0):
-            while ws_session.SESSIONS._value.get() > 1:
+            while talk_hub.SESSIONS._value.get() > 1:
                 await asyncio.sleep(0.01)
         again = await http.ws_connect(agent.url)
         await again.send_json({"type": "start", "sample_rate": 16000})
@@ -441,7 +444,7 @@ async def test_no_start_in_time_and_capacity(agent: Agent, monkeypatch: pytest.M
     async with asyncio.timeout(15):  # each session finishes starting, then tears down
         while agent.hub.sockets:
             await asyncio.sleep(0.05)
-    assert ws_session.SESSIONS._value.get() == 0
+    assert talk_hub.SESSIONS._value.get() == 0
 
 
 async def test_a_host_running_late_refuses_new_calls_and_keeps_its_calls(
@@ -453,7 +456,7 @@ async def test_a_host_running_late_refuses_new_calls_and_keeps_its_calls(
     monkeypatch.setattr(agent.hub, "settings",
                         agent.hub.settings.model_copy(update={"admit_max_lag_ms": 40}))
     late = LoadMonitor()
-    monkeypatch.setattr(ws_session, "MONITOR", late)
+    monkeypatch.setattr(talk_hub, "MONITOR", late)
     labels = {"reason": "overloaded"}
     refused0 = REGISTRY.get_sample_value("agent_ws_refused_total", labels)
     assert refused0 is not None  # exported before the first refusal
@@ -472,7 +475,7 @@ async def test_a_host_running_late_refuses_new_calls_and_keeps_its_calls(
         await under_way.send_bytes(bytes(640) * 10)
         await asyncio.sleep(0.3)
         assert not under_way.closed and agent.hub.talking == 1
-        monkeypatch.setattr(ws_session, "MONITOR", LoadMonitor())  # on time again
+        monkeypatch.setattr(talk_hub, "MONITOR", LoadMonitor())  # on time again
         again = await http.ws_connect(agent.url)
         await again.send_json({"type": "start", "sample_rate": 16000})
         assert (await again.receive_json(timeout=10))["type"] == "ready"
@@ -572,7 +575,7 @@ async def test_client_vanishing_mid_reply_tears_the_session_down(
     left = [t for t in asyncio.all_tasks() - tasks_before
             if not t.done() and t is not asyncio.current_task()]
     assert not left, [t.get_name() for t in left]
-    assert ws_session.SESSIONS._value.get() == 0
+    assert talk_hub.SESSIONS._value.get() == 0
 
 
 async def test_random_bad_input_never_ends_a_session_with_an_internal_error(
@@ -642,7 +645,7 @@ async def test_random_bad_input_never_ends_a_session_with_an_internal_error(
     print(f"\n/v1/talk close codes over {n}: {dict(sorted(codes.items()))}")
     assert sum(codes.values()) == n and len(codes) >= 4, codes
     await drained(agent)
-    assert ws_session.SESSIONS._value.get() == 0
+    assert talk_hub.SESSIONS._value.get() == 0
     async with aiohttp.ClientSession() as http, http.ws_connect(agent.url) as ws:
         await ws.send_json({"type": "start", "sample_rate": 16000})
         assert (await ws.receive_json(timeout=10))["type"] == "ready"

@@ -1,5 +1,5 @@
 """The agent's HTTP side: /metrics (Prometheus), /healthz and the WebSocket transport
-GET /v1/talk with GET /v1/voices, the voices a conversation may ask for (ws_session.py,
+GET /v1/talk with GET /v1/voices, the voices a conversation may ask for (talk/,
 AGENT_WS_MAX_SESSIONS > 0), on AGENT_HTTP_PORT.
 
 /healthz answers 503 `{"status": "NOT_SERVING", "preparing": true}` until the talk route
@@ -64,7 +64,7 @@ def make_app(settings: AgentSettings) -> web.Application:
     app.on_startup.append(_watch_loop)
     hub = None
     if settings.ws_max_sessions > 0:
-        from .ws_session import PATH, TALK_HUB, VOICES_PATH, TalkHub
+        from .talk import PATH, TALK_HUB, VOICES_PATH, TalkHub
 
         hub = app[TALK_HUB] = TalkHub(settings)
         app.router.add_get(PATH, hub.handle)

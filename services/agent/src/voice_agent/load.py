@@ -14,7 +14,7 @@ decides late. Two measures of that lateness, per process:
 `LoadMonitor.lag_s()` is the 95th percentile of both over the last WINDOW_S; the
 process is overloaded when it exceeds AGENT_ADMIT_MAX_LAG_MS (more than one reply frame
 in twenty left more than that late: a hole for a client that buffers less), and /v1/talk
-then refuses new conversations (ws_session.py) while those under way go on.
+then refuses new conversations (talk/hub.py) while those under way go on.
 
 Why these numbers (bench/conversations.py against the tiny TTS and thinker, all on 2
 cores): the samples late by over 40 ms were 0.2 / 2.1 / 5.9 / 8 % with 1 / 2 / 3 / 4

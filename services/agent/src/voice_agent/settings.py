@@ -36,7 +36,7 @@ class AgentSettings(BaseSettings):
     # Interface the HTTP server binds.
     http_host: str = "0.0.0.0"
     # Concurrent conversations on the HTTP server's WebSocket transport, GET /v1/talk
-    # (ws_session.py; no LiveKit), counted from each one's `start`. 0 = no route.
+    # (talk/; no LiveKit), counted from each one's `start`. 0 = no route.
     ws_max_sessions: int = Field(4, ge=0, le=1000)
     # API keys /v1/talk asks for (voice_keys): comma-separated, and/or a file of one a
     # line, read again when it changes. `Authorization: Bearer <key>`, or ?api_key= from a

@@ -3,7 +3,7 @@
 The agent never keeps a list of its own: a voice is a name the TTS knows (ListVoices, on
 AGENT_TTS_ADDR), so a voice made in the TTS's library (`POST /v1/audio/voices`, gRPC
 CreateVoice) is usable by name at once, as AGENT_TTS_VOICE or as one conversation's
-`voice` (ws_session.py). Names compare case-insensitively, as the TTS compares them.
+`voice` (talk/hub.py). Names compare case-insensitively, as the TTS compares them.
 """
 
 from __future__ import annotations

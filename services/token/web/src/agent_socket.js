@@ -2,10 +2,13 @@
 // GET /v1/talk (no LiveKit; the local mesh). Mic: getUserMedia -> AudioWorklet
 // (static/mic-worklet.js) -> 20 ms s16le frames at the AudioContext's rate. Agent: s16le
 // frames at its output rate, each scheduled on the PlayoutClock (a small jitter buffer);
-// a "clear" event (barge-in) stops everything scheduled at once. Protocol: talk.js.
+// a "clear" event (barge-in) stops everything scheduled at once. Protocol: talk.js
+// (the agent's protocol.json).
 
 import { Framer, peakS16, PlayoutClock, s16ToFloat } from './pcm.js';
-import { endState, INPUT_RATES, parseEvent, startMessage } from './talk.js';
+import {
+  CLOSE, endState, INPUT_RATES, parseEvent, startMessage, stopMessage,
+} from './talk.js';
 
 const AUDIBLE_PEAK = 300; // s16 peak above which a received frame counts as heard
 
@@ -136,8 +139,8 @@ export class AgentSocket {
 
   close() {
     if (this.ws && this.ws.readyState <= WebSocket.OPEN) {
-      this.ws.send(JSON.stringify({ type: 'stop' }));
-      this.ws.close(1000);
+      this.ws.send(stopMessage());
+      this.ws.close(CLOSE.normal);
     }
     this.finish(null);
   }
@@ -145,7 +148,7 @@ export class AgentSocket {
   finish(why) {
     if (this.ended) return;
     this.ended = true;
-    if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(1000);
+    if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(CLOSE.normal);
     this.flush();
     for (const n of this.nodes ?? []) n.disconnect();
     for (const t of this.stream?.getTracks() ?? []) t.stop();

@@ -1,8 +1,14 @@
-// The agent's WebSocket protocol (services/agent/src/voice_agent/ws_session.py), the
-// pure part: the start message, validating what the server sends, and what the page
-// shows for each event or close. Unit-tested under node (web/test/talk.test.js).
+// The agent's WebSocket protocol, the pure part: the start and stop messages, validating
+// what the server sends, and what the page shows for each event or close. The protocol
+// itself (message types, fields, close codes, rates) is the agent's protocol.json, bundled
+// in; services/agent/tests/test_talk_protocol.py checks the page and the agent agree.
+// Unit-tested under node (web/test/talk.test.js).
 
-export const INPUT_RATES = [8000, 16000, 22050, 24000, 32000, 44100, 48000];
+import PROTOCOL from '../../../agent/src/voice_agent/talk/protocol.json' with { type: 'json' };
+
+export { PROTOCOL };
+export const INPUT_RATES = PROTOCOL.input_rates;
+export const CLOSE = PROTOCOL.close_codes;
 
 /**
  * The first message: the mic's sample rate (the agent resamples to what it needs) and,
@@ -12,6 +18,11 @@ export function startMessage(sampleRate, voice = '') {
   const rate = Math.round(sampleRate);
   if (!INPUT_RATES.includes(rate)) throw new Error(`unsupported mic rate ${sampleRate} Hz`);
   return JSON.stringify({ type: 'start', sample_rate: rate, ...(voice ? { voice } : {}) });
+}
+
+/** The last message: the page ends the conversation. */
+export function stopMessage() {
+  return JSON.stringify({ type: 'stop' });
 }
 
 /** The agent's list of voices, next to its /v1/talk: ws(s)://host/v1/talk -> http(s)://host/v1/voices. */
@@ -39,7 +50,33 @@ export function voiceChoices(body) {
   return { voices, selected: found ? found.name : (def || voices[0].name) };
 }
 
-const KNOWN = new Set(['ready', 'state', 'transcript', 'latency', 'clear', 'error']);
+// The fields the page acts on, by server message type (the rest it ignores), each
+// checked by its type in protocol.json. Every type the server sends has an entry.
+export const HANDLED = {
+  ready: ['output_rate'],
+  state: ['state'],
+  transcript: ['role', 'text'],
+  latency: [], // parsed field by field (latency.js)
+  clear: [],
+  error: [],
+};
+
+// protocol.json's field types -> a check. A state the page does not know (a newer agent's)
+// is still a state: pageState shows it as listening.
+const KINDS = {
+  int: Number.isInteger,
+  number: Number.isFinite,
+  string: (v) => typeof v === 'string',
+  bool: (v) => typeof v === 'boolean',
+  state: (v) => typeof v === 'string',
+  role: (v) => PROTOCOL.roles.includes(v),
+  error: (v) => typeof v === 'string',
+};
+
+function fieldOk(kind, value) {
+  if (kind.endsWith('?') && value == null) return true;
+  return KINDS[kind.replace(/\?$/, '')](value);
+}
 
 /** A text message from the agent -> a known event object, or null (ignored). */
 export function parseEvent(text) {
@@ -49,15 +86,13 @@ export function parseEvent(text) {
   } catch {
     return null;
   }
-  if (!msg || typeof msg !== 'object' || Array.isArray(msg) || !KNOWN.has(msg.type)) {
+  if (!msg || typeof msg !== 'object' || Array.isArray(msg)
+      || !Object.hasOwn(HANDLED, msg.type) || !Object.hasOwn(PROTOCOL.server, msg.type)) {
     return null;
   }
-  if (msg.type === 'ready' && !(Number.isInteger(msg.output_rate) && msg.output_rate > 0)) {
-    return null;
-  }
-  if (msg.type === 'transcript' && (typeof msg.text !== 'string'
-      || !['user', 'assistant'].includes(msg.role))) return null;
-  if (msg.type === 'state' && typeof msg.state !== 'string') return null;
+  const fields = PROTOCOL.server[msg.type].fields;
+  if (!HANDLED[msg.type].every((f) => fieldOk(fields[f], msg[f]))) return null;
+  if (msg.type === 'ready' && !(msg.output_rate > 0)) return null;
   return msg;
 }
 
@@ -80,7 +115,7 @@ export function endState(url, { opened, code, error }) {
       'it, or python -m voice_agent serve-direct), and is TOKEN_AGENT_WS_URL reachable ' +
       'from this browser?'];
   }
-  if (code === 1000) return ['disconnected', 'the agent ended the call'];
-  if (code === 1001) return ['disconnected', 'the agent is shutting down'];
+  if (code === CLOSE.normal) return ['disconnected', 'the agent ended the call'];
+  if (code === CLOSE.going_away) return ['disconnected', 'the agent is shutting down'];
   return ['disconnected', `the connection to the agent dropped (code ${code})`];
 }

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import {
-  endState, pageState, parseEvent, startMessage, voiceChoices, voicesUrl,
+  endState, HANDLED, INPUT_RATES, pageState, parseEvent, PROTOCOL, startMessage, stopMessage,
+  voiceChoices, voicesUrl,
 } from '../src/talk.js';
 
 test('start message carries the mic rate; unsupported rates throw', () => {
@@ -64,4 +65,10 @@ test('endState says why the call ended', () => {
   assert.deepEqual(busy, ['refused', 'the agent ended the call: the agent is at capacity (busy)']);
   assert.equal(endState(url, { opened: true, code: 1000 })[0], 'disconnected');
   assert.match(endState(url, { opened: true, code: 1006 })[1], /dropped \(code 1006\)/);
+});
+
+test('the page speaks protocol.json: stop message, a handler for every server type', () => {
+  assert.deepEqual(JSON.parse(stopMessage()), { type: 'stop' });
+  assert.deepEqual(Object.keys(HANDLED).sort(), Object.keys(PROTOCOL.server).sort());
+  assert.deepEqual(INPUT_RATES, PROTOCOL.input_rates);
 });

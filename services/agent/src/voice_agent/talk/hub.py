@@ -1,0 +1,313 @@
+"""The `/v1/talk` route (`TalkHub`): who may connect (origin, API key), admission
+(AGENT_WS_MAX_SESSIONS, and none while the process runs late), the hello, the voice a
+conversation asks for and its starter phrases, one TalkSession each; and GET /v1/voices.
+
+What a conversation does once started is session.py's; the messages are protocol.py's.
+Not here: authentication beyond the API key (bind AGENT_HTTP_HOST to loopback or put an
+authenticating proxy in front).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from aiohttp import WSMsgType, web
+from prometheus_client import Counter, Gauge
+from voice_keys import ApiKeys, bearer
+
+from ..agent import PhraseCache, build_pipeline, starter_phrases
+from ..load import MONITOR
+from ..metrics import REGISTRY
+from ..plugins import TTS
+from ..settings import AgentSettings
+from ..voices import (
+    VoicesUnavailable,
+    check_configured_voice,
+    find,
+    list_voices,
+    not_found_message,
+)
+from .protocol import (
+    HELLO_TIMEOUT_S,
+    MAX_MESSAGE_MS,
+    Close,
+    ProtocolError,
+    error_event,
+    parse_start,
+)
+from .session import TalkSession, refuse
+
+log = logging.getLogger("voice_agent.ws")
+
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")  # one host, whichever name a page uses
+PREPARE_TIMEOUT_S = 120.0  # the starter phrases: retried until the TTS answers, this long
+PREPARE_RETRY_S = 2.0
+MAX_VOICE_CACHES = 32  # voices whose starter phrases are kept (the default's always)
+
+SESSIONS = Gauge("agent_ws_sessions", "/v1/talk conversations under way (started, not ended)",
+                 registry=REGISTRY)
+REFUSED = Counter("agent_ws_refused_total", "/v1/talk connections refused, by reason",
+                  ["reason"], registry=REGISTRY)
+for _reason in ("busy", "overloaded"):  # exported at 0 before the first refusal
+    REFUSED.labels(reason=_reason)
+
+
+class TalkHub:
+    """The route: admission (AGENT_WS_MAX_SESSIONS, and none while the process runs
+    late: AGENT_ADMIT_MAX_LAG_MS), the hello, one TalkSession each.
+
+    Before its first conversation the hub prepares what every conversation shares
+    (`prepare`, started with the HTTP server; /healthz answers 503 until it is done):
+    the starter phrases synthesized once (the greeting plays from memory, and the
+    fallback plays even when the TTS is down), the recogniser's process, the VAD. A
+    conversation never waits for it: one that starts earlier speaks its greeting live."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self.cache = PhraseCache()  # one per process: the greeting is the same for all
+        self.sockets: set[web.WebSocketResponse] = set()  # open, started or not
+        self.talking = 0  # conversations under way: the slots taken
+        # Sockets waiting for `start` cost little but are bounded too (a slow hello is
+        # cut at HELLO_TIMEOUT_S); conversations are counted apart, from `start`.
+        self.max_open = 4 * settings.ws_max_sessions + 16
+        self.keys = ApiKeys(settings.api_keys.get_secret_value(), settings.api_keys_file,
+                            file_setting="AGENT_API_KEYS_FILE",
+                            how="send `Authorization: Bearer <key>`, or ?api_key=<key> "
+                            "from a browser")
+        self.ready = asyncio.Event()  # prepared (or given up on: see the log)
+        self._prepare: asyncio.Task[None] | None = None
+        # the starter phrases in each voice conversations asked for (key: lower-case
+        # name): the default's is `cache`; another's is warmed at its first conversation
+        self.caches: dict[str, PhraseCache] = {settings.tts_voice.lower(): self.cache}
+        self._warming: set[asyncio.Task[None]] = set()
+
+    async def start(self, _app: web.Application | None = None) -> None:
+        self._prepare = asyncio.create_task(self.prepare(), name="talk-prepare")
+
+    async def prepare(self) -> None:
+        s = self.settings
+        t0 = time.perf_counter()
+        p = build_pipeline(s, cache=self.cache)  # the VAD and the shared recogniser too
+        try:
+            await p.stt.prewarm_async()
+            phrases = starter_phrases(s) if s.starter_cache else []
+            voice_ok: bool | None = None  # AGENT_TTS_VOICE on the TTS (None: not asked)
+            while True:
+                await self.cache.warm(p.tts, phrases, timeout_s=30.0)
+                missing = [x for x in phrases if not self.cache.has(x)]
+                if voice_ok is None:  # logs an error naming the fix if it is not there
+                    voice_ok = await check_configured_voice(s, quiet_unavailable=True)
+                done = not missing and voice_ok is not None
+                if done or voice_ok is False or time.perf_counter() - t0 > PREPARE_TIMEOUT_S:
+                    break
+                await asyncio.sleep(PREPARE_RETRY_S)  # the TTS may still be starting
+            if voice_ok is None:
+                log.warning("AGENT_TTS_VOICE=%r not checked: the TTS at %s did not list its "
+                            "voices", s.tts_voice, s.tts_addr)
+            if missing:
+                log.warning("talk: starter phrases %s not synthesized in %.0f s (is the TTS "
+                            "at %s up?): conversations speak them live", missing,
+                            PREPARE_TIMEOUT_S, s.tts_addr)
+            log.info("talk: ready in %.1f s (%d starter phrases cached)",
+                     time.perf_counter() - t0, len(phrases) - len(missing))
+        except Exception:
+            log.exception("talk: preparing failed; conversations start unprepared")
+        finally:
+            self.ready.set()
+            for comp in (p.stt, p.llm, p.tts):
+                await comp.aclose()
+
+    def origin_allowed(self, request: web.Request) -> bool:
+        """A browser's page may talk from the agent's own host (any port: the mesh's page
+        is served by the token service next door) or from AGENT_WS_ORIGINS; a page on
+        another site may not drive a visitor's browser into the agent. No Origin: not a
+        browser (the key, if any, guards those)."""
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return True
+        origin = origin.rstrip("/").lower()
+        allowed = {o.strip().rstrip("/").lower() for o in self.settings.ws_origins.split(",")}
+        host, ours = urlsplit(origin).hostname, (request.url.host or "").lower()
+        return "*" in allowed or origin in allowed or (
+            host is not None and (host == ours or (host in LOOPBACK and ours in LOOPBACK)))
+
+    async def voices(self, request: web.Request) -> web.Response:
+        """GET /v1/voices: the voices a conversation may ask for (the TTS's ListVoices:
+        presets and library voices, with their kind) and the agent's default. For the
+        page (a fetch from the same origins /v1/talk allows, with the same key)."""
+        cors = ({"Access-Control-Allow-Origin": request.headers["Origin"], "Vary": "Origin"}
+                if "Origin" in request.headers and self.origin_allowed(request) else {})
+        key = bearer(request.headers.get("Authorization")) or request.query.get("api_key")
+        if not self.keys.allows(key):
+            return web.json_response(
+                error_event("unauthorized", self.keys.refusal(key)),
+                status=401, headers={"WWW-Authenticate": "Bearer", **cors})
+        try:
+            voices = await list_voices(self.settings)
+        except VoicesUnavailable as e:
+            return web.json_response(error_event("tts_unavailable", str(e)), status=503,
+                                     headers=cors)
+        default = find(voices, self.settings.tts_voice)
+        return web.json_response(
+            {"voices": [v.as_json() for v in voices],
+             "default": default.name if default else self.settings.tts_voice,
+             "default_found": default is not None}, headers=cors)
+
+    async def session_voice(self, requested: str | None) -> tuple[AgentSettings, PhraseCache]:
+        """The settings and phrase cache of a conversation that asked for `requested`
+        (None: AGENT_TTS_VOICE). A voice the TTS does not list is refused (unknown_voice);
+        when the TTS does not answer, the name goes through as asked (its replies fail
+        as any reply does while the TTS is down)."""
+        s = self.settings
+        if requested is None or requested.lower() == s.tts_voice.lower():
+            return s, self.cache
+        try:
+            voices = await list_voices(s)
+        except VoicesUnavailable as e:
+            log.warning("talk: voice %r not checked: %s", requested, e)
+            name = requested
+        else:
+            voice = find(voices, requested)
+            if voice is None:
+                raise ProtocolError("unknown_voice", not_found_message(requested, voices,
+                                                                       s.tts_addr))
+            name = voice.name
+        return s.model_copy(update={"tts_voice": name}), self._cache_for(name)
+
+    def _cache_for(self, voice: str) -> PhraseCache:
+        cache = self.caches.get(voice.lower())
+        if cache is not None:
+            return cache
+        if len(self.caches) >= MAX_VOICE_CACHES or not self.settings.starter_cache:
+            return PhraseCache()  # spoken live
+        cache = self.caches[voice.lower()] = PhraseCache()
+        task = asyncio.create_task(self._warm(voice, cache), name=f"talk-warm-{voice}")
+        self._warming.add(task)
+        task.add_done_callback(self._warming.discard)
+        return cache
+
+    async def _warm(self, voice: str, cache: PhraseCache) -> None:
+        """The starter phrases in `voice`, for its next conversations (this one speaks
+        them live if they are not ready in time)."""
+        s = self.settings
+        tts = TTS(addr=s.tts_addr, voice=voice, language=s.tts_language,
+                  sample_rate=s.tts_sample_rate, frame_ms=s.tts_frame_ms, seed=s.tts_seed,
+                  max_frames=s.tts_max_frames, api_key=s.tts_api_key.get_secret_value())
+        try:
+            await cache.warm(tts, starter_phrases(s), timeout_s=30.0)
+        finally:
+            await tts.aclose()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if not self.origin_allowed(request):
+            REFUSED.labels(reason="origin").inc()
+            return web.json_response(error_event(
+                "origin_not_allowed", f"origin {request.headers['Origin'][:100]!r} may not "
+                "open /v1/talk (the agent's own host, or AGENT_WS_ORIGINS)"), status=403)
+        key = bearer(request.headers.get("Authorization")) or request.query.get("api_key")
+        if not self.keys.allows(key):  # before the upgrade: no socket, no slot
+            REFUSED.labels(reason="unauthorized").inc()
+            return web.json_response(
+                error_event("unauthorized", self.keys.refusal(key)),
+                status=401, headers={"WWW-Authenticate": "Bearer"})
+        ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4 * 48000 * MAX_MESSAGE_MS // 1000)
+        await ws.prepare(request)
+        if len(self.sockets) >= self.max_open:
+            REFUSED.labels(reason="busy").inc()
+            await refuse(ws, ProtocolError(
+                "busy", f"too many connections ({self.max_open}) are open or waiting to "
+                "start; try again later", Close.TRY_AGAIN_LATER))
+            return ws
+        self.sockets.add(ws)
+        t0 = time.perf_counter()
+        session: TalkSession | None = None
+        release: Callable[[], None] | None = None
+        try:
+            rate, voice = await self._hello(ws)
+            settings, cache = await self.session_voice(voice)
+            release = self._take_slot()
+            session = TalkSession(settings, cache, ws, rate)
+            log.info("talk %s: start, mic %d Hz, voice %s, from %s", session.id, rate,
+                     settings.tts_voice, request.remote)
+            await session.run(on_end=release)
+            await ws.close()
+        except ConnectionResetError:
+            log.info("talk: client left before starting")
+        except ProtocolError as e:
+            REFUSED.labels(reason=e.reason).inc()
+            log.info("talk %s: %s: %s", session.id if session else "-", e.code, e.message)
+            await refuse(ws, e)
+        except Exception:
+            log.exception("talk %s failed", session.id if session else "-")
+            await refuse(ws, ProtocolError("internal", "internal error in the agent",
+                                           Close.INTERNAL))
+        finally:
+            self.sockets.discard(ws)
+            if release is not None:
+                release()
+            if session is not None:
+                log.info("talk %s: end after %.1f s, %d frames sent", session.id,
+                         time.perf_counter() - t0, session.outbox.audio_sent)
+        return ws
+
+    def _take_slot(self) -> Callable[[], None]:
+        """A conversation slot (AGENT_WS_MAX_SESSIONS), taken at `start`: a socket that
+        never starts holds none. The returned call gives it back, once."""
+        if self.talking >= self.settings.ws_max_sessions:
+            raise ProtocolError(
+                "busy", f"the agent is at capacity ({self.settings.ws_max_sessions} "
+                "conversations, AGENT_WS_MAX_SESSIONS); try again later", Close.TRY_AGAIN_LATER)
+        limit = self.settings.admit_max_lag_ms
+        # An idle process always takes one: its lateness is not its conversations' (a
+        # busy shared host, e.g. the 2-core mesh), and refusing would serve nobody.
+        if self.talking > 0 and MONITOR.overloaded(limit):
+            raise ProtocolError(
+                "busy", f"the agent's host is overloaded: it runs {MONITOR.lag_s() * 1000:.0f} "
+                f"ms late (over AGENT_ADMIT_MAX_LAG_MS={limit}), so another conversation "
+                f"would break up every reply ({self.talking} under way); try again later",
+                Close.TRY_AGAIN_LATER, reason="overloaded")
+        self.talking += 1
+        SESSIONS.inc()
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self.talking -= 1
+                SESSIONS.dec()
+
+        return release
+
+    async def _hello(self, ws: web.WebSocketResponse) -> tuple[int, str | None]:
+        try:
+            msg = await ws.receive(timeout=HELLO_TIMEOUT_S)
+        except TimeoutError:
+            raise ProtocolError("no_start", f'no "start" message within {HELLO_TIMEOUT_S:.0f} '
+                                "s") from None
+        if msg.type == WSMsgType.BINARY:
+            raise ProtocolError("expected_start", 'binary audio before the "start" message',
+                                Close.UNSUPPORTED_DATA)
+        if msg.type == WSMsgType.TEXT:
+            return parse_start(msg.data)
+        if msg.type == WSMsgType.ERROR:
+            raise ProtocolError("too_large", str(ws.exception()), Close.TOO_LARGE)
+        raise ConnectionResetError("client left before starting")
+
+    async def close_all(self, _app: web.Application | None = None) -> None:
+        """On shutdown: every conversation ends with 1001 (going away)."""
+        if self._prepare is not None:
+            self._prepare.cancel()
+        for task in list(self._warming):
+            task.cancel()
+        for ws in list(self.sockets):
+            with contextlib.suppress(Exception):
+                await ws.close(code=Close.GOING_AWAY, message=b"agent shutting down")
+
+
+TALK_HUB = web.AppKey("talk_hub", TalkHub)

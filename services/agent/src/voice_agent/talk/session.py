@@ -1,0 +1,127 @@
+"""One conversation on one socket (`TalkSession`): the pipeline with the socket's audio
+in place of room tracks, its turns' events (state, transcript, latency) to the client, and
+the client's messages until it stops or goes.
+
+Admission and voices are the hub's (hub.py); framing and pacing the audio is audio.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Callable
+
+from aiohttp import WSMsgType, web
+from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
+
+from ..agent import PhraseCache, attach_duplex, build_pipeline
+from ..duplex import DuplexState
+from ..metrics import TurnTracker
+from ..settings import AgentSettings
+from .audio import Outbox, SocketInput, SocketOutput
+from .protocol import (
+    ENCODING,
+    PROTOCOL,
+    ROLES,
+    Close,
+    ProtocolError,
+    Server,
+    check_audio,
+    error_event,
+    expect_stop,
+)
+
+
+class TalkSession:
+    """One conversation on one socket: the pipeline, its I/O and its events."""
+
+    def __init__(self, settings: AgentSettings, cache: PhraseCache,
+                 ws: web.WebSocketResponse, input_rate: int) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        self.settings = settings  # its tts_voice: this conversation's voice
+        self.ws = ws
+        self.outbox = Outbox(ws, settings.tts_frame_ms / 1000)
+        tracker = TurnTracker(on_report=lambda rec: self.outbox.event(Server.LATENCY, **rec))
+        self.pipeline = p = build_pipeline(settings, tracker=tracker, cache=cache)
+        self.mic = SocketInput(input_rate)
+        self.speaker = SocketOutput(self.outbox, sample_rate=settings.tts_sample_rate,
+                                    frame_ms=settings.tts_frame_ms,
+                                    on_first_audio=tracker.audio_published)
+        self._sync = TranscriptSynchronizer(next_in_chain_audio=self.speaker,
+                                            next_in_chain_text=None)
+        # the reply's first audio is the socket's to report (SocketOutput)
+        duplex = attach_duplex(p, silent_from=self.speaker.silent_from,
+                               reports_first_audio=False)
+        duplex.on_state(lambda s: self.outbox.event(Server.STATE, state=s.value))
+        p.session.on("conversation_item_added", self._on_item)
+        self.outbox.event(Server.READY, protocol=PROTOCOL, session_id=self.id,
+                          input_rate=input_rate, output_rate=settings.tts_sample_rate,
+                          frame_ms=settings.tts_frame_ms, encoding=ENCODING,
+                          voice=settings.tts_voice)
+        self.outbox.event(Server.STATE, state=DuplexState.LISTENING.value)
+
+    def _on_item(self, ev: object) -> None:
+        item = getattr(ev, "item", None)
+        if getattr(item, "type", None) != "message" or item.role not in ROLES:
+            return
+        self.outbox.event(Server.TRANSCRIPT, role=item.role, text=item.text_content or "",
+                          interrupted=bool(item.interrupted))
+
+    async def run(self, on_end: Callable[[], None] = lambda: None) -> None:
+        """Until the client stops or goes, or a protocol error (raised after teardown).
+        `on_end` runs as soon as either side has ended it, before the teardown."""
+        p = self.pipeline
+        sender = asyncio.create_task(self.outbox.run(), name=f"talk-{self.id}-send")
+        receiver = asyncio.create_task(self._receive(), name=f"talk-{self.id}-recv")
+        try:  # listening at once: the starter phrases are the hub's (`TalkHub.prepare`)
+            p.session.input.audio = self.mic
+            p.session.output.audio = self._sync.audio_output
+            p.session.output.transcription = self._sync.text_output
+            self.speaker.start()
+            await p.session.start(agent=p.agent, record=False)
+            # either side ending ends the conversation
+            await asyncio.wait([sender, receiver], return_when=asyncio.FIRST_COMPLETED)
+            if (receiver.done() and not receiver.cancelled()
+                    and isinstance(err := receiver.exception(), ProtocolError)):
+                await refuse(self.ws, err)  # the client hears why now, not after teardown
+        finally:
+            on_end()  # the slot is free now; the teardown takes a moment more
+            receiver.cancel()
+            await self._teardown()
+            sender.cancel()
+            await asyncio.gather(sender, receiver, return_exceptions=True)
+        if not receiver.cancelled() and (err := receiver.exception()) is not None:
+            raise err
+
+    async def _receive(self) -> None:
+        async for msg in self.ws:
+            if msg.type == WSMsgType.BINARY:
+                check_audio(msg.data, self.mic._input_rate)
+                self.mic.push(msg.data)
+            elif msg.type == WSMsgType.TEXT:
+                expect_stop(msg.data)
+                return
+            elif msg.type == WSMsgType.ERROR:
+                raise ProtocolError("too_large", str(self.ws.exception()), Close.TOO_LARGE)
+
+    async def _teardown(self) -> None:
+        self.mic.close()
+        p = self.pipeline
+        try:
+            await p.session.aclose()
+        finally:
+            await self._sync.aclose()  # its segment tasks outlive the session otherwise
+            await self.speaker.aclose()
+            for comp in (p.stt, p.llm, p.tts):
+                await comp.aclose()
+
+
+async def refuse(ws: web.WebSocketResponse, e: ProtocolError) -> None:
+    """The client hears why (an error message), then the socket closes with its code."""
+    if ws.closed:
+        return
+    with contextlib.suppress(Exception):
+        await ws.send_str(json.dumps(error_event(e.code, e.message), ensure_ascii=False))
+        await ws.close(code=e.close_code, message=e.code.encode())
