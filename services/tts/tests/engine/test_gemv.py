@@ -140,7 +140,7 @@ def test_configs_none_means_cublas(monkeypatch) -> None:
 def test_linear_off_the_fused_path_is_the_plain_ops(monkeypatch) -> None:
     """Where `active(x)` is false (a CPU tensor outside `interpret_on_cpu`), the plain
     PyTorch ops run: no Triton at all."""
-    monkeypatch.setattr(kernels, "_on_cpu", False)
+    monkeypatch.setattr(kernels.launch, "_on_cpu", False)
     x, w = randn(2, 64, seed=9).cpu(), randn(12, 32, seed=10).cpu()
     assert not kernels.active(x)
     gate, up = x.chunk(2, dim=-1)
