@@ -3,8 +3,8 @@
 Shape of the framework's streaming plugins (livekit-plugins-cartesia): `TTS(tts.TTS)`
 with `TTSCapabilities(streaming=True)`, a private `_TTSOptions`, and a
 `SynthesizeStream` whose `_run` runs an input/send task and a receive task, joined
-with gather and cancelled together. One SynthesizeStream = one agent reply = one
-gRPC call:
+with gather and cancelled together; what they share is one `_Call` (fields, not
+closures). One SynthesizeStream = one agent reply = one gRPC call:
 
 - The SessionConfig goes out at once (the server session starts during the thinker's
   TTFT); the LLM text then goes through the bridge (`voice_agent.bridge`) and each

@@ -113,7 +113,7 @@ class SocketInput(io.AudioInput):
         self._resampler = (rtc.AudioResampler(input_rate=input_rate, output_rate=VAD_RATE,
                                               num_channels=1)
                            if input_rate != VAD_RATE else None)
-        self._input_rate = input_rate
+        self.input_rate = input_rate  # the client's mic PCM, Hz
         self._framer = AudioByteStream(VAD_RATE, 1, samples_per_channel=VAD_RATE * frame_ms // 1000)
         self._queue: asyncio.Queue[rtc.AudioFrame | None] = asyncio.Queue(
             maxsize=int(MAX_BACKLOG_S * 1000 / frame_ms))
@@ -128,13 +128,13 @@ class SocketInput(io.AudioInput):
         arrived = time.perf_counter()
         if self._t0 is None:
             self._t0 = now
-        self._received_s += len(pcm) / 2 / self._input_rate
+        self._received_s += len(pcm) / 2 / self.input_rate
         if self._received_s - (now - self._t0) > MAX_AHEAD_S:
             raise ProtocolError("too_fast", "mic audio arrives faster than real time "
                                 f"(over {MAX_AHEAD_S:.0f} s ahead of the clock)")
         sent = self._sent_at(arrived)
         if self._resampler is not None:
-            frame = rtc.AudioFrame(data=pcm, sample_rate=self._input_rate, num_channels=1,
+            frame = rtc.AudioFrame(data=pcm, sample_rate=self.input_rate, num_channels=1,
                                    samples_per_channel=len(pcm) // 2)
             pcm = b"".join(bytes(f.data) for f in self._resampler.push(frame))
         if pcm:

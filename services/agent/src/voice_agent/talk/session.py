@@ -98,7 +98,7 @@ class TalkSession:
     async def _receive(self) -> None:
         async for msg in self.ws:
             if msg.type == WSMsgType.BINARY:
-                check_audio(msg.data, self.mic._input_rate)
+                check_audio(msg.data, self.mic.input_rate)
                 self.mic.push(msg.data)
             elif msg.type == WSMsgType.TEXT:
                 expect_stop(msg.data)
