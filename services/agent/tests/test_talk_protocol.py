@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from voice_agent.duplex import DuplexState
 from voice_agent.marks import LATENCY_KEYS
 from voice_agent.talk import protocol
 from voice_agent.talk.protocol import SPEC, Client, Server, problems
@@ -67,6 +68,8 @@ def test_the_server_sends_and_handles_every_type_in_the_file() -> None:
         assert f"Server.{t.name}" in src, f"the server never sends {t.value!r}"
     for t in Client:  # each one is read somewhere
         assert f"Client.{t.name}" in src, f"the server never reads {t.value!r}"
+    # the states it sends are the duplex controller's, all of them
+    assert {s.value for s in DuplexState} == set(SPEC["states"])
     # no message built by hand (a dict literal or a keyword, not `f"{{...}}"` prose)
     assert not re.search(r"""(?<!\{)\{\s*["']type["']\s*:\s*["']|type=["']""", src)
 
