@@ -8,10 +8,16 @@ COPY deploy/docker/inputs/ /tmp/build/
 RUN sh /tmp/build/apply.sh && python3 -m venv /opt/venv
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS=/tmp/build/wheels \
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt PATH=/opt/venv/bin:${PATH}
+# Dependencies first, in their own layer (deps.py): a code change rebuilds only our packages.
+COPY deploy/docker/deps.py /tmp/deps.py
+COPY proto/pyproject.toml /src/proto/pyproject.toml
+COPY libs/voice-keys/pyproject.toml /src/libs/voice-keys/pyproject.toml
+COPY services/agent/pyproject.toml /src/services/agent/pyproject.toml
+RUN python3 /tmp/deps.py /src/proto/pyproject.toml /src/libs/voice-keys/pyproject.toml /src/services/agent/pyproject.toml > /tmp/deps.txt && pip install -r /tmp/deps.txt
 COPY proto /src/proto
 COPY libs/voice-keys /src/libs/voice-keys
 COPY services/agent /src/services/agent
-RUN pip install /src/proto /src/libs/voice-keys /src/services/agent
+RUN pip install --no-deps /src/proto /src/libs/voice-keys /src/services/agent
 
 FROM ${PYTHON_IMAGE} AS runtime
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt

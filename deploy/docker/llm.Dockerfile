@@ -23,10 +23,16 @@ RUN if [ -n "${VLLM_VERSION}" ]; then \
         PIP_INDEX_URL="${TORCH_INDEX_URL:-${PIP_INDEX_URL:-https://pypi.org/simple}}" \
         pip install "torch==${TORCH_VERSION}"; \
     fi
+# Dependencies first, in their own layer (deps.py): a code change rebuilds only our packages.
+COPY deploy/docker/deps.py /tmp/deps.py
+COPY proto/pyproject.toml /src/proto/pyproject.toml
+COPY libs/voice-keys/pyproject.toml /src/libs/voice-keys/pyproject.toml
+COPY services/llm/pyproject.toml /src/services/llm/pyproject.toml
+RUN python3 /tmp/deps.py /src/proto/pyproject.toml /src/libs/voice-keys/pyproject.toml /src/services/llm/pyproject.toml > /tmp/deps.txt && pip install -r /tmp/deps.txt
 COPY proto /src/proto
 COPY libs/voice-keys /src/libs/voice-keys
 COPY services/llm /src/services/llm
-RUN pip install /src/proto /src/libs/voice-keys /src/services/llm
+RUN pip install --no-deps /src/proto /src/libs/voice-keys /src/services/llm
 
 # --- runtime -----------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime

@@ -23,10 +23,15 @@ COPY deploy/docker/inputs/ /tmp/build/
 RUN sh /tmp/build/apply.sh && python3 -m venv /opt/venv
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS=/tmp/build/wheels \
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt PATH=/opt/venv/bin:${PATH}
+# Dependencies first, in their own layer (deps.py): a code change rebuilds only our packages.
+COPY deploy/docker/deps.py /tmp/deps.py
+COPY libs/voice-keys/pyproject.toml /src/libs/voice-keys/pyproject.toml
+COPY services/token/pyproject.toml /src/services/token/pyproject.toml
+RUN python3 /tmp/deps.py /src/libs/voice-keys/pyproject.toml /src/services/token/pyproject.toml > /tmp/deps.txt && pip install -r /tmp/deps.txt
 COPY services/token /src/services/token
 COPY --from=web /src/services/token/src/voice_token/static/dist /src/services/token/src/voice_token/static/dist
 COPY libs/voice-keys /src/libs/voice-keys
-RUN pip install /src/libs/voice-keys /src/services/token
+RUN pip install --no-deps /src/libs/voice-keys /src/services/token
 
 FROM ${PYTHON_IMAGE} AS runtime
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt

@@ -20,10 +20,16 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_FIND_LINKS=/tmp/build
 # dependency it would take whatever build PyPI serves.
 RUN PIP_INDEX_URL="${TORCH_INDEX_URL:-${PIP_INDEX_URL:-https://pypi.org/simple}}" \
     pip install "torch==${TORCH_VERSION}"
+# Dependencies first, in their own layer (deps.py): a code change rebuilds only our packages.
+COPY deploy/docker/deps.py /tmp/deps.py
+COPY proto/pyproject.toml /src/proto/pyproject.toml
+COPY libs/voice-keys/pyproject.toml /src/libs/voice-keys/pyproject.toml
+COPY services/tts/pyproject.toml /src/services/tts/pyproject.toml
+RUN python3 /tmp/deps.py /src/proto/pyproject.toml /src/libs/voice-keys/pyproject.toml /src/services/tts/pyproject.toml > /tmp/deps.txt && pip install -r /tmp/deps.txt
 COPY proto /src/proto
 COPY libs/voice-keys /src/libs/voice-keys
 COPY services/tts /src/services/tts
-RUN pip install /src/proto /src/libs/voice-keys /src/services/tts
+RUN pip install --no-deps /src/proto /src/libs/voice-keys /src/services/tts
 
 # --- runtime: no sources, no build inputs, a non-root user ----------------------------
 FROM ${PYTHON_IMAGE} AS runtime

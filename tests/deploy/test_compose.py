@@ -432,3 +432,26 @@ def test_hadolint_passes_on_every_dockerfile():
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("dockerfile", [d for d in DOCKERFILES if "deps.py" in d.read_text()],
+                         ids=lambda p: p.name)
+def test_dependencies_are_a_layer_before_the_sources(dockerfile):
+    """A code change must not reinstall every dependency (minutes on CI's 2 cores): the
+    third-party dependencies are installed from the pyproject files alone, then our
+    packages from source with --no-deps."""
+    lines = dockerfile.read_text().splitlines()
+    deps = next(i for i, ln in enumerate(lines) if ln.startswith("RUN python3 /tmp/deps.py"))
+    stage = max(i for i, ln in enumerate(lines[:deps]) if ln.startswith("FROM "))
+    source = re.compile(r"COPY (proto|libs/\S+|services/\S+) /src/")
+    sources = [i for i, ln in enumerate(lines)
+               if i > stage and source.match(ln) and "pyproject.toml" not in ln]
+    assert sources and min(sources) > deps, "sources copied before the dependency layer"
+    installs = [ln for ln in lines if re.match(r"RUN pip install .*/src/", ln)]
+    assert installs and all("--no-deps" in ln for ln in installs), installs
+    pyprojects = re.findall(r"/src/(\S+)/pyproject.toml", lines[deps])
+    out = subprocess.run([sys.executable, str(ROOT / "deploy/docker/deps.py"),
+                          *(str(ROOT / p / "pyproject.toml") for p in pyprojects)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert "grpcio>=1.85.1" in out or dockerfile.name.startswith("token"), out
+    assert not [r for r in out if r.startswith(("voice-", "voice_"))], out
