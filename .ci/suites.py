@@ -64,6 +64,7 @@ class Result:
     name: str
     rc: int
     wall_s: float
+    cpu_s: float  # user + system of the suite and the processes it waited for
     budget_s: int
     slowest: list[tuple[float, str]]
 
@@ -82,26 +83,34 @@ def slowest_tests(xml: Path, n: int = 3) -> list[tuple[float, str]]:
     return sorted(times, reverse=True)[:n]
 
 
+def call(cmd: list[str], log, env: dict[str, str] | None = None) -> tuple[int, float]:
+    """The command's exit status and CPU seconds (its own and its waited-for children's)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime
+
+
 def run_suite(s: Suite, say) -> Result:
     log, xml = OUT / f"{s.name}.log", OUT / f"{s.name}.xml"
     py = s.python if os.path.isabs(s.python) else str(ROOT / s.python)
     t0 = time.monotonic()
     say(f"=== start {s.name} (budget {s.budget_s} s, log {log.relative_to(ROOT)})")
     with open(log, "w") as f:
-        rc = 0
+        rc, cpu = 0, 0.0
         if s.setup:
-            rc = subprocess.call(s.setup, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                 env={**os.environ, "VLLM_VENV": VLLM_VENV})
+            rc, cpu = call(s.setup, f, {**os.environ, "VLLM_VENV": VLLM_VENV})
         if rc == 0:
             cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=10",
                    f"--junitxml={xml}", *s.args, *s.paths]
-            rc = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
-    r = Result(s.name, rc, time.monotonic() - t0, s.budget_s, slowest_tests(xml))
+            rc, cpu_tests = call(cmd, f)
+            cpu += cpu_tests
+    r = Result(s.name, rc, time.monotonic() - t0, cpu, s.budget_s, slowest_tests(xml))
     tail = log.read_text(errors="replace").splitlines()
     # A failure shows its whole report; a pass its summary line.
     shown = tail[-120:] if rc else tail[-1:]
     verdict = "FAILED" if rc else ("OVER BUDGET" if r.over_budget else "ok")
-    say("\n".join([*shown, f"=== {s.name}: rc={rc} in {r.wall_s:.0f} s "
+    say("\n".join([*shown, f"=== {s.name}: rc={rc} in {r.wall_s:.0f} s, {cpu:.0f} CPU s "
                    f"(budget {s.budget_s} s): {verdict}"]))
     return r
 
@@ -115,12 +124,12 @@ def lanes(suites: list[Suite], n: int) -> list[list[Suite]]:
 
 
 def table(results: list[dict]) -> str:
-    rows = [f"{'suite':<14} {'rc':>3} {'wall s':>7} {'budget s':>8}  slowest tests"]
+    rows = [f"{'suite':<14} {'rc':>3} {'wall s':>7} {'CPU s':>6} {'budget s':>8}  slowest tests"]
     for r in results:
         flag = "  OVER BUDGET" if r["wall_s"] > r["budget_s"] else ""
         slow = "; ".join(f"{t:.0f}s {name}" for t, name in r["slowest"])
-        rows.append(f"{r['name']:<14} {r['rc']:>3} {r['wall_s']:>7.0f} {r['budget_s']:>8}  "
-                    f"{slow}{flag}")
+        rows.append(f"{r['name']:<14} {r['rc']:>3} {r['wall_s']:>7.0f} {r['cpu_s']:>6.0f} "
+                    f"{r['budget_s']:>8}  {slow}{flag}")
     return "\n".join(rows)
 
 
