@@ -228,7 +228,7 @@ async def test_a_writer_sleeping_for_its_next_frame_wakes_for_stop(monkeypatch) 
     cfg = SimpleNamespace(sample_rate=24000, frame_ms=20, frames_per_message=1, session_id="s",
                           trace_id="t")
     session = _StubSession()
-    s = stream_mod.SynthesizeStream(cfg, session, TTSMetrics().of("grpc"),
+    s = stream_mod.SynthesizeStream(cfg, lambda sink: session, TTSMetrics().of("grpc"),
                                     stream_mod.Codec(24000, 1920), max_backlog_s=30.0,
                                     pace_lead_s=4.0)
     s.state.utt(0).first_text_at = time.perf_counter()

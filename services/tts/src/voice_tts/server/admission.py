@@ -36,18 +36,16 @@ import threading
 import time
 from typing import Any
 
-import grpc
-
 from voice_tts.engine import UtteranceEnd
 from voice_tts.server.capacity import FramePeriodModel, FrontModel
-from voice_tts.server.protocol import CallError
+from voice_tts.server.errors import CallError
 
 RETRY = "retry on another replica"
 
 
 class Rejected(CallError):
     def __init__(self, reason: str, message: str) -> None:
-        super().__init__(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+        super().__init__("busy", message)
         self.reason = reason  # label of tts_admission_rejected_total
 
 

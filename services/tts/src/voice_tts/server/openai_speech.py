@@ -13,7 +13,7 @@ client reads; a slow reader pauses its engine session (flow control). The call r
 its own task; whatever it has made when the writer looks goes out in one write (a
 packet's frames are made together: a write per packet, the first one at once, so time to
 first byte is the gRPC path's). Errors are OpenAI's body (`{"error": {message, type, param, code}}`)
-with the status `protocol.HTTP_STATUS` maps the call's gRPC status to; the headers wait
+with the status `errors.STATUS` gives the call's error kind; the headers wait
 for the first audio, so a call that fails before it gets its status. One that fails
 after has sent 200: an sse stream ends with an `error` event, an audio stream is cut off
 (no final chunk: the client sees a truncated body, never a short "complete" file).
@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine
+from voice_tts.server.errors import CallError
 from voice_tts.server.json_schema import (
     UNSUPPORTED_FORMATS,
     SpeechRequest,
@@ -42,12 +43,7 @@ from voice_tts.server.json_schema import (
     session_config,
     validation_message,
 )
-from voice_tts.server.protocol import (
-    HTTP_STATUS,
-    MAX_FRAMES_PER_MESSAGE,
-    RETRY_AFTER_S,
-    CallError,
-)
+from voice_tts.server.protocol import MAX_FRAMES_PER_MESSAGE, RETRY_AFTER_S
 from voice_tts.server.synthesis import Synthesis
 
 log = logging.getLogger("voice_tts.http")
@@ -70,8 +66,8 @@ class ApiError(Exception):
 
     @classmethod
     def of(cls, e: CallError) -> ApiError:
-        status, kind = HTTP_STATUS.get(e.code, (500, "server_error"))
-        return cls(status, e.message, code=e.code.name.lower(), kind=kind)
+        s = e.status
+        return cls(s.http, e.message, code=s.grpc.name.lower(), kind=s.openai)
 
     def response(self) -> web.Response:
         headers = {"Retry-After": str(RETRY_AFTER_S)} if self.status in (429, 503) else None
@@ -308,12 +304,13 @@ class _Body:
     async def fail(self, e: CallError) -> web.StreamResponse:
         """The call failed after the headers went out: sse ends with an `error` event,
         audio is cut off."""
-        log.warning("speech request failed mid-stream (%s): %s", e.code.name, e.message)
+        log.warning("speech request failed mid-stream (%s): %s", e.status.grpc.name,
+                    e.message)
         if self.req.stream_format != "sse":
             raise Truncate(e.message)
-        kind = HTTP_STATUS.get(e.code, (500, "server_error"))[1]
         await self._event({"type": "error", "error": {
-            "message": e.message, "type": kind, "code": e.code.name.lower()}})
+            "message": e.message, "type": e.status.openai,
+            "code": e.status.grpc.name.lower()}})
         assert self.resp is not None
         await self.resp.write_eof()
         return self.resp

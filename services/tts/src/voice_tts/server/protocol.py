@@ -1,9 +1,8 @@
 """Every protocol rule of `voice.tts.v1.TextToSpeech` that is not streaming: parsing,
-SessionConfig validation and defaults, and the one mapping from errors to gRPC status
-(and from it to the HTTP and WebSocket fronts' statuses and close codes).
+SessionConfig validation and defaults.
 
-Errors are raised as `CallError(code, message)`; engine errors are mapped by kind
-(`status_for`). Messages say what to fix, never echo more than a short prefix of input.
+Errors are raised as `CallError(kind, message)` (`errors.py` maps kinds to every
+protocol's status). Messages say what to fix, never echo more than a short prefix of input.
 """
 
 from __future__ import annotations
@@ -12,11 +11,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import grpc
 from google.protobuf.message import DecodeError
 from voice.tts.v1 import tts_pb2
 
-from voice_tts.engine import EngineFailed, EngineFull, EngineSettings, SamplingParams, UnknownVoice
+from voice_tts.engine import EngineSettings, SamplingParams, UnknownVoice
+from voice_tts.server.errors import CallError, invalid
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
 MAX_INSTRUCT_CHARS = 1000
@@ -27,52 +26,6 @@ MAX_FRAMES_PER_MESSAGE = 16
 MAX_UTTERANCE_FRAMES = EngineSettings.max_frames
 
 
-class CallError(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def invalid(message: str) -> CallError:
-    return CallError(grpc.StatusCode.INVALID_ARGUMENT, message)
-
-
-def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The status a failed call ends with, by the kind of error."""
-    if isinstance(exc, CallError):
-        return exc.code, exc.message
-    if isinstance(exc, UnknownVoice):
-        return grpc.StatusCode.NOT_FOUND, str(exc)
-    if isinstance(exc, EngineFailed):
-        return grpc.StatusCode.UNAVAILABLE, (f"{exc}; the server is restarting, retry on "
-                                             "another replica")
-    if isinstance(exc, EngineFull):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc) or "server at its session limit"
-    if isinstance(exc, ValueError | UnicodeDecodeError):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see server logs"
-
-
-# The same errors on the other fronts: (HTTP status, OpenAI error type) and the
-# WebSocket close code (RFC 6455 / IANA: 1008 policy violation, 1013 try again later,
-# 1012 service restart, 1011 internal error).
-HTTP_STATUS: dict[grpc.StatusCode, tuple[int, str]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
-    grpc.StatusCode.NOT_FOUND: (404, "invalid_request_error"),
-    grpc.StatusCode.UNIMPLEMENTED: (501, "invalid_request_error"),  # e.g. clone, no Base
-    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
-    grpc.StatusCode.UNAVAILABLE: (503, "server_error"),
-    grpc.StatusCode.INTERNAL: (500, "server_error"),
-}
-WS_CLOSE: dict[grpc.StatusCode, int] = {
-    grpc.StatusCode.INVALID_ARGUMENT: 1008,
-    grpc.StatusCode.NOT_FOUND: 1008,
-    grpc.StatusCode.UNIMPLEMENTED: 1008,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 1013,
-    grpc.StatusCode.UNAVAILABLE: 1012,
-    grpc.StatusCode.INTERNAL: 1011,
-}
 # Seconds a client turned away (capacity, draining) is told to wait before retrying.
 RETRY_AFTER_S = 1
 
@@ -153,7 +106,7 @@ def resolve_config(
     try:
         voice, language = voice_names(cfg.voice, cfg.language)
     except UnknownVoice as e:
-        raise CallError(grpc.StatusCode.NOT_FOUND, str(e)) from None
+        raise CallError("not_found", str(e)) from None
     if len(cfg.instruct) > MAX_INSTRUCT_CHARS:
         raise invalid(f"SessionConfig.instruct is {len(cfg.instruct)} characters; "
                       f"the limit is {MAX_INSTRUCT_CHARS}")

@@ -139,7 +139,7 @@ async def start_server(settings: TTSSettings, engine: Engine | None = None) -> R
 
     calls = Synthesis(engine, settings, metrics)  # before the first step
     library = VoiceLibrary(engine, settings.voice_dir, settings.voice_max_upload_bytes,
-                           on_change=calls.refresh_voices, metrics=metrics)
+                           metrics=metrics)
     library.load()  # stored voices are there before the first call
     library.start_watching(settings.voice_rescan_s)  # replicas sharing the directory
     calls.library = library

@@ -13,15 +13,12 @@ from collections.abc import AsyncIterator
 import grpc
 from voice.tts.v1 import tts_pb2
 
-from voice_tts.engine import Voice
-from voice_tts.server.protocol import CallError, parse_request
+from voice_tts.engine import UnknownVoice, Voice
+from voice_tts.server.errors import CallError, VoiceError
+from voice_tts.server.protocol import parse_request
 from voice_tts.server.reference_audio import reference_from_proto
 from voice_tts.server.synthesis import Synthesis, until_client_stops_writing
-from voice_tts.server.voice_library import (
-    STATUS,
-    VoiceError,
-    VoiceLibrary,
-)
+from voice_tts.server.voice_library import VoiceLibrary
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
 SERVICE_NAME = "voice.tts.v1.TextToSpeech"
@@ -84,7 +81,7 @@ class TextToSpeechServicer:
                 raise VoiceError("invalid", "CreateVoiceRequest needs a reference (audio) or "
                                  "a description")
         except VoiceError as e:
-            await context.abort(STATUS[e.kind][0], e.message)
+            await context.abort(e.status.grpc, e.message)
         return tts_pb2.CreateVoiceResponse(voice=self._voice(self._engine_voice(stored.name)))
 
     async def get_voice(self, request: tts_pb2.GetVoiceRequest,
@@ -92,14 +89,14 @@ class TextToSpeechServicer:
         try:
             return tts_pb2.GetVoiceResponse(voice=self._voice(self._engine_voice(request.name)))
         except VoiceError as e:
-            await context.abort(STATUS[e.kind][0], e.message)
+            await context.abort(e.status.grpc, e.message)
 
     async def delete_voice(self, request: tts_pb2.DeleteVoiceRequest,
                            context: grpc.aio.ServicerContext) -> tts_pb2.DeleteVoiceResponse:
         try:
             await self._library().delete(request.name)
         except VoiceError as e:
-            await context.abort(STATUS[e.kind][0], e.message)
+            await context.abort(e.status.grpc, e.message)
         return tts_pb2.DeleteVoiceResponse()
 
     def _library(self) -> VoiceLibrary:
@@ -108,11 +105,11 @@ class TextToSpeechServicer:
         return self.library
 
     def _engine_voice(self, name: str) -> Voice:
-        key = name.strip().lower()
-        for v in self.synthesis.engine.voices():
-            if v.name.lower() == key:
-                return v
-        raise VoiceError("not_found", f"unknown voice {name[:64]!r}; ListVoices names them")
+        try:
+            return self.synthesis.engine.voice_table.voice(name)
+        except UnknownVoice:
+            raise VoiceError("not_found", f"unknown voice {name[:64]!r}; ListVoices names "
+                             "them") from None
 
     async def list_voices(self, request: tts_pb2.ListVoicesRequest,
                           context: grpc.aio.ServicerContext) -> tts_pb2.ListVoicesResponse:
@@ -136,11 +133,11 @@ class TextToSpeechServicer:
                 async for resp in responses:
                     yield resp
         except CallError as e:
-            if e.code in CLIENT_ERRORS:
+            if e.status.grpc in CLIENT_ERRORS:
                 # the client may still be writing: its status waits for the writes to
                 # end, else a grpc.aio client reads INTERNAL (synthesis.py, grpc#36066)
                 await until_client_stops_writing(requests)
-            await context.abort(e.code, e.message)
+            await context.abort(e.status.grpc, e.message)
 
 
 # A call ended by the client's own mistake (its later messages are read and dropped).

@@ -39,28 +39,50 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-import grpc
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import AudioPacket, UtteranceEnd
+from voice_tts.engine.session import Sink
+from voice_tts.server.errors import CallError, invalid
 from voice_tts.server.framing import UtteranceFramer
 from voice_tts.server.metrics import CallMetrics
 from voice_tts.server.pacing import Inbox, Pacer
-from voice_tts.server.protocol import CallError, ResolvedConfig, invalid
+from voice_tts.server.protocol import ResolvedConfig
 
 log = logging.getLogger("voice_tts.stream")
 
-# Entries of the writer's `_out`, in wire order. Atomic contents only: the garbage
-# collector stops tracking them (a paced stream keeps hundreds waiting).
-# (_FRAME, uid, index in its utterance of its first frame, pcm, last_in_utterance, frames):
-# one message, up to `frames_per_message` frames of one engine packet.
-_FRAME = 0
-_END = 1    # (_END, uid, reason, event kinds after its last frame): the utterance is over
-_EVENT = 2  # (_EVENT, uid, kind, tied): tied to a stopped utterance's audio -> dropped
+# Entries of the writer's `_out`, in wire order.
+
+
+class _Frame(NamedTuple):
+    """One message: up to `frames_per_message` frames of one engine packet."""
+
+    uid: int
+    index: int  # in its utterance, of its first frame
+    pcm: bytes
+    last_in_utterance: bool
+    frames: int
+
+
+class _End(NamedTuple):
+    """The utterance is over (counted and forgotten once written)."""
+
+    uid: int
+    reason: str
+    kinds: tuple[int, ...]  # events after its last frame (TRUNCATED, FLUSHED)
+
+
+class _Event(NamedTuple):
+    uid: int
+    kind: int
+    tied: bool  # tied to a stopped utterance's audio: dropped with it
+
+
+_Entry = _Frame | _End | _Event
 
 
 @dataclass
@@ -130,21 +152,25 @@ class Codec:
 
 
 class SynthesizeStream:
-    def __init__(self, cfg: ResolvedConfig, session: Any, metrics: CallMetrics, codec: Codec,
-                 max_backlog_s: float, pace_lead_s: float = 0.0) -> None:
+    """`open_session(sink)` opens the call's engine session, whose audio goes to `sink`
+    (this stream's): the stream has its session from its construction on."""
+
+    def __init__(self, cfg: ResolvedConfig, open_session: Callable[[Sink], Any],
+                 metrics: CallMetrics, codec: Codec, max_backlog_s: float,
+                 pace_lead_s: float = 0.0) -> None:
         self.state = StreamState(cfg)
-        self.session = session
         self.metrics = metrics
         self.codec = codec
         self.max_backlog = int(max_backlog_s * codec.sample_rate)  # engine samples
         self._frame_native = codec.sample_rate * cfg.frame_ms // 1000  # a frame, in those
         self._per_message = cfg.frames_per_message
-        self._out: deque[tuple] = deque()  # framed, not yet written: frames and events
+        self._out: deque[_Entry] = deque()  # framed, not yet written: frames and events
         self.seq = 0
         self.loop = asyncio.get_running_loop()
         self.pacer = Pacer(pace_lead_s, cfg.frame_ms / 1e3, self.loop.time)
         self._ending = False
         self._aborted: CallError | None = None
+        self.session = open_session(self.sink)
 
     def abort(self, error: CallError) -> None:
         """End the call with `error` at the writer's next turn, ahead of queued audio (the
@@ -294,14 +320,14 @@ class SynthesizeStream:
                     await inbox.wait(None)
                     continue
                 entry = out[0]
-                tag, uid = entry[0], entry[1]
-                if tag == _FRAME:
+                uid = entry.uid
+                if isinstance(entry, _Frame):
                     if uid < st.drop_below:  # stopped while it waited
                         out.popleft()
-                        st.pending_frames -= entry[5]
+                        st.pending_frames -= entry.frames
                         self._maybe_resume()
                         continue
-                    idx = entry[2]
+                    idx = entry.index
                     # Kept until its end is written (else: nothing to pace against).
                     u = st.utterances.get(uid) or _Utterance()
                     wake = pacer.wake_at(u.t0, idx)
@@ -312,7 +338,7 @@ class SynthesizeStream:
                         await inbox.wait(wake)
                         continue
                     out.popleft()
-                    n = entry[5]
+                    n = entry.frames
                     st.pending_frames -= n
                     if st.paused:
                         self._maybe_resume()
@@ -326,21 +352,22 @@ class SynthesizeStream:
                         self.metrics.frames_sent.inc(sent)
                         sent = 0
                     yield tts_pb2.SynthesizeResponse(audio=tts_pb2.AudioFrame(
-                        seq=seq, pcm=entry[3], utterance_id=uid, start_ms=seq * frame_ms,
-                        last_in_utterance=entry[4], frames=n if per_message > 1 else 0))
-                elif tag == _END:
+                        seq=seq, pcm=entry.pcm, utterance_id=uid, start_ms=seq * frame_ms,
+                        last_in_utterance=entry.last_in_utterance,
+                        frames=n if per_message > 1 else 0))
+                elif isinstance(entry, _End):
                     out.popleft()
                     if uid < st.drop_below:  # stopped: counted at its STOP / RESET
                         continue
-                    self.metrics.utterances(entry[2]).inc()
+                    self.metrics.utterances(entry.reason).inc()
                     st.utterances.pop(uid, None)
-                    for kind in entry[3]:
+                    for kind in entry.kinds:
                         yield self._event(kind, uid)
                 else:
                     out.popleft()
-                    if entry[3] and uid < st.drop_below:
+                    if entry.tied and uid < st.drop_below:
                         continue
-                    yield self._event(entry[2], uid)
+                    yield self._event(entry.kind, uid)
         finally:
             if sent:
                 self.metrics.frames_sent.inc(sent)
@@ -358,7 +385,7 @@ class SynthesizeStream:
                 tied = uid == st.truncated  # after the truncated utterance's audio
                 if tied:  # its audio is all framed
                     st.truncated = None
-                self._out.append((_EVENT, uid, tts_pb2.Event.FLUSHED, tied))
+                self._out.append(_Event(uid, tts_pb2.Event.FLUSHED, tied))
             elif uid >= st.drop_below:
                 st.flushes.add(uid)
         elif isinstance(item, _Stop):
@@ -368,13 +395,15 @@ class SynthesizeStream:
                 st.truncated = None
             # Everything of the dropped utterances still unwritten goes; STOPPED is next.
             drop = st.drop_below
-            kept = [e for e in self._out if e[1] >= drop or (e[0] == _EVENT and not e[3])]
-            st.pending_frames -= sum(e[5] for e in self._out if e[0] == _FRAME and e[1] < drop)
+            kept = [e for e in self._out
+                    if e.uid >= drop or (isinstance(e, _Event) and not e.tied)]
+            st.pending_frames -= sum(e.frames for e in self._out
+                                     if isinstance(e, _Frame) and e.uid < drop)
             self._out.clear()
             self._out.extend(kept)
             self._maybe_resume()
             kind = tts_pb2.Event.RESET if item.reset else tts_pb2.Event.STOPPED
-            self._out.append((_EVENT, item.utterance_id, kind, False))
+            self._out.append(_Event(item.utterance_id, kind, False))
         elif isinstance(item, _EndOfInput):
             self._ending = True
         elif isinstance(item, _Failed):
@@ -414,7 +443,7 @@ class SynthesizeStream:
             if e.reason == "invalid":  # this session's input: the call ends, no one else's
                 raise invalid(e.error)
             if e.reason == "error":
-                raise CallError(grpc.StatusCode.INTERNAL, f"synthesis failed: {e.error}; "
+                raise CallError("internal", f"synthesis failed: {e.error}; "
                                 "see server logs")
             return
         u = st.utt(uid)
@@ -434,7 +463,7 @@ class SynthesizeStream:
             st.flushes.discard(uid)
             kinds.append(tts_pb2.Event.FLUSHED)
         # Counted and forgotten once its last frame is written (the writer).
-        self._out.append((_END, uid, e.reason, tuple(kinds)))
+        self._out.append(_End(uid, e.reason, tuple(kinds)))
 
     def close(self) -> None:
         """The call is over (done, failed, cancelled by the client, cut by the drain):
@@ -451,8 +480,8 @@ class SynthesizeStream:
         out = self._out
         for i in range(0, n, k):
             chunk = frames[i:i + k]
-            out.append((_FRAME, uid, u.made, chunk[0] if k == 1 else b"".join(chunk),
-                        last and i + k >= n, len(chunk)))
+            out.append(_Frame(uid, u.made, chunk[0] if k == 1 else b"".join(chunk),
+                              last and i + k >= n, len(chunk)))
             u.made += len(chunk)
         self.state.pending_frames += n
 

@@ -3,7 +3,7 @@ first-config rule, an engine session, the stream. gRPC `Synthesize` (`service.py
 OpenAI HTTP speech request (`openai_speech.py`) and the speech WebSocket (`ws_speech.py`)
 are thin adapters over it: each turns its messages into `SynthesizeRequest`s, reads the
 responses, and turns the one `CallError` a call can end with into its own status
-(`protocol.py` maps them all).
+(`errors.py` maps them all).
 
 Admission (`admission.py`: open streams, the engine's real-time capacity; draining) and
 the mapping of every failure to one status code happen here; the streaming rules are in
@@ -20,23 +20,18 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
 from voice.tts.v1 import tts_pb2
 
-from voice_tts.engine import Engine, EngineFull, SessionParams, VoiceNames
-from voice_tts.engine.voices import VoicePrompt
+from voice_tts.engine import Engine, EngineFull, SessionParams, VoiceNames, VoicePrompt
+from voice_tts.engine.session import Sink
 from voice_tts.server.admission import Admission, Rejected, TrackedSession, frame_budget_ms
 from voice_tts.server.capacity import FramePeriodModel, FrontModel
+from voice_tts.server.errors import CallError, VoiceError, invalid, status_for
 from voice_tts.server.metrics import TTSMetrics
-from voice_tts.server.protocol import CallError, invalid, resolve_config, status_for
+from voice_tts.server.protocol import resolve_config
 from voice_tts.server.reference_audio import reference_from_proto
 from voice_tts.server.stream import Codec, SynthesizeStream
-from voice_tts.server.voice_library import (
-    STATUS,
-    VoiceError,
-    VoiceLibrary,
-    add_voice,
-)
+from voice_tts.server.voice_library import VoiceLibrary
 from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.synthesis")
@@ -63,7 +58,6 @@ class Synthesis:
         self.streams: dict[asyncio.Task[Any], SynthesizeStream] = {}  # calls past config
         self.codec = Codec(engine.sample_rate, engine.frame_samples)
         self.failed: str | None = None  # the engine has stopped: every call is refused
-        self._voice_names = VoiceNames([v.name for v in engine.voices()], engine.languages())
         self.library: VoiceLibrary | None = None  # set by the server (inline reference audio)
         # Fed by the engine's steps (server.py's on_step -> `admission.model.observe`) and
         # this loop's CPU per open call.
@@ -101,37 +95,34 @@ class Synthesis:
             it = requests.__aiter__()
             try:
                 if self.failed is not None:
-                    raise CallError(grpc.StatusCode.UNAVAILABLE, self.failed)
+                    raise CallError("unavailable", self.failed)
                 if self.draining:
-                    raise CallError(grpc.StatusCode.UNAVAILABLE, "server is draining; retry "
-                                    "on another replica")
+                    raise CallError("unavailable", "server is draining; retry on another "
+                                    "replica")
                 ticket = self.admission.admit()  # decided at once, before the config
                 cfg, inline = await self._first_config(it)
                 lead = self.settings.pace_lead_s if pace_lead_s is None else pace_lead_s
-                stream = SynthesizeStream(cfg, None, m, self.codec, self.settings.max_backlog_s,
+                params = SessionParams(voice=cfg.voice, language=cfg.language,
+                                       instruct=cfg.instruct, seed=cfg.seed,
+                                       sampling=cfg.sampling,
+                                       max_text_chars=self.settings.max_text_chars,
+                                       max_frames=cfg.max_frames or None, voice_prompt=inline)
+                admitted = ticket
+
+                def open_session(sink: Sink) -> TrackedSession:
+                    return TrackedSession(self.engine.open_session(
+                        params, sink=admitted.sink(sink)), admitted)
+
+                stream = SynthesizeStream(cfg, open_session, m, self.codec,
+                                          self.settings.max_backlog_s,
                                           0.0 if self.draining else lead)
-                if inline is not None:  # a voice for this session only (no await
-                    add_voice(self.engine, cfg.voice, inline)  # until it is gone again)
-                try:
-                    session = self.engine.open_session(
-                        SessionParams(voice=cfg.voice, language=cfg.language,
-                                      instruct=cfg.instruct, seed=cfg.seed,
-                                      sampling=cfg.sampling,
-                                      max_text_chars=self.settings.max_text_chars,
-                                      max_frames=cfg.max_frames or None),
-                        sink=ticket.sink(stream.sink),
-                    )
-                finally:
-                    if inline is not None:  # the session keeps what it resolved
-                        self.engine.remove_voice(cfg.voice)
             except Exception:
                 if ticket is not None:  # its place is free while the client finishes
                     ticket.close()
                     ticket = None
                 await until_client_stops_writing(it)
                 raise
-            session = TrackedSession(session, ticket)
-            stream.session = session
+            session = stream.session
             self.streams[task] = stream
             log.info("session started protocol=%s session=%s trace=%s voice=%s rate=%d "
                      "frame_ms=%d", protocol, cfg.session_id, cfg.trace_id, cfg.voice,
@@ -146,16 +137,17 @@ class Synthesis:
                 log.info("call cancelled by the client protocol=%s", protocol)
                 raise
             # Cut by the server: tell the client why (else it sees CANCELLED at stop).
-            m.error(grpc.StatusCode.UNAVAILABLE.name).inc()
-            raise CallError(grpc.StatusCode.UNAVAILABLE, self.cut[task]) from None
+            error = CallError("unavailable", self.cut[task])
+            m.error(error.status.grpc.name).inc()
+            raise error from None
         except Exception as e:  # every failure ends the call with one clear status
-            code, message = status_for(e)
-            if code == grpc.StatusCode.INTERNAL:
+            error = status_for(e)
+            if error.kind == "internal":
                 log.exception("synthesis call failed protocol=%s", protocol)
-            m.error(code.name).inc()
+            m.error(error.status.grpc.name).inc()
             if isinstance(e, Rejected | EngineFull):
                 m.rejected(e.reason if isinstance(e, Rejected) else "sessions").inc()
-            raise CallError(code, message) from None
+            raise CallError(error.kind, error.message) from None
         finally:
             if reader is not None:
                 reader.cancel()
@@ -181,7 +173,7 @@ class Synthesis:
         engine has failed."""
         for task in self.active:
             if task in self.streams:  # its writer raises the status, ahead of its audio
-                self.streams[task].abort(CallError(grpc.StatusCode.UNAVAILABLE, message))
+                self.streams[task].abort(CallError("unavailable", message))
             else:
                 self.cut[task] = message
                 task.cancel()
@@ -191,11 +183,6 @@ class Synthesis:
         """The engine stopped for good: refuse new calls, cut the open ones."""
         self.failed = message
         return self.cut_open_calls(message)
-
-    def refresh_voices(self) -> None:
-        """The engine's voices changed (the voice library): new calls see them."""
-        self._voice_names = VoiceNames([v.name for v in self.engine.voices()],
-                                       self.engine.languages())
 
     async def _first_config(self, it: AsyncIterator[tts_pb2.SynthesizeRequest]) -> Any:
         try:
@@ -209,27 +196,25 @@ class Synthesis:
         if kind != "config":
             raise invalid(f"the first message must be a SessionConfig, got {kind or 'empty'}")
         if not req.config.HasField("reference"):
-            return resolve_config(req.config, self._voice_names), None
+            return resolve_config(req.config, self.engine.voice_table.names), None
         return await self._inline(req.config)
 
     async def _inline(self, config: tts_pb2.SessionConfig) -> tuple[Any, VoicePrompt]:
-        """A config with inline reference audio: its clone, under a name no library voice
-        can have (`~inline-...`: a library name has no `~`)."""
+        """A config with inline reference audio: its clone, for this session only (it is in
+        no table), labelled `~inline-...` (a library name has no `~`)."""
         if config.voice:
             raise invalid("SessionConfig.voice and .reference are both set: name a voice "
                           "or send reference audio, not both")
         if self.library is None:
-            raise CallError(grpc.StatusCode.UNIMPLEMENTED, "inline reference audio needs "
-                            "the server's voice library")
+            raise CallError("unsupported", "inline reference audio needs the server's "
+                            "voice library")
         r = config.reference
         try:
             prompt = await self.library.inline_prompt(reference_from_proto(r), r.ref_text,
                                                       r.x_vector_only)
         except VoiceError as e:  # for one request, too large is a bad request, not 429
-            code = STATUS[e.kind][0]
-            raise CallError(grpc.StatusCode.INVALID_ARGUMENT
-                            if code == grpc.StatusCode.RESOURCE_EXHAUSTED else code,
-                            e.message) from None
+            kind = "invalid" if e.kind in ("too_large", "storage") else e.kind
+            raise CallError(kind, e.message) from None
         cfg = tts_pb2.SessionConfig()
         cfg.CopyFrom(config)
         cfg.ClearField("reference")  # not echoed back in SESSION_STARTED

@@ -40,12 +40,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
 import numpy as np
-import torch
 
 from voice_tts.engine import Engine
 from voice_tts.engine.voices import VoicePrompt
+from voice_tts.server.errors import VoiceError
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.reference_audio import (
     AudioError,
@@ -63,33 +62,6 @@ SUFFIX = ".voice.npz"
 TMP_PREFIX = ".tmp-"
 FORMAT_VERSION = 1
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-# Each VoiceError kind's status: (gRPC, HTTP). A full disk is HTTP 507 Insufficient
-# Storage (WebDAV's, the one status that says it); gRPC has RESOURCE_EXHAUSTED for both.
-STATUS: dict[str, tuple[grpc.StatusCode, int]] = {
-    "invalid": (grpc.StatusCode.INVALID_ARGUMENT, 400),
-    "preset": (grpc.StatusCode.INVALID_ARGUMENT, 400),
-    "not_found": (grpc.StatusCode.NOT_FOUND, 404),
-    "exists": (grpc.StatusCode.ALREADY_EXISTS, 409),
-    "too_large": (grpc.StatusCode.RESOURCE_EXHAUSTED, 413),
-    "storage": (grpc.StatusCode.RESOURCE_EXHAUSTED, 507),
-    "unsupported": (grpc.StatusCode.UNIMPLEMENTED, 501),
-    "io": (grpc.StatusCode.INTERNAL, 500),  # the directory cannot be written (not full)
-}
-
-
-class VoiceError(Exception):
-    """A library request that cannot be done; `kind` picks the status on every front:
-    invalid (400 / INVALID_ARGUMENT), not_found (404), exists (409 / ALREADY_EXISTS),
-    too_large (413 / RESOURCE_EXHAUSTED), storage (507 / RESOURCE_EXHAUSTED: the disk is
-    full), unsupported (501 / UNIMPLEMENTED: this checkpoint cannot make such a voice, or
-    no TTS_VOICE_DIR), preset (400: presets are not deleted), io (500: the directory
-    cannot be written, e.g. read-only)."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind, self.message = kind, message
 
 
 @dataclass
@@ -125,16 +97,6 @@ def check_name(name: str) -> str:
         raise VoiceError("invalid", f"voice name {shown} is not allowed: use 1 to 64 "
                          "letters, digits, '_' or '-'")
     return name.lower()
-
-
-def add_voice(engine: Engine, name: str, prompt: VoicePrompt) -> None:
-    """`engine.add_voice`, called on the event loop; on CUDA its tensors (the x-vector in
-    the talker's dtype, the in-context rows) are made on this thread's stream, which the
-    engine's own stream does not wait for: they are finished before the engine may read
-    them (a few small kernels, once per voice)."""
-    engine.add_voice(name, prompt)
-    if engine.device.type == "cuda":
-        torch.cuda.current_stream(engine.device).synchronize()
 
 
 # --- the store ---------------------------------------------------------------------------
@@ -181,13 +143,11 @@ class VoiceLibrary:
     is changed on the event loop (where sessions open)."""
 
     def __init__(self, engine: Engine, directory: Path | None, max_upload_bytes: int,
-                 on_change: Callable[[], None] = lambda: None,
                  metrics: TTSMetrics | None = None) -> None:
         self.engine = engine
         self.metrics = metrics
         self.dir = Path(directory).resolve() if directory is not None else None
         self.max_upload_bytes = max_upload_bytes
-        self.on_change = on_change
         self.voices: dict[str, StoredVoice] = {}
         self._lock = asyncio.Lock()
         self._seen: dict[str, int] = {}  # file name -> mtime, as last read (or skipped)
@@ -198,7 +158,6 @@ class VoiceLibrary:
     def _changed(self) -> None:
         if self.metrics is not None:
             self.metrics.library_voices.set(len(self.voices))
-        self.on_change()
 
     @property
     def model_type(self) -> str:
@@ -314,7 +273,7 @@ class VoiceLibrary:
 
     def _register(self, name: str, v: StoredVoice) -> bool:
         try:
-            add_voice(self.engine, name, v.prompt)
+            self.engine.add_voice(name, v.prompt)
         except ValueError as e:
             log.warning("voice library: skipping %r: %s", name, e)
             return False
@@ -415,7 +374,7 @@ class VoiceLibrary:
             try:
                 await asyncio.to_thread(self._unlink, self.dir / (key + SUFFIX))
             except OSError as e:
-                add_voice(self.engine, key, voice.prompt)  # still on disk: still a voice
+                self.engine.add_voice(key, voice.prompt)  # still on disk: still a voice
                 raise VoiceError("storage", f"could not delete the voice's file: "
                                  f"{e.strerror or e}") from None
             del self.voices[key]
@@ -465,7 +424,7 @@ class VoiceLibrary:
             with contextlib.suppress(OSError):  # our own file: not news when following
                 self._seen[voice.name] = (self.dir / (voice.name + SUFFIX)).stat().st_mtime_ns
             try:
-                add_voice(self.engine, voice.name, voice.prompt)
+                self.engine.add_voice(voice.name, voice.prompt)
             except Exception as e:
                 await asyncio.to_thread(self._unlink, self.dir / (voice.name + SUFFIX))
                 if isinstance(e, ValueError):  # e.g. a reference too long for the slots

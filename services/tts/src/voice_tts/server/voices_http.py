@@ -13,7 +13,7 @@
 - `GET /v1/audio/voices/{name}`, `DELETE /v1/audio/voices/{name}` (-> OpenAI's `{"id",
   "object": "audio.voice.deleted", "deleted": true}` with vLLM-Omni's `success`, `message`).
 
-Errors are OpenAI's body with the status `voice_library.STATUS` gives: 400 bad audio or
+Errors are OpenAI's body with the status `errors.STATUS` gives: 400 bad audio or
 name, 404 unknown voice, 409 name taken, 413 upload too large, 415 not multipart, 501
 this checkpoint cannot make that voice (or no TTS_VOICE_DIR), 507 the disk is full.
 """
@@ -24,16 +24,12 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from voice_tts.engine import Voice
+from voice_tts.engine import UnknownVoice, Voice
+from voice_tts.server.errors import VoiceError
 from voice_tts.server.json_schema import load_json
 from voice_tts.server.openai_speech import ApiError
 from voice_tts.server.reference_audio import ReferenceAudio
-from voice_tts.server.voice_library import (
-    STATUS,
-    StoredVoice,
-    VoiceError,
-    VoiceLibrary,
-)
+from voice_tts.server.voice_library import StoredVoice, VoiceLibrary
 
 MAX_FIELD_BYTES = 8 * 1024  # a form field other than the audio (name, ref_text, ...)
 # vLLM-Omni's and OpenAI's form fields (`type`, `model`, `script_hint`, `language`,
@@ -45,9 +41,7 @@ DESCRIPTION = ("description", "prompt", "instructions")  # a designed voice's, b
 
 
 def _error(e: VoiceError) -> web.Response:
-    return ApiError(STATUS[e.kind][1], e.message, code=e.kind,
-                    kind="invalid_request_error" if STATUS[e.kind][1] < 500
-                    else "server_error").response()
+    return ApiError(e.status.http, e.message, code=e.kind, kind=e.status.openai).response()
 
 
 class VoicesAPI:
@@ -83,11 +77,11 @@ class VoicesAPI:
 
     async def get(self, request: web.Request) -> web.Response:
         name = request.match_info["name"].strip().lower()
-        for v in self.engine.voices():
-            if v.name.lower() == name:
-                return web.json_response(self._voice(v))
-        return _error(VoiceError("not_found", f"unknown voice {name[:64]!r}; GET "
-                                 "/v1/audio/voices lists them"))
+        try:
+            return web.json_response(self._voice(self.engine.voice_table.voice(name)))
+        except UnknownVoice:
+            return _error(VoiceError("not_found", f"unknown voice {name[:64]!r}; GET "
+                                     "/v1/audio/voices lists them"))
 
     async def delete(self, request: web.Request) -> web.Response:
         try:

@@ -9,7 +9,7 @@ binary PCM frames and JSON events (`started`, `first_audio` with timings, `flush
 `stopped`, `reset`, `truncated`).
 
 How a session ends: `end` -> the last frames, `flushed`, close 1000. A failure -> an
-`error` event (code, message), then the close code `protocol.WS_CLOSE` maps its status to
+`error` event (code, message), then the close code `errors.STATUS` gives its kind
 (1008 bad input, 1013 at capacity, 1012 restarting or draining, 1011 internal), or 1009
 from aiohttp for a message over `MAX_MESSAGE_BYTES`. A client that goes away (close,
 vanished: heartbeat) ends its call at once: its engine slot is free within a step.
@@ -25,10 +25,10 @@ import json
 import logging
 from collections.abc import AsyncIterator
 
-import grpc
 from aiohttp import WSCloseCode, WSMsgType, web
 from voice.tts.v1 import tts_pb2
 
+from voice_tts.server.errors import CallError, invalid
 from voice_tts.server.json_schema import (
     WSConfig,
     parse_ws_message,
@@ -37,7 +37,6 @@ from voice_tts.server.json_schema import (
     ws_event,
     ws_request,
 )
-from voice_tts.server.protocol import WS_CLOSE, CallError, invalid
 from voice_tts.server.synthesis import Synthesis
 
 log = logging.getLogger("voice_tts.ws")
@@ -125,11 +124,12 @@ class SpeechSocket:
             yield req
 
     async def _fail(self, ws: web.WebSocketResponse, e: CallError) -> None:
-        if e.code != grpc.StatusCode.INVALID_ARGUMENT:
-            log.info("websocket call ended: %s %s", e.code.name, e.message)
+        code = e.status.grpc
+        if e.kind != "invalid":
+            log.info("websocket call ended: %s %s", code.name, e.message)
         with contextlib.suppress(ConnectionError, RuntimeError):
             if not ws.closed:
-                await ws.send_str(json.dumps(ws_error(e.code.name.lower(), e.message)))
+                await ws.send_str(json.dumps(ws_error(code.name.lower(), e.message)))
                 # A close reason holds at most 123 bytes; the event above has it all.
-                await ws.close(code=WS_CLOSE.get(e.code, WSCloseCode.INTERNAL_ERROR),
+                await ws.close(code=e.status.ws,
                                message=e.message.encode()[:120])
