@@ -4,6 +4,7 @@ tiny random TTS produces) and their frame arrival times at a 20 ms cadence."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,32 @@ def sender_made_the_gaps(failed: set[str], m: dict[str, float]) -> bool:
     made_it = m.get("sender_late_frames", 0) > 0 or (
         sender_gap > 40 and (m.get("inter_arrival_max_ms") or 0.0) <= sender_gap + 10)
     return bool(failed) and failed <= TIMING_GATES and made_it
+
+
+@pytest.fixture(scope="session")
+def backend_args() -> Iterator[list[str]]:
+    """One real TTS and thinker (tiny models) for the turn-taking runs, as `--spawn-backends`
+    starts them (its agent defaults as env), instead of one pair per run: each start is
+    ~15 s of a 2-core CI machine, and the runs differ in the agent alone. test_direct_e2e
+    keeps `--spawn-backends` itself, as a user runs it."""
+    from voice_autortc.backends import spawn_backends
+    from voice_autortc.run_suite import TINY_AGENT_DEFAULTS
+    from voice_autortc.settings import AutoRTCSettings
+
+    s = AutoRTCSettings()
+    out = e2e_output_root()
+    env = {f"AGENT_{k.upper()}": str(v) for k, v in TINY_AGENT_DEFAULTS.items()}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: v for k, v in env.items() if k not in os.environ})
+    try:
+        with spawn_backends(out / "backends", tts_python=s.tts_python,
+                            llm_python=s.llm_python,
+                            timeout_s=s.backend_start_timeout_s) as b:
+            yield ["--tts-addr", b.tts_addr, "--thinker-addr", b.thinker_addr]
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
 
 
 def e2e_output_root() -> Path:

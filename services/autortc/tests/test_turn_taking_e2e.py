@@ -13,7 +13,7 @@ it guards:
   With the agent's default turn detection (AGENT_TURN_DETECTION=text: "to" does not end
   a turn) it waits for the end (PASS); with the VAD's silence alone
   (AGENT_TURN_DETECTION=vad: 200 ms + 300 ms) it answers in the pause, and the gate FAILs.
-Four runs, six short cases, ~3 min on 2 cores.
+Four runs, six short cases, on one pair of backends (conftest.backend_args).
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from conftest import e2e_output_root
 CASES = Path(__file__).parent / "cases" / "turn_taking.json"
 
 
-def _run(out: Path, run_id: str, cases: list[str], env: dict[str, str]) -> dict[str, Any]:
+def _run(out: Path, run_id: str, cases: list[str], env: dict[str, str],
+         backends: list[str]) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "voice_autortc.run_suite", "--transport", "direct",
-           "--spawn-backends", "--cases", str(CASES), "--output-root", str(out),
+           *backends, "--cases", str(CASES), "--output-root", str(out),
            "--run-id", run_id, "--no-progress", "--retries", "0"]
     for c in cases:
         cmd += ["--case", c]
@@ -45,18 +46,18 @@ def _run(out: Path, run_id: str, cases: list[str], env: dict[str, str]) -> dict[
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+def runs(backend_args: list[str]) -> dict[str, dict[str, Any]]:
     out = e2e_output_root()
     env = {"AGENT_ALLOW_INTERRUPTIONS": "true"}
     return {
         "clean": _run(out, "turn-taking", ["barge_short", "backchannel_short", "stutter_short"],
-                      env),
+                      env, backend_args),
         "no_backchannels": _run(out, "turn-taking-no-backchannels", ["backchannel_short"],
-                                {"AGENT_BACKCHANNEL_RESUME": "false"}),
+                                {"AGENT_BACKCHANNEL_RESUME": "false"}, backend_args),
         "no_interruptions": _run(out, "turn-taking-no-interruptions", ["barge_short"],
-                                 {"AGENT_ALLOW_INTERRUPTIONS": "false"}),
+                                 {"AGENT_ALLOW_INTERRUPTIONS": "false"}, backend_args),
         "vad_only": _run(out, "turn-taking-vad-only", ["stutter_short"],
-                         {"AGENT_TURN_DETECTION": "vad"}),
+                         {"AGENT_TURN_DETECTION": "vad"}, backend_args),
     }
 
 
