@@ -13,7 +13,7 @@ Voice creation is off the hot path: `x_vector` runs eager, in float32, once per 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -21,11 +21,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..audio_features import mel_spectrogram
-from ..config import SpeakerEncoderConfig
+from ..config import ModelConfig, SpeakerEncoderConfig
 from .speech_decoder import _precision
 
-if TYPE_CHECKING:
-    from . import Qwen3TTS
+
+class WithSpeakerEncoder(Protocol):
+    """What `x_vector` reads of `Qwen3TTS` (which imports this module)."""
+
+    cfg: ModelConfig
+    speaker_encoder: SpeakerEncoder | None
 
 
 def _conv(cin: int, cout: int, kernel: int = 1, dilation: int = 1) -> nn.Conv1d:
@@ -152,7 +156,7 @@ class SpeakerEncoder(nn.Module):
 
 
 @torch.inference_mode()
-def x_vector(model: Qwen3TTS, wav24k: np.ndarray) -> np.ndarray:
+def x_vector(model: WithSpeakerEncoder, wav24k: np.ndarray) -> np.ndarray:
     """Mono float32 audio at 24 kHz -> the speaker's x-vector (enc_dim,) float32.
 
     As the official `extract_speaker_embedding`: mel on the CPU, encoder on the model's

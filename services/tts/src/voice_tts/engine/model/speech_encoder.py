@@ -25,7 +25,7 @@ weights such as `output_proj` are still held so the load is strict).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -36,8 +36,11 @@ from ..config import SpeechEncoderConfig
 from .layers import apply_rope, rope_cos_sin, rope_inv_freq
 from .speech_decoder import _precision
 
-if TYPE_CHECKING:
-    from . import Qwen3TTS
+
+class WithSpeechEncoder(Protocol):
+    """What `reference_codes` reads of `Qwen3TTS` (which imports this module)."""
+
+    speech_encoder: SpeechEncoder | None
 
 
 class CausalConv1d(nn.Module):
@@ -274,7 +277,7 @@ class SpeechEncoder(nn.Module):
         return codes[:, 0, :frames].transpose(0, 1).contiguous()
 
 
-def reference_codes(model: Qwen3TTS, wav24k: np.ndarray) -> np.ndarray:
+def reference_codes(model: WithSpeechEncoder, wav24k: np.ndarray) -> np.ndarray:
     """Reference codes (T, 16) int64 of mono 24 kHz audio, as the official
     `speech_tokenizer.encode` (eager, float32, on the encoder's device)."""
     enc = model.speech_encoder
