@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
+from itertools import groupby
 from typing import Any, Protocol
 
 from voice_llm.chat import AudioClip, ChatJob, ChatMessage, Chunk, Role, SamplingOptions
@@ -72,15 +73,19 @@ def chat_template_messages(
     out: list[dict[str, Any]] = []
     clips: list[AudioClip] = []
     for m in messages:
-        pieces = []
-        for p in m.parts:
-            if isinstance(p, AudioClip):
-                clips.append(p)
-                pieces.append(AUDIO_SENTINEL)
-            else:
-                if AUDIO_SENTINEL in p:
-                    raise InvalidInput("text parts must not contain the audio sentinel")
-                pieces.append(plain(p))
+        pieces: list[str] = []
+        # Adjacent text parts are one text, checked and defused joined: "<|im_" + "end|>"
+        # must not become the marker the two halves spell.
+        for is_audio, run in groupby(m.parts, key=lambda p: isinstance(p, AudioClip)):
+            if is_audio:
+                for clip in run:
+                    clips.append(clip)
+                    pieces.append(AUDIO_SENTINEL)
+                continue
+            text = "".join(run)
+            if AUDIO_SENTINEL in text:
+                raise InvalidInput("text parts must not contain the audio sentinel")
+            pieces.append(plain(text))
         out.append({"role": m.role.value, "content": "".join(pieces)})
     return out, clips
 
