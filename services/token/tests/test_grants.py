@@ -57,14 +57,15 @@ async def test_the_apps_backend_mints_what_it_decides(  # type: ignore[no-untype
     resp = await client.post("/api/token", json={"room": "board-meeting", "identity": "admin"},
                              headers=bearer(BACKEND_KEY))
     assert resp.status == 200 and sub_of(await resp.json()) == "admin"
+    # A wrong key, a key in another scheme or an empty Bearer is refused, never taken as
+    # no key at all (an anonymous token).
     for headers, words in ((bearer("wrong-key-zzz"), "invalid API key"),
-                           ({"Authorization": "Basic abc"}, "")):
+                           ({"Authorization": f"Basic {BACKEND_KEY}"}, "not `Bearer <key>`"),
+                           ({"Authorization": "Bearer "}, "not `Bearer <key>`"),
+                           ({"Authorization": ""}, "not `Bearer <key>`")):
         resp = await client.post("/api/token", json={"room": "voice-1", "identity": "web-1"},
                                  headers=headers)
         text = await resp.text()
-        if headers["Authorization"].startswith("Basic"):  # not a bearer key: anonymous
-            assert resp.status == 200, text
-            continue
         assert resp.status == 401 and words in text and "wrong-key-zzz" not in text
         assert resp.headers["WWW-Authenticate"] == "Bearer"
     logged = "\n".join(r.getMessage() + str(r.__dict__) for r in caplog.records)

@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from voice_keys import bearer
 
 from voice_token import __version__
-from voice_token.grants import GrantPolicy
+from voice_token.grants import HOW, GrantPolicy
 from voice_token.metrics import Metrics
 from voice_token.ratelimit import RateLimiter
 from voice_token.settings import EXAMPLE_SECRET, Settings
@@ -206,8 +206,15 @@ async def _token_response(request: web.Request) -> web.Response:
         return _error(e.status, str(e), e.field)
     except web.HTTPRequestEntityTooLarge:
         return _error(413, f"body too large (limit {MAX_BODY_BYTES} bytes)")
+    header = request.headers.get("Authorization")
+    key = bearer(header)
     try:
-        caller = request.app[POLICY_KEY].check(req, bearer(request.headers.get("Authorization")))
+        if header is not None and key is None:
+            # A key in another scheme, or none after "Bearer", is a wrong key, not the
+            # absence of one: it must not fall through to an anonymous token.
+            raise RequestError(f"the Authorization header is not `Bearer <key>`: {HOW}",
+                               status=401)
+        caller = request.app[POLICY_KEY].check(req, key)
     except RequestError as e:
         resp = _error(e.status, str(e), e.field)
         if e.status == 401:
