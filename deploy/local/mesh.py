@@ -152,8 +152,12 @@ class Mesh:
     def preflight(self) -> None:
         running = _running_supervisor()
         if running is not None:
-            raise SystemExit(f"mesh: already running (supervisor pid {running}): open the page "
-                             "it printed, or `make down` to stop it first")
+            # Not an error: the user asked for a running stack and has one. Say where it is.
+            ports = json.loads(STATE.read_text())["services"].get("token", {}).get("ports", {})
+            page = f"http://127.0.0.1:{next(iter(ports.values()), 8080)}/"
+            print(f"mesh: already running (supervisor pid {running}): web page {page}   "
+                  "stop: `make down`", flush=True)
+            raise SystemExit(0)
         for s in self.svcs:
             if not s.python.exists():
                 raise SystemExit(f"mesh: {s.name}: {s.python} is missing; run `make venvs`")

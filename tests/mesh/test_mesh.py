@@ -75,8 +75,11 @@ def test_up_demo_down(mesh_env: dict[str, str], tmp_path: Path) -> None:
         assert len(pids) == 4 and all(pid_alive(p) for p in pids)
         again = subprocess.run(["python3", "deploy/local/mesh.py", "up"], cwd=ROOT,
                                env=mesh_env, capture_output=True, text=True, timeout=60)
-        assert again.returncode != 0 and "already running" in again.stderr, again.stderr
-        assert "`make down`" in again.stderr
+        # a second `make up` shows the running stack, not an error
+        assert again.returncode == 0 and "already running" in again.stdout, again.stderr
+        web = state["services"]["token"]["ports"]
+        assert f"web page http://127.0.0.1:{next(iter(web.values()))}/" in again.stdout
+        assert "`make down`" in again.stdout
 
         demo = tmp_path / "demo.wav"
         r = subprocess.run(["make", "--no-print-directory", "demo", f"DEMO_OUT={demo}",
