@@ -45,6 +45,14 @@ if [ $compose = 1 ]; then
   [ $dry_run = 1 ] && exit 0
   # shellcheck source=compose-images.sh
   SAY=up; source deploy/compose-images.sh
+  if [ -n "$(docker compose ps -q --status running 2>/dev/null)" ]; then
+    # The stack is up already: say where, rather than attach a second `up` whose Ctrl-C
+    # would stop the running one.
+    echo "up: already running (docker compose ps): web page" \
+      "http://127.0.0.1:$(compose_value TOKEN_HTTP_PORT)/   stop: \`make down\`" \
+      "(then \`make up\` again to rebuild)"
+    exit 0
+  fi
   compose_ports_free || exit 1
   # .env from .env.example: a random LiveKit secret; variables a newer example added
   "${PYTHON:-python3}" deploy/dotenv.py . || exit 1

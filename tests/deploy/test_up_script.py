@@ -26,8 +26,10 @@ FAKE_DOCKER = """#!/bin/sh
 # lists an nvidia runtime when FAKE_NVIDIA is set; with FAKE_NO_COMPOSE, `docker compose`
 # fails as the real client without the plugin does. Every image is here, except with
 # FAKE_NO_PULL (no registry): then only voice-local/* ones, and none with FAKE_NO_LOCAL.
-# `docker compose up` records the variables make up exports for compose.
+# `docker compose up` records the variables make up exports for compose. FAKE_RUNNING:
+# `docker compose ps -q --status running` lists a container (the stack is up).
 echo "docker $*" >> "$FAKE_LOG"
+case "$*" in "compose ps -q --status running") [ -n "$FAKE_RUNNING" ] && echo 0123abcd;; esac
 if [ "$1" = compose ] && [ -n "$FAKE_NO_COMPOSE" ]; then
   echo "unknown flag: --profile" >&2; exit 125
 fi
@@ -104,7 +106,7 @@ def calls(log: Path, prefix: str = "") -> list[str]:
 
 def compose_call(log: Path) -> list[str]:
     [call] = [c for c in calls(log, "docker compose")
-              if c not in ("docker compose version", "docker compose ps -q")]
+              if c != "docker compose version" and not c.startswith("docker compose ps ")]
     return call.split()
 
 
@@ -350,3 +352,14 @@ def test_with_a_real_engine_and_no_compose_plugin_make_up_picks_the_mesh(tmp_pat
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("up: local mesh (a Docker engine answers, but `docker compose`")
+
+
+def test_a_second_up_while_compose_runs_shows_the_page_and_leaves_the_stack(layout):
+    """Not a second `compose up` attached to the running stack (its Ctrl-C would stop it):
+    where the page is, exit 0, nothing started."""
+    root, log, env = layout
+    proc = run(root, "up.sh", env | {"FAKE_RUNNING": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "already running" in proc.stdout
+    assert f"web page http://127.0.0.1:{env['TOKEN_HTTP_PORT']}/" in proc.stdout
+    assert not [c for c in calls(log, "docker compose") if " up" in c], calls(log)
