@@ -29,7 +29,8 @@ FAKE_DOCKER = """#!/bin/sh
 # `docker compose up` records the variables make up exports for compose. FAKE_RUNNING:
 # `docker compose ps -q --status running` lists a container (the stack is up).
 echo "docker $*" >> "$FAKE_LOG"
-case "$*" in "compose ps -q --status running") [ -n "$FAKE_RUNNING" ] && echo 0123abcd;; esac
+case "$*" in *"compose "*"ps -"*) [ -n "$FAKE_RUNNING" ] && echo 0123abcd;; esac
+case "$*" in *"config --volumes") printf 'models\ntts-voices\n';; esac
 if [ "$1" = compose ] && [ -n "$FAKE_NO_COMPOSE" ]; then
   echo "unknown flag: --profile" >&2; exit 125
 fi
@@ -106,7 +107,8 @@ def calls(log: Path, prefix: str = "") -> list[str]:
 
 def compose_call(log: Path) -> list[str]:
     [call] = [c for c in calls(log, "docker compose")
-              if c != "docker compose version" and not c.startswith("docker compose ps ")]
+              if c != "docker compose version" and " ps -" not in c
+              and not c.endswith("config --volumes")]
     return call.split()
 
 
@@ -300,7 +302,12 @@ def test_down_stops_the_mesh_or_the_compose_project(layout):
     assert run(root, "down.sh", env).returncode == 0
     assert calls(log, "mesh") == ["mesh down"]
     (root / ".run" / "mesh.json").unlink()
-    assert run(root, "down.sh", env).returncode == 0
+    proc = run(root, "down.sh", env)  # no container of the project: nothing to stop
+    assert proc.returncode == 0 and "nothing running" in proc.stdout, proc.stderr
+    assert not [c for c in calls(log, "docker compose") if c.endswith(" down")]
+    proc = run(root, "down.sh", env | {"FAKE_RUNNING": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "kept the volumes models tts-voices" in proc.stdout and "down -v" in proc.stdout
     args = compose_call(log)
     # Every profile, so whichever ran is stopped, with the optional services.
     profiles = {args[i + 1] for i, a in enumerate(args) if a == "--profile"}
