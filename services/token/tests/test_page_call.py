@@ -242,3 +242,66 @@ def test_page_picks_the_agents_voice_for_the_call(server_factory, page: Page) ->
         expect(page.locator("#state")).to_have_attribute("data-state", "listening")
         assert [m.get("voice") for m in agent.started] == ["alice", "serena"]
         page.click("#leave")
+
+
+# what a thinker with random weights answers: bytes that are no UTF-8 (U+FFFD once
+# decoded), control characters, and long runs without a space
+BABBLE = ("\ufffd\x01ab\x7f\ufffd\u200b" * 12) + "x" * 240 + "\ttab\r\n end"
+
+
+def test_page_pairs_each_answer_with_its_question_and_lays_out_babble(
+    server_factory, page: Page  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 51, item 14: "Conversation (latest)" shows one turn's question and answer
+    (a new question never stands next to the previous answer); babble reads as demo-chat
+    prints it (· for replacement and control characters); a long list of long turns stays
+    inside the card and its scrolled box ends above the Latency heading."""
+    with fake_agent(on_start=[READY, {"type": "state", "state": "listening"}]) as agent:
+        srv = server_factory(LIVEKIT_URL="", TOKEN_AGENT_WS_URL=agent.url)
+        page.goto(srv.url + "/")
+        page.click("#join")
+        expect(page.locator("#state")).to_have_attribute("data-state", "listening")
+        user, answer = page.locator("#user-text"), page.locator("#agent-text")
+        agent.send({"type": "transcript", "role": "user", "text": "what is the weather"},
+                   {"type": "transcript", "role": "assistant", "text": "Sunny."})
+        expect(answer).to_have_text("Sunny.")
+        expect(user).to_have_text("what is the weather")
+        # the next question: its answer is not "Sunny."
+        agent.send({"type": "transcript", "role": "user", "text": "and tomorrow?"})
+        expect(user).to_have_text("and tomorrow?")
+        expect(answer).to_have_text("–")
+        expect(page.locator("#babble-note")).to_be_hidden()
+        agent.send({"type": "transcript", "role": "assistant", "text": BABBLE})
+        shown = "··ab···" * 12 + "x" * 240 + "·tab·\n end"
+        expect(answer).to_have_text(shown)
+        expect(user).to_have_text("and tomorrow?")
+        newest = page.locator("#turns li").first
+        expect(newest.locator(".turn-agent .text")).to_have_text(shown)
+        expect(newest.locator(".turn-agent .text")).to_have_attribute(
+            "title", "· = bytes that are no text: random weights babble")
+        expect(page.locator("#babble-note")).to_be_visible()
+        assert "\ufffd" not in page.locator("#transcript").inner_text()
+        # many turns of babble: the list scrolls in its own box
+        for i in range(12):
+            agent.send({"type": "transcript", "role": "user", "text": f"question {i}"},
+                       {"type": "latency", "trace_id": "t", "eot_to_first_audio_ms": 400 + i,
+                        "llm_ttft_ms": 80.0, "tts_ttfa_ms": 120.0},
+                       {"type": "transcript", "role": "assistant", "text": BABBLE})
+        expect(page.locator("#turns li").first.locator(".turn-user .text")).to_have_text(
+            "question 11")
+        expect(user).to_have_text("question 11")
+        turns = page.locator("#turns").bounding_box()
+        heading = page.locator("#latency h2").bounding_box()
+        card = page.locator("main.card").bounding_box()
+        assert turns and heading and card
+        gap = heading["y"] - (turns["y"] + turns["height"])
+        assert gap >= 12, f"the Turns list ends {gap:.1f} px from the Latency heading"
+        # nothing wider than the card: no text runs out of it, no sideways scrolling
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1000
+        right = card["x"] + card["width"]
+        for sel in ("#user-text", "#agent-text", "#turns .text"):
+            for box in (el.bounding_box() for el in page.locator(sel).all()):
+                assert box and box["x"] + box["width"] <= right, (sel, box, right)
+        page.set_viewport_size({"width": 1000, "height": int(card["height"]) + 80})
+        shot(page, "page_babble_layout")
+        page.click("#leave")

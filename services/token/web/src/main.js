@@ -25,7 +25,9 @@ import {
   conversationState, IN_CALL, micNotice, noAgentDetail, noAgentState, settleState, STATES,
 } from './states.js';
 import { pageState, voiceChoices, voicesUrl } from './talk.js';
-import { eotToFirstAudioMs, liveKitTranscript, TRANSCRIPTION_TOPIC, TurnLog } from './turns.js';
+import {
+  eotToFirstAudioMs, liveKitTranscript, readable, TRANSCRIPTION_TOPIC, TurnLog, UNREADABLE,
+} from './turns.js';
 
 const $ = (id) => document.getElementById(id);
 const connectTimeoutMs = Number(document.body.dataset.connectTimeoutMs) || 15000;
@@ -194,12 +196,31 @@ function onAgentEvent(ev) {
 }
 
 function onTranscript(role, text, interrupted = false) {
-  $(role === 'user' ? 'user-text' : 'agent-text').textContent = answerText(text, interrupted);
   $('transcript').dataset.count = String(Number($('transcript').dataset.count || 0) + 1);
   if (role === 'user') turns.user(text);
   else turns.agent(text, interrupted);
   renderTurns();
 }
+
+// "Conversation (latest)": the question and the answer of one turn (the newest with
+// words), so a new question never stands next to the previous answer.
+function renderLatest() {
+  const t = turns.latest();
+  showText($('user-text'), t?.user ?? null);
+  showText($('agent-text'), t?.agent == null ? null : answerText(t.agent, t.interrupted));
+}
+
+// Text as demo-chat prints it (readable: babble's replacement and control characters as
+// UNREADABLE); "–" for none. A line with babble says what the dots are, and so does the
+// page's note.
+function showText(el, text) {
+  const shown = text === null ? '–' : readable(text);
+  el.textContent = shown;
+  el.title = text !== null && shown !== text ? BABBLE : '';
+  if (el.title) $('babble-note').hidden = false;
+}
+
+const BABBLE = `${UNREADABLE} = bytes that are no text: random weights babble`;
 
 function wireRoom(r, my) {
   const live = () => my === attempt && room === r;
@@ -315,6 +336,7 @@ function renderLatency() {
 function renderTurns() {
   const list = $('turns');
   list.dataset.count = String(turns.count);
+  renderLatest();
   list.replaceChildren(...turns.newestFirst().map((t) => {
     const li = document.createElement('li');
     li.className = 'turn';
@@ -348,7 +370,9 @@ function span(cls, text) {
 function said(cls, who, text) {
   const p = document.createElement('p');
   p.className = cls;
-  p.append(span('who', who), ' ', span('text', text));
+  const words = span('text', '');
+  showText(words, text);
+  p.append(span('who', who), ' ', words);
   return p;
 }
 

@@ -15,6 +15,21 @@
 
 export const MAX_TURNS = 20; // shown, newest first; older ones are dropped
 export const TRANSCRIPTION_TOPIC = 'lk.transcription'; // livekit-agents' text streams
+export const UNREADABLE = '·'; // what demo-chat prints for a character that is no text
+
+// Python's str.isprintable() is false for these categories (and for every space but ' '):
+// control, format, surrogate, private use, unassigned, line and paragraph separators.
+const NOT_PRINTABLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\uFFFD]|(?! )\p{Zs}/gu;
+
+/**
+ * `text` as demo-chat shows it (voice_tts.client's `_readable`): each replacement
+ * character (U+FFFD: bytes that were no UTF-8) and each character that is not printable
+ * (controls, format characters, lone surrogates, unassigned, any space but ' ') becomes
+ * UNREADABLE; newlines stay. A model with random weights babbles bytes like these.
+ */
+export function readable(text) {
+  return text.replace(NOT_PRINTABLE, (c) => (c === '\n' ? c : UNREADABLE));
+}
 
 export class TurnLog {
   constructor(max = MAX_TURNS) {
@@ -62,6 +77,20 @@ export class TurnLog {
     const turn = t && t.latency === null && t.agent === null ? t : this.open();
     turn.latency = record;
     return turn;
+  }
+
+  /**
+   * The latest exchange, for the page's "Conversation (latest)" lines: the user's words
+   * and the answer of the same turn (the newest turn with any words; a turn holding only
+   * a latency record that overtook its transcript does not count yet). null before any.
+   * The answer is null while the agent has not answered this question.
+   */
+  latest() {
+    for (let i = this.turns.length - 1; i >= 0; i--) {
+      const t = this.turns[i];
+      if (t.user !== null || t.agent !== null) return t;
+    }
+    return null;
   }
 
   /** Newest first, for display. */

@@ -4,7 +4,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { parseLatency } from '../src/latency.js';
-import { eotToFirstAudioMs, liveKitTranscript, MAX_TURNS, TurnLog } from '../src/turns.js';
+import {
+  eotToFirstAudioMs, liveKitTranscript, MAX_TURNS, readable, TurnLog, UNREADABLE,
+} from '../src/turns.js';
 
 const record = (fields) => parseLatency(JSON.stringify(fields));
 const brief = (log) => log.newestFirst().map((t) => [t.n, t.user, t.agent, eotToFirstAudioMs(t)]);
@@ -90,4 +92,53 @@ test('LiveKit transcription streams: final segments only, role by sender', () =>
   assert.equal(liveKitTranscript({ attributes: interim, sender: me, self: me, text: 'h' }), null);
   assert.equal(liveKitTranscript({ attributes: {}, sender: me, self: me, text: 'h' }), null);
   assert.equal(liveKitTranscript({ attributes: final, sender: me, self: me, text: ' ' }), null);
+});
+
+// "Conversation (latest)" shows latest()'s question and answer: one turn's, never the new
+// question next to the previous answer (issue 51, item 14).
+const pair = (log) => {
+  const t = log.latest();
+  return t && [t.user, t.agent];
+};
+
+test('the latest exchange pairs each question with its own answer', () => {
+  const log = new TurnLog();
+  assert.equal(log.latest(), null);
+  log.latency(record({ tts_ttfa_ms: 90 })); // the greeting plays: no words yet
+  assert.equal(log.latest(), null);
+  log.agent('Hello! How can I help?');
+  assert.deepEqual(pair(log), [null, 'Hello! How can I help?']);
+  log.user('what is the weather');
+  assert.deepEqual(pair(log), ['what is the weather', null]); // not the greeting
+  log.latency(record({ eot_to_first_audio_ms: 500 }));
+  log.agent('Sunny.');
+  assert.deepEqual(pair(log), ['what is the weather', 'Sunny.']);
+  log.user('and tomorrow?');
+  assert.deepEqual(pair(log), ['and tomorrow?', null]); // not "Sunny."
+  log.agent('Rain.');
+  assert.deepEqual(pair(log), ['and tomorrow?', 'Rain.']);
+});
+
+test('the latest exchange over LiveKit: a record that overtakes its words opens nothing yet', () => {
+  const log = new TurnLog();
+  log.user('one');
+  log.agent('first answer');
+  log.latency(record({ eot_to_first_audio_ms: 400 })); // turn 2's record, before its words
+  assert.deepEqual(pair(log), ['one', 'first answer']);
+  log.user('two');
+  assert.deepEqual(pair(log), ['two', null]);
+  log.agent('second answer');
+  assert.deepEqual(pair(log), ['two', 'second answer']);
+});
+
+test('babble is shown as demo-chat prints it: replacement and control characters as ·', () => {
+  assert.equal(UNREADABLE, '·');
+  assert.equal(readable('Sunny and warm.'), 'Sunny and warm.');
+  assert.equal(readable('a\uFFFDb\u0001c\u007Fd\u0085e'), 'a·b·c·d·e');
+  assert.equal(readable('tab\there\r\nnext'), 'tab·here·\nnext'); // only \n stays
+  assert.equal(readable('nb\u00A0sp zw\u200Bj bom\uFEFF'), 'nb·sp zw·j bom·');
+  assert.equal(readable('lone \uD800 \uDC00 pair \uD83D\uDE00'), 'lone · · pair \uD83D\uDE00');
+  assert.equal(readable('ls\u2028ps\u2029pua\uE000'), 'ls·ps·pua·');
+  assert.equal(readable('héllo wörld 你好 ½ ∑'), 'héllo wörld 你好 ½ ∑');
+  assert.equal(readable(''), '');
 });
