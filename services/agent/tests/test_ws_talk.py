@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import time
@@ -649,3 +650,48 @@ async def test_random_bad_input_never_ends_a_session_with_an_internal_error(
     async with aiohttp.ClientSession() as http, http.ws_connect(agent.url) as ws:
         await ws.send_json({"type": "start", "sample_rate": 16000})
         assert (await ws.receive_json(timeout=10))["type"] == "ready"
+
+
+async def test_a_clean_call_logs_no_warning_and_names_the_ear_that_hears(
+        tts_server: Server, thinker: Server, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 51, item 13: a normal call as the mesh runs it (the shipped STT settings: the
+    thinker first, and this text-only thinker refuses audio, so the offline ear, Moonshine,
+    takes over) logs no WARNING, and its transcript lines name the ear that heard them
+    (it used to say `stt pocketsphinx` while Moonshine ran, and warn about the refusal)."""
+    # as deploy/local/mesh.py starts it: the shipped settings, 32 tokens a reply; only the
+    # noise reply is capped (25 codec frames: 2 s) and admission is off (a shared host)
+    settings = AgentSettings(tts_addr=tts_server.addr, thinker_addr=thinker.addr,
+                             http_port=0, llm_max_tokens=32, tts_max_frames=25,
+                             admit_max_lag_ms=0)
+    assert (settings.stt_backend, settings.stt_offline_model) == ("thinker", "moonshine")
+    caplog.set_level(logging.DEBUG)
+    agent = await serve(settings)
+    question = at_48k(espeak("What is the weather like today?", tmp_path))
+    try:
+        await asyncio.wait_for(agent.hub.ready.wait(), 120)
+        async with aiohttp.ClientSession() as http, http.ws_connect(agent.url) as ws:
+            await ws.send_json({"type": "start", "sample_rate": 48000})
+            inbox = Inbox(ws)
+            mic = Mic(ws)
+            await inbox.wait(lambda: [e["state"] for e in inbox.of("state")][-2:] ==
+                             ["speaking", "listening"], 60)  # the greeting is over
+            mic.say(question)
+            await inbox.wait(lambda: [e for e in inbox.of("transcript")
+                                      if e["role"] == "assistant"][1:], 120)
+            await mic.stop()
+            await ws.send_json({"type": "stop"})
+            await inbox.wait(lambda: ws.closed, 20)
+    finally:
+        await agent.runner.cleanup()
+    assert not inbox.of("error"), inbox.of("error")
+    heard = [e["text"] for e in inbox.of("transcript") if e["role"] == "user"]
+    assert heard and heard[0].strip(), heard
+    # (silero's per-window "VAD inference is slower than realtime" on a busy host is INFO
+    # now, counted: test_quiet_logs.py)
+    warnings = [f"{r.name}: {r.getMessage()}" for r in caplog.records
+                if r.levelno >= logging.WARNING]
+    assert warnings == [], "\n".join(warnings)
+    ears = [r.getMessage() for r in caplog.records if r.name == "voice_agent.stt"
+            and r.getMessage().startswith("stt ")]
+    assert ears and all(m.startswith("stt moonshine ") for m in ears), ears

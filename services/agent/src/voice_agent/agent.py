@@ -40,6 +40,7 @@ from .duplex import FRAMEWORK_NEVER_INTERRUPTS, DuplexController
 from .metrics import CONVERSATIONS, TurnTracker
 from .plugins import LLM, STT, TTS
 from .plugins.utterances import UtteranceStore
+from .quiet_logs import quiet_framework_warnings
 from .settings import AgentSettings
 from .speech_end import TimedVAD
 from .turn_words import TrailingWordTurnDetector
@@ -204,6 +205,7 @@ _VAD: dict[tuple[float, float, float], silero.VAD] = {}
 
 def load_vad(settings: AgentSettings) -> silero.VAD:
     """Silero (ONNX, 512-sample windows at 16 kHz), loaded once per process per config."""
+    quiet_framework_warnings()  # its per-window "slower than realtime": see quiet_logs.py
     key = (settings.vad_min_speech_ms / 1000, settings.vad_silence_ms / 1000,
            settings.vad_activation_threshold)
     if key not in _VAD:

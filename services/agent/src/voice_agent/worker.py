@@ -77,7 +77,7 @@ async def entrypoint(ctx: JobContext) -> None:
     ctx.room.on("data_received", lambda packet: marks.on_data(packet.topic, packet.data))
     p.session.on("agent_state_changed", lambda ev: marks.on_state(ev.old_state, ev.new_state))
     await ctx.connect()
-    log.info("joined room %s", ctx.room.name)
+    log.info("joined room %s; stt: %s", ctx.room.name, p.stt.describe())
     warm_stt = asyncio.ensure_future(p.stt.prewarm_async())
     if settings.starter_cache:
         await _CACHE.warm(p.tts, starter_phrases(settings), timeout_s=10.0)

@@ -116,6 +116,26 @@ class STT(stt.STT):
             else "voice.llm.v1/transcribe"
 
     @property
+    def ear(self) -> str:
+        """The recogniser that hears the user now, by name, for the logs: "thinker", or the
+        offline ear's model ("moonshine" or "pocketsphinx"); "audio" when nothing is
+        transcribed (the thinker hears the utterance in the reply request)."""
+        if self._utterances is not None:
+            return "audio"
+        return self._offline_model if self.backend == "pocketsphinx" else "thinker"
+
+    def describe(self) -> str:
+        """Which ear hears the user, in words, for the start-up log."""
+        if self._utterances is not None:
+            return "none: the thinker hears the audio in the reply request"
+        if self.backend == "pocketsphinx":
+            return f"{self._offline_model} (offline)"
+        if self._fallback == "pocketsphinx":
+            return (f"the thinker at {self._addr}; {self._offline_model} (offline) if it "
+                    "takes no audio")
+        return f"the thinker at {self._addr} (if it takes no audio: {self._fallback})"
+
+    @property
     def provider(self) -> str:
         return "local" if self.backend == "pocketsphinx" else self._addr
 
@@ -136,7 +156,7 @@ class STT(stt.STT):
             try:
                 await self.sphinx().prewarm()
             except SphinxError as e:  # each utterance will try again (and report it)
-                log.warning("pocketsphinx did not start: %s", e)
+                log.warning("the offline ear (%s) did not start: %s", self._offline_model, e)
 
     def stream(
         self,
@@ -178,7 +198,7 @@ class STT(stt.STT):
             text = await self._thinker(frames, utt, request_id, conn_options)
         if self._tracker is not None:
             self._tracker.stt_done()
-        log.info("stt %s request_id=%s audio_s=%.2f text=%r", self.backend, request_id,
+        log.info("stt %s request_id=%s audio_s=%.2f text=%r", self.ear, request_id,
                  duration, text[:80])
         return stt.SpeechEvent(
             type=stt.SpeechEventType.FINAL_TRANSCRIPT, request_id=request_id,
@@ -221,8 +241,10 @@ class STT(stt.STT):
             if self._fallback == "placeholder":
                 self._error(f"thinker refused audio: {e.details()}")
                 return f"{PLACEHOLDER_PREFIX}, {len(pcm) / 32000.0:.1f} s]"
-            log.warning("the thinker takes no audio (%s): pocketsphinx transcribes from now on",
-                        e.details())
+            # expected where the thinker is text-only (the local mesh's tiny one): the
+            # configured fallback, said once per STT, not a fault of the call
+            log.info("the thinker takes no audio (%s): the offline ear (%s) transcribes "
+                     "from now on", e.details(), self._offline_model)
             self.backend = "pocketsphinx"
             return await self._sphinx(frames, utt)
         self._thinker_hears = True

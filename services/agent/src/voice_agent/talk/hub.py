@@ -113,8 +113,8 @@ class TalkHub:
                 log.warning("talk: starter phrases %s not synthesized in %.0f s (is the TTS "
                             "at %s up?): conversations speak them live", missing,
                             PREPARE_TIMEOUT_S, s.tts_addr)
-            log.info("talk: ready in %.1f s (%d starter phrases cached)",
-                     time.perf_counter() - t0, len(phrases) - len(missing))
+            log.info("talk: ready in %.1f s (%d starter phrases cached); stt: %s",
+                     time.perf_counter() - t0, len(phrases) - len(missing), p.stt.describe())
         except Exception:
             log.exception("talk: preparing failed; conversations start unprepared")
         finally:
