@@ -57,6 +57,11 @@ class CallError(Exception):
     def status(self) -> Status:
         return STATUS[self.kind]
 
+    @property
+    def code(self) -> grpc.StatusCode:
+        """Its gRPC status (`status.grpc`)."""
+        return self.status.grpc
+
 
 class VoiceError(CallError):
     """A voice-library request that cannot be done (`voice_library.py`)."""
