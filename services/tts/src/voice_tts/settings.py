@@ -49,7 +49,7 @@ class TTSSettings(BaseSettings):
     # iterations). 256 cut a burst of 256 calls' TTFA p50 from 83-92 to 78-80 ms (0.6B,
     # H100, bench.run) at the cost of prefill graphs up to that batch.
     max_prefills: int = Field(64, ge=1, le=4096)
-    # Admission by capacity (server/admission.py): a call is admitted only while, with one
+    # Admission by capacity (server/admission/admission.py): a call is admitted only while, with one
     # more speaking stream, the engine's measured frame period stays under admit_margin x
     # 80 ms (the audio one codec frame holds; also at most first_packet_frames /
     # packet_frames x 80 ms: the old start-up bound, kept for TTFA and the front's load)
@@ -96,12 +96,12 @@ class TTSSettings(BaseSettings):
     api_keys_file: Path | None = None
     # Web pages on other origins that may call the HTTP port (OpenAI API, WebSocket):
     # comma-separated `scheme://host[:port]`, or `*`. Same-origin pages and clients that
-    # send no Origin (SDKs, curl) need nothing here (server/http_guards.py).
+    # send no Origin (SDKs, curl) need nothing here (server/fronts/http_guards.py).
     cors_origins: str = ""
     # Seconds a connection to the HTTP port may take to send its first request's headers
     # (slow senders hold sockets: slowloris); it is closed after that.
     header_timeout_s: float = Field(10.0, gt=0, le=300)
-    # The voice library (server/voice_library.py): cloned and designed voices, one file
+    # The voice library (server/voices/voice_library.py): cloned and designed voices, one file
     # each, kept across restarts (a volume in compose). Empty: no library (creating a
     # voice is refused; inline reference audio still works where the model clones).
     voice_dir: Path | None = None

@@ -7,8 +7,13 @@ import time
 import grpc
 import pytest
 from voice_tts.engine import StepStats, UtteranceEnd
-from voice_tts.server.admission import Admission, Rejected, TrackedSession, frame_budget_ms
-from voice_tts.server.capacity import FramePeriodModel, FrontModel, bucket_of
+from voice_tts.server.admission.admission import (
+    Admission,
+    Rejected,
+    TrackedSession,
+    frame_budget_ms,
+)
+from voice_tts.server.admission.capacity import FramePeriodModel, FrontModel, bucket_of
 
 
 def stats(batch: int, step_ms: float) -> StepStats:

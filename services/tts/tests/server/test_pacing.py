@@ -220,8 +220,8 @@ async def test_a_writer_sleeping_for_its_next_frame_wakes_for_stop(monkeypatch) 
 
     import numpy as np
     from voice_tts.engine import AudioPacket
-    from voice_tts.server import pacing
-    from voice_tts.server import stream as stream_mod
+    from voice_tts.server.call import pacing
+    from voice_tts.server.call import stream as stream_mod
     from voice_tts.server.metrics import TTSMetrics
 
     monkeypatch.setattr(pacing, "PACE_SLACK_S", 2.0)

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from voice_tts.server.reference_audio import (
+from voice_tts.server.voices.reference_audio import (
     AudioError,
     ReferenceAudio,
     check_audio,

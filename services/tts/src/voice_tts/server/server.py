@@ -26,11 +26,11 @@ from voice_keys import ApiKeys
 from voice_keys.grpc_check import GrpcKeyCheck
 
 from voice_tts.engine import Engine, EngineSettings
-from voice_tts.server.http import KEY_HOW, start_http
+from voice_tts.server.call.synthesis import Synthesis, until_client_stops_writing
+from voice_tts.server.fronts.http import KEY_HOW, start_http
+from voice_tts.server.fronts.service import SERVICE_NAME, TextToSpeechServicer
 from voice_tts.server.metrics import TTSMetrics
-from voice_tts.server.service import SERVICE_NAME, TextToSpeechServicer
-from voice_tts.server.synthesis import Synthesis, until_client_stops_writing
-from voice_tts.server.voice_library import VoiceLibrary
+from voice_tts.server.voices.voice_library import VoiceLibrary
 from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.server")

@@ -14,11 +14,11 @@ import grpc
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import UnknownVoice, Voice
+from voice_tts.server.call.protocol import parse_request
+from voice_tts.server.call.synthesis import Synthesis, until_client_stops_writing
 from voice_tts.server.errors import CallError, VoiceError
-from voice_tts.server.protocol import parse_request
-from voice_tts.server.reference_audio import reference_from_proto
-from voice_tts.server.synthesis import Synthesis, until_client_stops_writing
-from voice_tts.server.voice_library import VoiceLibrary
+from voice_tts.server.voices.reference_audio import reference_from_proto
+from voice_tts.server.voices.voice_library import VoiceLibrary
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
 SERVICE_NAME = "voice.tts.v1.TextToSpeech"

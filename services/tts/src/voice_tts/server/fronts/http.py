@@ -19,12 +19,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from voice_keys import ApiKeys, bearer
 
-from voice_tts.server.http_guards import GuardedSite, origin_guard
-from voice_tts.server.openai_speech import MAX_BODY_BYTES, ApiError, SpeechAPI, Truncate
-from voice_tts.server.synthesis import Synthesis
-from voice_tts.server.voice_library import VoiceLibrary
-from voice_tts.server.voices_http import VoicesAPI
-from voice_tts.server.ws_speech import WS_PATH, SpeechSocket
+from voice_tts.server.call.synthesis import Synthesis
+from voice_tts.server.fronts.http_guards import GuardedSite, origin_guard
+from voice_tts.server.fronts.openai_speech import MAX_BODY_BYTES, ApiError, SpeechAPI, Truncate
+from voice_tts.server.fronts.voices_http import VoicesAPI
+from voice_tts.server.fronts.ws_speech import WS_PATH, SpeechSocket
+from voice_tts.server.voices.voice_library import VoiceLibrary
 
 log = logging.getLogger("voice_tts.http")
 

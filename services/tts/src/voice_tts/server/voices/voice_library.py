@@ -46,7 +46,7 @@ from voice_tts.engine import Engine
 from voice_tts.engine.voices import VoicePrompt
 from voice_tts.server.errors import VoiceError
 from voice_tts.server.metrics import TTSMetrics
-from voice_tts.server.reference_audio import (
+from voice_tts.server.voices.reference_audio import (
     AudioError,
     ReferenceAudio,
     check_audio,

@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from voice_tts.engine import UtteranceEnd
-from voice_tts.server.capacity import FramePeriodModel, FrontModel
+from voice_tts.server.admission.capacity import FramePeriodModel, FrontModel
 from voice_tts.server.errors import CallError
 
 RETRY = "retry on another replica"

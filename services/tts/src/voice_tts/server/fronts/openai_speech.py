@@ -35,16 +35,16 @@ from pydantic import ValidationError
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine
+from voice_tts.server.call.protocol import MAX_FRAMES_PER_MESSAGE, RETRY_AFTER_S
+from voice_tts.server.call.synthesis import Synthesis
 from voice_tts.server.errors import CallError
-from voice_tts.server.json_schema import (
+from voice_tts.server.fronts.json_schema import (
     UNSUPPORTED_FORMATS,
     SpeechRequest,
     load_json,
     session_config,
     validation_message,
 )
-from voice_tts.server.protocol import MAX_FRAMES_PER_MESSAGE, RETRY_AFTER_S
-from voice_tts.server.synthesis import Synthesis
 
 log = logging.getLogger("voice_tts.http")
 # Other names a client may send as `model`: OpenAI's speech models (code written for

@@ -26,10 +26,10 @@ from aiohttp import BodyPartReader, web
 
 from voice_tts.engine import UnknownVoice, Voice
 from voice_tts.server.errors import VoiceError
-from voice_tts.server.json_schema import load_json
-from voice_tts.server.openai_speech import ApiError
-from voice_tts.server.reference_audio import ReferenceAudio
-from voice_tts.server.voice_library import StoredVoice, VoiceLibrary
+from voice_tts.server.fronts.json_schema import load_json
+from voice_tts.server.fronts.openai_speech import ApiError
+from voice_tts.server.voices.reference_audio import ReferenceAudio
+from voice_tts.server.voices.voice_library import StoredVoice, VoiceLibrary
 
 MAX_FIELD_BYTES = 8 * 1024  # a form field other than the audio (name, ref_text, ...)
 # vLLM-Omni's and OpenAI's form fields (`type`, `model`, `script_hint`, `language`,

@@ -47,11 +47,11 @@ from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import AudioPacket, UtteranceEnd
 from voice_tts.engine.session import Sink
+from voice_tts.server.call.framing import UtteranceFramer
+from voice_tts.server.call.pacing import Inbox, Pacer
+from voice_tts.server.call.protocol import ResolvedConfig
 from voice_tts.server.errors import CallError, invalid
-from voice_tts.server.framing import UtteranceFramer
 from voice_tts.server.metrics import CallMetrics
-from voice_tts.server.pacing import Inbox, Pacer
-from voice_tts.server.protocol import ResolvedConfig
 
 log = logging.getLogger("voice_tts.stream")
 

@@ -28,8 +28,9 @@ from collections.abc import AsyncIterator
 from aiohttp import WSCloseCode, WSMsgType, web
 from voice.tts.v1 import tts_pb2
 
+from voice_tts.server.call.synthesis import Synthesis
 from voice_tts.server.errors import CallError, invalid
-from voice_tts.server.json_schema import (
+from voice_tts.server.fronts.json_schema import (
     WSConfig,
     parse_ws_message,
     session_config,
@@ -37,7 +38,6 @@ from voice_tts.server.json_schema import (
     ws_event,
     ws_request,
 )
-from voice_tts.server.synthesis import Synthesis
 
 log = logging.getLogger("voice_tts.ws")
 # One message's size: text appends are small; the utterance's limit is TTS_MAX_TEXT_CHARS.

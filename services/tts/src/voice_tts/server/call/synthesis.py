@@ -24,14 +24,19 @@ from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine, EngineFull, SessionParams, VoiceNames, VoicePrompt
 from voice_tts.engine.session import Sink
-from voice_tts.server.admission import Admission, Rejected, TrackedSession, frame_budget_ms
-from voice_tts.server.capacity import FramePeriodModel, FrontModel
+from voice_tts.server.admission.admission import (
+    Admission,
+    Rejected,
+    TrackedSession,
+    frame_budget_ms,
+)
+from voice_tts.server.admission.capacity import FramePeriodModel, FrontModel
+from voice_tts.server.call.protocol import resolve_config
+from voice_tts.server.call.stream import Codec, SynthesizeStream
 from voice_tts.server.errors import CallError, VoiceError, invalid, status_for
 from voice_tts.server.metrics import TTSMetrics
-from voice_tts.server.protocol import resolve_config
-from voice_tts.server.reference_audio import reference_from_proto
-from voice_tts.server.stream import Codec, SynthesizeStream
-from voice_tts.server.voice_library import VoiceLibrary
+from voice_tts.server.voices.reference_audio import reference_from_proto
+from voice_tts.server.voices.voice_library import VoiceLibrary
 from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.synthesis")
