@@ -143,6 +143,13 @@ class Inbox:
                 await asyncio.sleep(0.01)
 
 
+async def hang_up(mic, ws, inbox) -> None:  # type: ignore[no-untyped-def]
+    """The caller stops speaking and says `stop`; the agent closes the socket."""
+    await mic.stop()
+    await ws.send_json({"type": "stop"})
+    await inbox.wait(lambda: ws.closed, 20)
+
+
 def audible(pcm: bytes) -> bool:
     return bool(np.abs(np.frombuffer(pcm, dtype=np.int16)).max() > 300)
 
@@ -163,9 +170,7 @@ async def test_conversation_with_barge_in(agent: Agent, thinker: Server, tmp_pat
         await inbox.wait(lambda: inbox.of("clear"), 20)
         clear_at = next(t for t, e in inbox.events if e["type"] == "clear")
         await asyncio.sleep(0.3)
-        await mic.stop()
-        await ws.send_json({"type": "stop"})
-        await inbox.wait(lambda: ws.closed, 20)
+        await hang_up(mic, ws, inbox)
     ready = inbox.of("ready")[0]
     assert ready["output_rate"] == 24000 and ready["input_rate"] == 48000
     assert ready["frame_ms"] == 20 and ready["encoding"] == "s16le"
@@ -224,9 +229,7 @@ async def test_a_fresh_agents_first_call_with_the_greeting_as_shipped(
                 mic.say(question)
                 await inbox.wait(lambda: inbox.of("latency") and [
                     e for e in inbox.of("transcript") if e["role"] == "user"], 120)
-                await mic.stop()
-                await ws.send_json({"type": "stop"})
-                await inbox.wait(lambda: ws.closed, 20)
+                await hang_up(mic, ws, inbox)
     finally:
         await agent.runner.cleanup()
     assert not inbox.of("error"), inbox.of("error")
@@ -679,9 +682,7 @@ async def test_a_clean_call_logs_no_warning_and_names_the_ear_that_hears(
             mic.say(question)
             await inbox.wait(lambda: [e for e in inbox.of("transcript")
                                       if e["role"] == "assistant"][1:], 120)
-            await mic.stop()
-            await ws.send_json({"type": "stop"})
-            await inbox.wait(lambda: ws.closed, 20)
+            await hang_up(mic, ws, inbox)
     finally:
         await agent.runner.cleanup()
     assert not inbox.of("error"), inbox.of("error")
