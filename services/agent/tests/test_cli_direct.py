@@ -61,7 +61,9 @@ def test_direct_cli_answers_a_wav_that_ends_in_a_long_silence(tts_server: Server
            "AGENT_TTS_VOICE": "aiden", "AGENT_TTS_MAX_FRAMES": "10",
            "AGENT_LLM_MAX_TOKENS": "4", "AGENT_STT_MAX_TOKENS": "8",
            "AGENT_STARTER_CACHE": "false"}
-    timeout = 30
+    # Long enough that the process's own start on a busy 2-core host (20-50 s seen with
+    # two CI lanes and more) stays under it; a CLI that waits it out takes longer still.
+    timeout = 90
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "voice_agent", "--direct", "--no-greeting",
                         "--in", str(user), "--turn-timeout", str(timeout)],
