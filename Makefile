@@ -79,7 +79,7 @@ demo-chat: $(VENV)/tts/.run ## ask the thinker ASK="..." and speak its streamed 
 		--out $(CHAT_OUT) $(DEMO_ARGS)
 
 test: venvs lint ## everything that runs without a GPU, Docker or weights (SUITES="tts agent" for some)
-	@python3 .ci/suites.py $(SUITES)
+	@python3 .ci/suites.py $(if $(filter 1,$(WITH_COMPOSE)),--compose) $(SUITES)
 
 # The seeded random runs of bad input at every door, 10,000 each (`make test` runs 1,000).
 RANDOM_TESTS := services/tts/tests/server/test_random_input.py services/llm/tests/test_bad_input.py \
