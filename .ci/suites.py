@@ -159,6 +159,9 @@ def main() -> int:
         chosen = [*chosen, COMPOSE]
     OUT.mkdir(parents=True, exist_ok=True)
     os.environ["VOICE_REQUIRE_ORACLE"] = "1"
+    # Two lanes on two cores: one math thread a process (OpenMP threads that spin between
+    # parallel regions would burn the other lane's core). Tests that set threads still do.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     lock, results = threading.Lock(), []
 
     def say(text: str) -> None:

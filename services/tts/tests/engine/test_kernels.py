@@ -186,7 +186,7 @@ def _synthesize(sampling: SamplingParams, fused: bool) -> tuple[np.ndarray, np.n
         assert engine.runner.fused == fused
         try:
             return engine.synthesize("Fused kernels, same speech.", "vivian", seed=3,
-                                     sampling=sampling, max_frames=6, return_codes=True)
+                                     sampling=sampling, max_frames=3, return_codes=True)
         finally:
             engine.shutdown()
 
