@@ -222,6 +222,7 @@ async def test_a_writer_sleeping_for_its_next_frame_wakes_for_stop(monkeypatch) 
     from voice_tts.engine import AudioPacket
     from voice_tts.server.call import pacing
     from voice_tts.server.call import stream as stream_mod
+    from voice_tts.server.call.messages import AudioFrame, Control, Event, EventKind, Output
     from voice_tts.server.metrics import TTSMetrics
 
     monkeypatch.setattr(pacing, "PACE_SLACK_S", 2.0)
@@ -232,7 +233,10 @@ async def test_a_writer_sleeping_for_its_next_frame_wakes_for_stop(monkeypatch) 
                                     stream_mod.Codec(24000, 1920), max_backlog_s=30.0,
                                     pace_lead_s=4.0)
     s.state.utt(0).first_text_at = time.perf_counter()
-    got: list[tuple[float, tts_pb2.SynthesizeResponse]] = []
+    got: list[tuple[float, Output]] = []
+
+    def frames(outs: list[Output]) -> list[AudioFrame]:
+        return [o for o in outs if isinstance(o, AudioFrame)]
 
     async def writer() -> None:
         async for r in s.write():
@@ -242,14 +246,16 @@ async def test_a_writer_sleeping_for_its_next_frame_wakes_for_stop(monkeypatch) 
     s._enqueue_engine(AudioPacket(0, np.zeros(1920 * 100, np.float32), 0, 100))  # 8 s
     await asyncio.sleep(0.5)
     # The first 4 s (the lead) + 2 s (the slack) went out; the writer sleeps to the next.
-    assert len(audio([r for _, r in got])) == 301
+    assert len(frames([r for _, r in got])) == 301
     t_stop = time.perf_counter()
-    s._control(tts_pb2.Control.STOP)
+    s._control(Control.STOP)
     await asyncio.sleep(0.1)
     s.state.queue.put_nowait(stream_mod._EndOfInput())
     await asyncio.wait_for(task, 1.0)
     resps = [r for _, r in got]
-    assert kinds(resps)[-1] == "STOPPED" and len(audio(resps)) == 301
+    last = resps[-1]
+    assert isinstance(last, Event) and last.kind is EventKind.STOPPED
+    assert len(frames(resps)) == 301
     assert got[-1][0] - t_stop < 0.05, "the STOP waited for the writer's wakeup"
-    assert resps[-1].event.utterance_id == 0 and resps[-1].event.next_seq == 301
+    assert last.utterance_id == 0 and last.next_seq == 301
     assert s.state.pending_frames == 0 and s._backlog() == 0

@@ -1,5 +1,6 @@
-"""Every protocol rule of `voice.tts.v1.TextToSpeech` that is not streaming: parsing,
-SessionConfig validation and defaults.
+"""Every protocol rule of `voice.tts.v1.TextToSpeech` that is not streaming: SessionConfig
+validation and defaults, on the call's own `SessionConfig` (`messages.py`: each front
+parses its wire into it).
 
 Errors are raised as `CallError(kind, message)` (`errors.py` maps kinds to every
 protocol's status). Messages say what to fix, never echo more than a short prefix of input.
@@ -9,12 +10,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-
-from google.protobuf.message import DecodeError
-from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import EngineSettings, SamplingParams, UnknownVoice
+from voice_tts.server.call.messages import ResolvedConfig, Sampling, SessionConfig
 from voice_tts.server.errors import CallError, invalid
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
@@ -24,57 +22,32 @@ MAX_FRAMES_PER_MESSAGE = 16
 # A client's frame cap per utterance may lower the engine's, not raise it (2047 codec
 # frames, 164 s: past it a request could hold an engine slot for minutes).
 MAX_UTTERANCE_FRAMES = EngineSettings.max_frames
+ENCODINGS = ("", "pcm_s16le")  # "": the default, PCM s16le
 
 
 # Seconds a client turned away (capacity, draining) is told to wait before retrying.
 RETRY_AFTER_S = 1
 
 
-def parse_request(raw: bytes) -> tts_pb2.SynthesizeRequest:
-    try:
-        return tts_pb2.SynthesizeRequest.FromString(raw)
-    except DecodeError as e:
-        raise invalid(
-            f"unparsable SynthesizeRequest ({e}); a string field must be valid UTF-8 - "
-            "send raw bytes as TextDelta.utf8"
-        ) from None
-
-
-@dataclass(frozen=True)
-class ResolvedConfig:
-    proto: tts_pb2.SessionConfig  # with every default filled in (sent in SESSION_STARTED)
-    voice: str
-    language: str
-    instruct: str
-    sample_rate: int
-    frame_ms: int
-    frames_per_message: int  # frames an AudioFrame message may hold (1: one each)
-    seed: int | None
-    sampling: SamplingParams
-    max_frames: int
-    session_id: str
-    trace_id: str
-
-
-def _sampling(p: tts_pb2.SamplingParams) -> SamplingParams:
+def _sampling(p: Sampling) -> SamplingParams:
     """The proto's fields set the talker and the code predictor (the official
     `subtalker_*` settings) alike; repetition_penalty is the talker's only."""
     kw: dict[str, object] = {}
-    if p.HasField("greedy"):
+    if p.greedy is not None:
         kw["do_sample"] = kw["subtalker_do_sample"] = not p.greedy
-    if p.HasField("temperature"):
+    if p.temperature is not None:
         if not 0.0 < p.temperature <= 2.0:
             raise invalid(f"sampling.temperature must be in (0, 2], got {p.temperature}")
         kw["temperature"] = kw["subtalker_temperature"] = p.temperature
-    if p.HasField("top_k"):
+    if p.top_k is not None:
         if p.top_k > 4096:
             raise invalid(f"sampling.top_k must be 0 (off) .. 4096, got {p.top_k}")
         kw["top_k"] = kw["subtalker_top_k"] = p.top_k
-    if p.HasField("top_p"):
+    if p.top_p is not None:
         if not 0.0 < p.top_p <= 1.0:
             raise invalid(f"sampling.top_p must be in (0, 1], got {p.top_p}")
         kw["top_p"] = kw["subtalker_top_p"] = p.top_p
-    if p.HasField("repetition_penalty"):
+    if p.repetition_penalty is not None:
         if not 1.0 <= p.repetition_penalty <= 2.0:
             raise invalid(
                 f"sampling.repetition_penalty must be in [1, 2], got {p.repetition_penalty}"
@@ -93,7 +66,7 @@ def _check_id(name: str, value: str) -> None:
 
 
 def resolve_config(
-    cfg: tts_pb2.SessionConfig, voice_names: Callable[[str, str], tuple[str, str]]
+    cfg: SessionConfig, voice_names: Callable[[str, str], tuple[str, str]]
 ) -> ResolvedConfig:
     """Validates a SessionConfig and fills its defaults.
 
@@ -119,7 +92,7 @@ def resolve_config(
     if cfg.frames_per_message > MAX_FRAMES_PER_MESSAGE:
         raise invalid(f"frames_per_message {cfg.frames_per_message} is over the limit; use "
                       f"0 or 1 (one frame a message) .. {MAX_FRAMES_PER_MESSAGE}")
-    if cfg.encoding not in (tts_pb2.AUDIO_ENCODING_UNSPECIFIED, tts_pb2.AUDIO_ENCODING_PCM_S16LE):
+    if cfg.encoding not in ENCODINGS:
         raise invalid(f"encoding {cfg.encoding} is not supported; use AUDIO_ENCODING_PCM_S16LE")
     for name in ("session_id", "trace_id"):
         _check_id(name, getattr(cfg, name))
@@ -127,24 +100,17 @@ def resolve_config(
         raise invalid(f"sampling.max_frames {cfg.sampling.max_frames} is over the limit of "
                       f"{MAX_UTTERANCE_FRAMES} codec frames an utterance")
     sampling = _sampling(cfg.sampling)
-    resolved = tts_pb2.SessionConfig()
-    resolved.CopyFrom(cfg)
-    resolved.voice, resolved.language = voice, language
-    resolved.sample_rate, resolved.frame_ms = rate, frame_ms
-    resolved.frames_per_message = max(1, cfg.frames_per_message)
-    resolved.encoding = tts_pb2.AUDIO_ENCODING_PCM_S16LE
-    resolved.session_id = cfg.session_id or uuid.uuid4().hex[:16]
     return ResolvedConfig(
-        proto=resolved,
         voice=voice,
         language=language,
         instruct=cfg.instruct,
         sample_rate=rate,
         frame_ms=frame_ms,
-        frames_per_message=resolved.frames_per_message,
-        seed=cfg.seed if cfg.HasField("seed") else None,
+        frames_per_message=max(1, cfg.frames_per_message),
+        seed=cfg.seed,
         sampling=sampling,
         max_frames=cfg.sampling.max_frames,
-        session_id=resolved.session_id,
+        session_id=cfg.session_id or uuid.uuid4().hex[:16],
         trace_id=cfg.trace_id,
+        requested_sampling=cfg.sampling,
     )

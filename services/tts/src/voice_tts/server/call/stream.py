@@ -1,6 +1,6 @@
 """One synthesis call (gRPC `Synthesize`, an HTTP speech request or a WebSocket
-session, each turned into `SynthesizeRequest`s by its front): requests are read in one
-task while frames are written.
+session, each turned into the call's requests by its front: `messages.py`): requests are
+read in one task while frames and events are written.
 
 Three producers feed one ordered queue that the writer drains:
 - the engine thread (through `sink`): `AudioPacket`, `UtteranceEnd`;
@@ -43,46 +43,47 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from voice.tts.v1 import tts_pb2
-
 from voice_tts.engine import AudioPacket, UtteranceEnd
 from voice_tts.engine.session import Sink
 from voice_tts.server.call.framing import UtteranceFramer
+from voice_tts.server.call.messages import (
+    AudioFrame,
+    Control,
+    Event,
+    EventKind,
+    FirstAudio,
+    Output,
+    Request,
+    ResolvedConfig,
+    SessionConfig,
+    Text,
+    Timings,
+)
 from voice_tts.server.call.pacing import Inbox, Pacer
-from voice_tts.server.call.protocol import ResolvedConfig
 from voice_tts.server.errors import CallError, invalid
 from voice_tts.server.metrics import CallMetrics
 
 log = logging.getLogger("voice_tts.stream")
 
-# Entries of the writer's `_out`, in wire order.
-
-
-class _Frame(NamedTuple):
-    """One message: up to `frames_per_message` frames of one engine packet."""
-
-    uid: int
-    index: int  # in its utterance, of its first frame
-    pcm: bytes
-    last_in_utterance: bool
-    frames: int
+# Entries of the writer's `_out`, in wire order: `AudioFrame`s (one message: up to
+# `frames_per_message` frames of one engine packet; written as they are) and these.
 
 
 class _End(NamedTuple):
     """The utterance is over (counted and forgotten once written)."""
 
-    uid: int
+    utterance_id: int
     reason: str
-    kinds: tuple[int, ...]  # events after its last frame (TRUNCATED, FLUSHED)
+    kinds: tuple[EventKind, ...]  # events after its last frame (TRUNCATED, FLUSHED)
 
 
 class _Event(NamedTuple):
-    uid: int
-    kind: int
+    utterance_id: int
+    kind: EventKind
     tied: bool  # tied to a stopped utterance's audio: dropped with it
 
 
-_Entry = _Frame | _End | _Event
+_Entry = AudioFrame | _End | _Event
 
 
 @dataclass
@@ -225,16 +226,14 @@ class SynthesizeStream:
         st.queue.put_nowait(item, urgent=False)
 
     # -- reader ------------------------------------------------------------------------
-    async def read(self, requests: AsyncIterator[tts_pb2.SynthesizeRequest]) -> None:
+    async def read(self, requests: AsyncIterator[Request]) -> None:
         """The client's messages after its config (parsed by its protocol's front; one
         that cannot be parsed raises `CallError` out of the iterator)."""
         st = self.state
         try:
             async for req in requests:
-                kind = req.WhichOneof("request")
-                if kind == "text":
-                    piece = req.text.text if req.text.WhichOneof("piece") == "text" \
-                        else req.text.utf8
+                if isinstance(req, Text):
+                    piece = req.text
                     if not piece:
                         continue
                     uid = self.session.utterance_id
@@ -246,23 +245,23 @@ class SynthesizeStream:
                     u.text_chars += len(piece)
                     u.has_speech = u.has_speech or bool(piece.strip())
                     self.session.push_text(piece)
-                elif kind == "control":
-                    self._control(req.control.type)
-                elif kind == "config":
+                elif isinstance(req, Control):
+                    self._control(req)
+                elif isinstance(req, SessionConfig):
                     raise invalid("a second SessionConfig; send one per stream, first")
                 else:
-                    raise invalid("empty SynthesizeRequest; set config, text or control")
+                    raise invalid(f"not a request: {type(req).__name__}")
             # Half-close means FLUSH, then end of stream.
-            self._control(tts_pb2.Control.FLUSH)
+            self._control(Control.FLUSH)
             st.queue.put_nowait(_EndOfInput())
         except CallError as e:
             st.queue.put_nowait(_Failed(e))
         except ValueError as e:  # engine's verdict on text: invalid UTF-8, over the limit
             st.queue.put_nowait(_Failed(invalid(str(e))))
 
-    def _control(self, kind: int) -> None:
+    def _control(self, kind: Control) -> None:
         st = self.state
-        if kind == tts_pb2.Control.FLUSH:
+        if kind is Control.FLUSH:
             uid = self.session.utterance_id
             u = st.utterances.get(uid)
             has_text = u is not None and u.text_chars > 0
@@ -276,8 +275,8 @@ class SynthesizeStream:
                 else:
                     self.session.flush()  # closes a truncated utterance; else a no-op
                 st.queue.put_nowait(_Flush(uid, empty=True))
-        elif kind in (tts_pb2.Control.STOP, tts_pb2.Control.RESET):
-            reset = kind == tts_pb2.Control.RESET
+        else:  # STOP, RESET
+            reset = kind is Control.RESET
             # Utterances not yet FLUSHED (speaking, queued here, or taking text): this
             # drops them all. Counted here: their ends may never reach the writer.
             live = [uid for uid in st.utterances if uid >= st.drop_below]
@@ -291,19 +290,14 @@ class SynthesizeStream:
             st.drop_below = self.session.utterance_id
             st.flushes.clear()
             st.queue.put_nowait(_Stop(reset, max(live, default=st.drop_below)))
-        else:
-            raise invalid(f"unknown Control.type {kind}; use FLUSH, STOP or RESET")
 
     # -- writer ------------------------------------------------------------------------
-    async def write(self, first: tts_pb2.SynthesizeResponse | None = None
-                    ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
-        """The call's responses (`first`, then frames and events), paced."""
+    async def write(self, first: Output | None = None) -> AsyncIterator[Output]:
+        """The call's output (`first`, then frames and events), paced."""
         if first is not None:
             yield first
         st, inbox, out, loop = self.state, self.state.queue, self._out, self.loop
-        frame_ms = st.cfg.frame_ms
         pacer = self.pacer
-        per_message = self._per_message
         sent = 0
         try:
             while True:
@@ -320,8 +314,8 @@ class SynthesizeStream:
                     await inbox.wait(None)
                     continue
                 entry = out[0]
-                uid = entry.uid
-                if isinstance(entry, _Frame):
+                uid = entry.utterance_id
+                if isinstance(entry, AudioFrame):
                     if uid < st.drop_below:  # stopped while it waited
                         out.popleft()
                         st.pending_frames -= entry.frames
@@ -345,16 +339,13 @@ class SynthesizeStream:
                     if idx == 0:
                         u.t0 = loop.time()
                         yield self._first_audio(uid, u)
-                    seq = self.seq
+                    entry.seq = seq = self.seq
                     self.seq = seq + n
                     sent += n
                     if sent >= 64:
                         self.metrics.frames_sent.inc(sent)
                         sent = 0
-                    yield tts_pb2.SynthesizeResponse(audio=tts_pb2.AudioFrame(
-                        seq=seq, pcm=entry.pcm, utterance_id=uid, start_ms=seq * frame_ms,
-                        last_in_utterance=entry.last_in_utterance,
-                        frames=n if per_message > 1 else 0))
+                    yield entry
                 elif isinstance(entry, _End):
                     out.popleft()
                     if uid < st.drop_below:  # stopped: counted at its STOP / RESET
@@ -385,7 +376,7 @@ class SynthesizeStream:
                 tied = uid == st.truncated  # after the truncated utterance's audio
                 if tied:  # its audio is all framed
                     st.truncated = None
-                self._out.append(_Event(uid, tts_pb2.Event.FLUSHED, tied))
+                self._out.append(_Event(uid, EventKind.FLUSHED, tied))
             elif uid >= st.drop_below:
                 st.flushes.add(uid)
         elif isinstance(item, _Stop):
@@ -396,13 +387,13 @@ class SynthesizeStream:
             # Everything of the dropped utterances still unwritten goes; STOPPED is next.
             drop = st.drop_below
             kept = [e for e in self._out
-                    if e.uid >= drop or (isinstance(e, _Event) and not e.tied)]
+                    if e.utterance_id >= drop or (isinstance(e, _Event) and not e.tied)]
             st.pending_frames -= sum(e.frames for e in self._out
-                                     if isinstance(e, _Frame) and e.uid < drop)
+                                     if isinstance(e, AudioFrame) and e.utterance_id < drop)
             self._out.clear()
             self._out.extend(kept)
             self._maybe_resume()
-            kind = tts_pb2.Event.RESET if item.reset else tts_pb2.Event.STOPPED
+            kind = EventKind.RESET if item.reset else EventKind.STOPPED
             self._out.append(_Event(item.utterance_id, kind, False))
         elif isinstance(item, _EndOfInput):
             self._ending = True
@@ -454,14 +445,14 @@ class SynthesizeStream:
         if frames:
             self._frames(uid, u, frames, last=True)
         u.held = None
-        kinds: list[int] = []
+        kinds: list[EventKind] = []
         if e.reason == "max_frames":
-            kinds.append(tts_pb2.Event.TRUNCATED)
+            kinds.append(EventKind.TRUNCATED)
             if uid not in st.flushes:
                 st.truncated = uid  # open until its FLUSH (see the proto)
         if uid in st.flushes:
             st.flushes.discard(uid)
-            kinds.append(tts_pb2.Event.FLUSHED)
+            kinds.append(EventKind.FLUSHED)
         # Counted and forgotten once its last frame is written (the writer).
         self._out.append(_End(uid, e.reason, tuple(kinds)))
 
@@ -480,8 +471,8 @@ class SynthesizeStream:
         out = self._out
         for i in range(0, n, k):
             chunk = frames[i:i + k]
-            out.append(_Frame(uid, u.made, chunk[0] if k == 1 else b"".join(chunk),
-                              last and i + k >= n, len(chunk)))
+            out.append(AudioFrame(uid, u.made, chunk[0] if k == 1 else b"".join(chunk),
+                                  last and i + k >= n, len(chunk)))
             u.made += len(chunk)
         self.state.pending_frames += n
 
@@ -492,23 +483,17 @@ class SynthesizeStream:
         log.info("first audio session=%s trace=%s utterance=%d ttfa_ms=%.1f",
                  self.state.cfg.session_id, self.state.cfg.trace_id, uid, u.ttfa_s * 1e3)
 
-    def _first_audio(self, uid: int, u: _Utterance) -> tts_pb2.SynthesizeResponse:
+    def _first_audio(self, uid: int, u: _Utterance) -> FirstAudio:
         if u.ttfa_s is None:
             self._ttfa(uid, u, None)
         ttfa = u.ttfa_s or 0.0
         t = u.timings or {}
-        return tts_pb2.SynthesizeResponse(event=tts_pb2.Event(
-            type=tts_pb2.Event.FIRST_AUDIO, utterance_id=uid, next_seq=self.seq,
-            timings=tts_pb2.ServerTimings(
-                ttfa_ms=ttfa * 1e3, queue_ms=float(t.get("queue_ms", 0.0)),
-                prefill_ms=float(t.get("prefill_ms", 0.0)),
-                first_packet_ms=float(t.get("first_packet_ms", 0.0)),
-                text_chars=u.text_chars,
-            ),
+        return FirstAudio(uid, self.seq, Timings(
+            ttfa_ms=ttfa * 1e3, queue_ms=float(t.get("queue_ms", 0.0)),
+            prefill_ms=float(t.get("prefill_ms", 0.0)),
+            first_packet_ms=float(t.get("first_packet_ms", 0.0)),
+            text_chars=u.text_chars,
         ))
 
-    def _event(self, kind: int, uid: int) -> tts_pb2.SynthesizeResponse:
-        return tts_pb2.SynthesizeResponse(
-            event=tts_pb2.Event(type=kind, utterance_id=uid, next_seq=self.seq)
-        )
-
+    def _event(self, kind: EventKind, uid: int) -> Event:
+        return Event(kind, uid, self.seq)

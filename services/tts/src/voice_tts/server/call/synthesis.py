@@ -1,9 +1,10 @@
 """One synthesis call, whatever the protocol (`Synthesis.call`): admission, the
 first-config rule, an engine session, the stream. gRPC `Synthesize` (`service.py`), the
 OpenAI HTTP speech request (`openai_speech.py`) and the speech WebSocket (`ws_speech.py`)
-are thin adapters over it: each turns its messages into `SynthesizeRequest`s, reads the
-responses, and turns the one `CallError` a call can end with into its own status
-(`errors.py` maps them all).
+are thin adapters over it: each turns its messages into the call's requests and its
+output into its own messages (`messages.py`: the call's types; protobuf stays in the gRPC
+adapter), and the one `CallError` a call can end with into its own status (`errors.py`
+maps them all).
 
 Admission (`admission.py`: open streams, the engine's real-time capacity; draining) and
 the mapping of every failure to one status code happen here; the streaming rules are in
@@ -15,12 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
-
-from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine, EngineFull, SessionParams, VoiceNames, VoicePrompt
 from voice_tts.engine.session import Sink
@@ -31,11 +31,18 @@ from voice_tts.server.admission.admission import (
     frame_budget_ms,
 )
 from voice_tts.server.admission.capacity import FramePeriodModel, FrontModel
+from voice_tts.server.call.messages import (
+    Output,
+    Request,
+    ResolvedConfig,
+    SessionConfig,
+    SessionStarted,
+    Text,
+)
 from voice_tts.server.call.protocol import resolve_config
 from voice_tts.server.call.stream import Codec, SynthesizeStream
 from voice_tts.server.errors import CallError, VoiceError, invalid, status_for
 from voice_tts.server.metrics import TTSMetrics
-from voice_tts.server.voices.reference_audio import reference_from_proto
 from voice_tts.server.voices.voice_library import VoiceLibrary
 from voice_tts.settings import TTSSettings
 
@@ -77,12 +84,12 @@ class Synthesis:
         metrics.watch_admission(self.admission)
 
     @contextlib.asynccontextmanager
-    async def call(self, protocol: str, requests: AsyncIterator[tts_pb2.SynthesizeRequest],
+    async def call(self, protocol: str, requests: AsyncIterator[Request],
                    pace_lead_s: float | None = None
-                   ) -> AsyncIterator[AsyncIterator[tts_pb2.SynthesizeResponse]]:
+                   ) -> AsyncIterator[AsyncIterator[Output]]:
         """One synthesis call, whatever the protocol: admission, the first-message rule,
         an engine session, the stream. `requests` starts with the SessionConfig. Gives
-        the responses gRPC would send (the stream's own writer: no extra hop per frame);
+        the call's output (the stream's own writer: no extra hop per frame);
         every failure, in here or while they are read, ends it with one `CallError`,
         which the protocol's front turns into its status, HTTP error or close code. Run
         it in the task that serves the call: a drain or an engine fault cuts that task."""
@@ -133,8 +140,7 @@ class Synthesis:
                      "frame_ms=%d", protocol, cfg.session_id, cfg.trace_id, cfg.voice,
                      cfg.sample_rate, cfg.frame_ms)
             reader = asyncio.create_task(stream.read(it))
-            responses = stream.write(tts_pb2.SynthesizeResponse(event=tts_pb2.Event(
-                type=tts_pb2.Event.SESSION_STARTED, config=cfg.proto)))
+            responses = stream.write(SessionStarted(cfg))
             async with contextlib.aclosing(responses):
                 yield responses
         except asyncio.CancelledError:
@@ -189,7 +195,8 @@ class Synthesis:
         self.failed = message
         return self.cut_open_calls(message)
 
-    async def _first_config(self, it: AsyncIterator[tts_pb2.SynthesizeRequest]) -> Any:
+    async def _first_config(self, it: AsyncIterator[Request]
+                            ) -> tuple[ResolvedConfig, VoicePrompt | None]:
         try:
             req = await asyncio.wait_for(anext(it), self.settings.config_timeout_s)
         except StopAsyncIteration:
@@ -197,14 +204,14 @@ class Synthesis:
         except TimeoutError:
             raise invalid(f"no SessionConfig within {self.settings.config_timeout_s:g} s") \
                 from None
-        kind = req.WhichOneof("request")
-        if kind != "config":
-            raise invalid(f"the first message must be a SessionConfig, got {kind or 'empty'}")
-        if not req.config.HasField("reference"):
-            return resolve_config(req.config, self.engine.voice_table.names), None
-        return await self._inline(req.config)
+        if not isinstance(req, SessionConfig):
+            kind = "text" if isinstance(req, Text) else "control"
+            raise invalid(f"the first message must be a SessionConfig, got {kind}")
+        if req.reference is None:
+            return resolve_config(req, self.engine.voice_table.names), None
+        return await self._inline(req)
 
-    async def _inline(self, config: tts_pb2.SessionConfig) -> tuple[Any, VoicePrompt]:
+    async def _inline(self, config: SessionConfig) -> tuple[ResolvedConfig, VoicePrompt]:
         """A config with inline reference audio: its clone, for this session only (it is in
         no table), labelled `~inline-...` (a library name has no `~`)."""
         if config.voice:
@@ -214,16 +221,15 @@ class Synthesis:
             raise CallError("unsupported", "inline reference audio needs the server's "
                             "voice library")
         r = config.reference
+        assert r is not None
         try:
-            prompt = await self.library.inline_prompt(reference_from_proto(r), r.ref_text,
-                                                      r.x_vector_only)
+            prompt = await self.library.inline_prompt(r.audio, r.ref_text, r.x_vector_only)
         except VoiceError as e:  # for one request, too large is a bad request, not 429
             kind = "invalid" if e.kind in ("too_large", "storage") else e.kind
             raise CallError(kind, e.message) from None
-        cfg = tts_pb2.SessionConfig()
-        cfg.CopyFrom(config)
-        cfg.ClearField("reference")  # not echoed back in SESSION_STARTED
-        cfg.voice = f"~inline-{uuid.uuid4().hex[:12]}"
+        # Not echoed back in SESSION_STARTED: the reference; the voice is its label.
+        cfg = dataclasses.replace(config, reference=None,
+                                  voice=f"~inline-{uuid.uuid4().hex[:12]}")
         return resolve_config(cfg, VoiceNames([cfg.voice], self.engine.languages())), prompt
 
 

@@ -1,8 +1,9 @@
 """Every JSON shape the HTTP and WebSocket fronts accept and send, in one place.
 
-Both fronts speak the gRPC contract underneath: what they accept becomes a
-`SessionConfig` and `SynthesizeRequest`s (`session_config`, `WS_REQUESTS`), what they send
-is made from the `SynthesizeResponse`s of the same call (`ws_event`). The service README's
+Both fronts speak the gRPC contract's meaning through the call's own types
+(`call/messages.py`): what they accept becomes a `SessionConfig` and requests
+(`session_config`, `ws_request`), what they send is made from the call's output
+(`ws_event`). The service README's
 "HTTP and WebSocket" section documents these shapes; change them here and there together.
 
 - `SpeechRequest`: the body of `POST /v1/audio/speech` (OpenAI's fields, then ours).
@@ -16,17 +17,29 @@ is made from the `SynthesizeResponse`s of the same call (`ws_event`). The servic
 from __future__ import annotations
 
 import json
+import math
 import re
+import struct
 from typing import Annotated, Any, Literal
 
-from google.protobuf.json_format import MessageToDict
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
-from voice.tts.v1 import tts_pb2
+
+from voice_tts.server.call import messages
+from voice_tts.server.call.messages import (
+    Control,
+    Event,
+    FirstAudio,
+    Output,
+    Request,
+    SessionConfig,
+    SessionStarted,
+    Text,
+)
 
 # --- shared --------------------------------------------------------------------------
 
 # The proto's integer types: a JSON integer outside them is the client's mistake (400),
-# not an overflow when the SessionConfig is built.
+# as it is over gRPC.
 U32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 U64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
 # Our largest valid message nests 3 deep ({"sampling": {...}}); the parser is never asked
@@ -102,19 +115,27 @@ def load_json(text: str | bytes) -> Any:
 
 
 def session_config(f: SessionFields, frame_ms: int, session_id: str = "",
-                   trace_id: str = "") -> tts_pb2.SessionConfig:
-    """The gRPC config these fields mean (validated later by `protocol.resolve_config`,
-    the one place its rules live)."""
+                   trace_id: str = "", **extra: Any) -> SessionConfig:
+    """The call's config these fields mean (validated later by `protocol.resolve_config`,
+    the one place its rules live); `extra`: more of its fields."""
     voice = f.voice if isinstance(f.voice, str) else f.voice.id
-    cfg = tts_pb2.SessionConfig(voice=voice, language=f.language, instruct=f.instructions,
-                                sample_rate=f.sample_rate, frame_ms=frame_ms,
-                                session_id=session_id, trace_id=trace_id)
-    if f.seed is not None:
-        cfg.seed = f.seed
+    sampling = messages.Sampling()
     if f.sampling is not None:
-        for name, value in f.sampling.model_dump(exclude_none=True).items():
-            setattr(cfg.sampling, name, value)
-    return cfg
+        sampling = messages.Sampling(**{k: _float32(v) if isinstance(v, float) else v
+                               for k, v in f.sampling.model_dump(exclude_none=True).items()})
+    return SessionConfig(voice=voice, language=f.language, instruct=f.instructions,
+                         sample_rate=f.sample_rate, frame_ms=frame_ms, seed=f.seed,
+                         sampling=sampling, session_id=session_id, trace_id=trace_id,
+                         **extra)
+
+
+def _float32(x: float) -> float:
+    """x as the contract's `float` holds it (what gRPC's clients send: the same rules see
+    the same value); past its range, infinite (as protobuf stores it)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
 
 
 def validation_message(e: ValidationError) -> tuple[str, str]:
@@ -184,8 +205,7 @@ class WSControl(_Fields):
 WSMessage = Annotated[WSConfig | WSText | WSControl, Field(discriminator="type")]
 _WS_MESSAGE: TypeAdapter[WSConfig | WSText | WSControl] = TypeAdapter(WSMessage)
 
-_CONTROLS = {"flush": tts_pb2.Control.FLUSH, "stop": tts_pb2.Control.STOP,
-             "reset": tts_pb2.Control.RESET}
+_CONTROLS = {"flush": Control.FLUSH, "stop": Control.STOP, "reset": Control.RESET}
 
 
 def parse_ws_message(data: str | bytes) -> WSConfig | WSText | WSControl | bytes:
@@ -206,44 +226,37 @@ def parse_ws_message(data: str | bytes) -> WSConfig | WSText | WSControl | bytes
         raise ValueError(validation_message(e)[1]) from None
 
 
-def ws_request(msg: WSText | WSControl | bytes) -> tts_pb2.SynthesizeRequest | None:
-    """The gRPC request a message after the config means (None: `end`, a half-close)."""
+def ws_request(msg: WSText | WSControl | bytes) -> Request | None:
+    """The call's request a message after the config means (None: `end`, a half-close)."""
     if isinstance(msg, bytes):
-        return tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(utf8=msg))
+        return Text(msg)
     if isinstance(msg, WSText):
-        return tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=msg.text))
+        return Text(msg.text)
     if msg.type == "end":
         return None
-    return tts_pb2.SynthesizeRequest(control=tts_pb2.Control(type=_CONTROLS[msg.type]))
+    return _CONTROLS[msg.type]
 
 
-_EVENT_NAMES = {
-    tts_pb2.Event.SESSION_STARTED: "started",
-    tts_pb2.Event.FIRST_AUDIO: "first_audio",
-    tts_pb2.Event.FLUSHED: "flushed",
-    tts_pb2.Event.STOPPED: "stopped",
-    tts_pb2.Event.RESET: "reset",
-    tts_pb2.Event.TRUNCATED: "truncated",
-}
-
-
-def ws_event(e: tts_pb2.Event) -> dict[str, Any]:
-    """A gRPC event as the WebSocket's JSON event: `type`, `utterance_id`, `next_seq`
-    (binary frames sent before it), and `config` (started) or `timings` (first_audio)."""
-    out: dict[str, Any] = {"type": _EVENT_NAMES[e.type], "utterance_id": e.utterance_id,
-                           "next_seq": e.next_seq}
-    if e.type == tts_pb2.Event.SESSION_STARTED:
-        c = e.config
-        out["config"] = {"voice": c.voice, "language": c.language,
-                         "instructions": c.instruct, "sample_rate": c.sample_rate,
-                         "frame_ms": c.frame_ms, "session_id": c.session_id,
-                         "trace_id": c.trace_id, "encoding": "pcm_s16le"}
-        if c.HasField("seed"):
-            out["config"]["seed"] = c.seed
-    elif e.type == tts_pb2.Event.FIRST_AUDIO:
-        out["timings"] = MessageToDict(e.timings, preserving_proto_field_name=True,
-                                       always_print_fields_with_no_presence=True)
-    return out
+def ws_event(e: Output) -> dict[str, Any]:
+    """An event of the call as the WebSocket's JSON event: `type`, `utterance_id`,
+    `next_seq` (binary frames sent before it), and `config` (started) or `timings`
+    (first_audio)."""
+    if isinstance(e, Event):
+        return {"type": e.kind.value, "utterance_id": e.utterance_id, "next_seq": e.next_seq}
+    if isinstance(e, FirstAudio):
+        t = e.timings
+        return {"type": "first_audio", "utterance_id": e.utterance_id,
+                "next_seq": e.next_seq, "timings": {
+                    "ttfa_ms": t.ttfa_ms, "queue_ms": t.queue_ms, "prefill_ms": t.prefill_ms,
+                    "first_packet_ms": t.first_packet_ms, "text_chars": t.text_chars}}
+    assert isinstance(e, SessionStarted), e
+    c = e.config
+    config = {"voice": c.voice, "language": c.language, "instructions": c.instruct,
+              "sample_rate": c.sample_rate, "frame_ms": c.frame_ms,
+              "session_id": c.session_id, "trace_id": c.trace_id, "encoding": "pcm_s16le"}
+    if c.seed is not None:
+        config["seed"] = c.seed
+    return {"type": "started", "utterance_id": 0, "next_seq": 0, "config": config}
 
 
 def ws_error(code: str, message: str) -> dict[str, Any]:

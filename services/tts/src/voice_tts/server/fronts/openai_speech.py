@@ -32,9 +32,17 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
-from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import Engine
+from voice_tts.server.call.messages import (
+    AudioFrame,
+    FirstAudio,
+    Output,
+    Reference,
+    Request,
+    SessionStarted,
+    Text,
+)
 from voice_tts.server.call.protocol import MAX_FRAMES_PER_MESSAGE, RETRY_AFTER_S
 from voice_tts.server.call.synthesis import Synthesis
 from voice_tts.server.errors import CallError
@@ -45,6 +53,7 @@ from voice_tts.server.fronts.json_schema import (
     session_config,
     validation_message,
 )
+from voice_tts.server.voices.reference_audio import ReferenceAudio
 
 log = logging.getLogger("voice_tts.http")
 # Other names a client may send as `model`: OpenAI's speech models (code written for
@@ -117,20 +126,20 @@ class SpeechAPI:
             req = await self._parse(request)
         except ApiError as e:
             return e.response()
-        cfg = session_config(req, FRAME_MS, trace_id=request.headers.get("X-Trace-Id", ""))
+        reference = None
         if req.ref_audio is not None:
             try:
-                cfg.reference.CopyFrom(tts_pb2.ReferenceAudio(
-                    audio=_base64_audio(req.ref_audio), ref_text=req.ref_text,
-                    x_vector_only=req.x_vector_only_mode))
+                reference = Reference(ReferenceAudio(_base64_audio(req.ref_audio)),
+                                      req.ref_text, req.x_vector_only_mode)
             except ApiError as e:
                 return e.response()
         # Written a packet at a time: its frames come as one message, not 4-16 to join.
-        cfg.frames_per_message = MAX_FRAMES_PER_MESSAGE
+        cfg = session_config(req, FRAME_MS, trace_id=request.headers.get("X-Trace-Id", ""),
+                             frames_per_message=MAX_FRAMES_PER_MESSAGE, reference=reference)
 
-        async def requests() -> AsyncIterator[tts_pb2.SynthesizeRequest]:
-            yield tts_pb2.SynthesizeRequest(config=cfg)
-            yield tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=req.input))
+        async def requests() -> AsyncIterator[Request]:
+            yield cfg
+            yield Text(req.input)
 
         out = _Body(request, req, self.calls.engine)
         ready: asyncio.Queue[Any] = asyncio.Queue(READY_MAX)
@@ -239,7 +248,7 @@ def _base64_audio(value: str) -> bytes:
 
 
 class _Body:
-    """The response of one speech request, fed the call's responses in order."""
+    """The response of one speech request, fed the call's output in order."""
 
     def __init__(self, request: web.Request, req: SpeechRequest, engine: Engine) -> None:
         self.request, self.req, self.engine = request, req, engine
@@ -255,17 +264,15 @@ class _Body:
     def started(self) -> bool:
         return self.resp is not None
 
-    def take(self, r: tts_pb2.SynthesizeResponse) -> None:
-        if r.WhichOneof("response") == "event":
-            e = r.event
-            if e.type == tts_pb2.Event.SESSION_STARTED:
-                self.session_id = e.config.session_id
-            elif e.type == tts_pb2.Event.FIRST_AUDIO:
-                self.timings = {"ttfa": e.timings.ttfa_ms, "prefill": e.timings.prefill_ms,
-                                "queue": e.timings.queue_ms}
-            return
-        self.samples += len(r.audio.pcm) // 2
-        (self.buf if self.req.stream else self.whole).extend(r.audio.pcm)
+    def take(self, r: Output) -> None:
+        if isinstance(r, AudioFrame):
+            self.samples += len(r.pcm) // 2
+            (self.buf if self.req.stream else self.whole).extend(r.pcm)
+        elif isinstance(r, SessionStarted):
+            self.session_id = r.config.session_id
+        elif isinstance(r, FirstAudio):
+            t = r.timings
+            self.timings = {"ttfa": t.ttfa_ms, "prefill": t.prefill_ms, "queue": t.queue_ms}
 
     async def send(self) -> None:
         """Writes the audio taken so far (the headers first, with the first audio)."""

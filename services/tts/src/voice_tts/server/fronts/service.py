@@ -1,9 +1,10 @@
 """`voice.tts.v1.TextToSpeech` over gRPC: a thin adapter over `Synthesis.call`, and the
 voice library's CreateVoice / GetVoice / DeleteVoice (`voice_library.py`).
 
-`Synthesize` requests are registered with an identity deserializer and parsed here, so
+The only place the call meets protobuf: `Synthesize` requests are registered with an
+identity deserializer and parsed here into the call's requests (`messages.py`), so
 garbage bytes get INVALID_ARGUMENT with a message instead of grpc's generic error; the
-call's one `CallError` becomes the call's status.
+call's output becomes `SynthesizeResponse`s, its one `CallError` the call's status.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import grpc
+from google.protobuf.message import DecodeError
 from voice.tts.v1 import tts_pb2
 
 from voice_tts.engine import UnknownVoice, Voice
-from voice_tts.server.call.protocol import parse_request
+from voice_tts.server.call import messages as m
+from voice_tts.server.call.messages import AudioFrame, SessionStarted
 from voice_tts.server.call.synthesis import Synthesis, until_client_stops_writing
-from voice_tts.server.errors import CallError, VoiceError
-from voice_tts.server.voices.reference_audio import reference_from_proto
+from voice_tts.server.errors import CallError, VoiceError, invalid
+from voice_tts.server.voices.reference_audio import ReferenceAudio
 from voice_tts.server.voices.voice_library import VoiceLibrary
 from voice_tts.settings import SUPPORTED_FRAME_MS, SUPPORTED_RATES
 
@@ -33,7 +36,7 @@ class TextToSpeechServicer:
         return grpc.method_handlers_generic_handler(SERVICE_NAME, {
             "Synthesize": grpc.stream_stream_rpc_method_handler(
                 self.synthesize,
-                request_deserializer=None,  # raw bytes: parsed in protocol.parse_request
+                request_deserializer=None,  # raw bytes: parsed in `parse_request`
                 response_serializer=tts_pb2.SynthesizeResponse.SerializeToString,
             ),
             "ListVoices": grpc.unary_unary_rpc_method_handler(
@@ -127,11 +130,23 @@ class TextToSpeechServicer:
     async def synthesize(self, requests: AsyncIterator[bytes],
                          context: grpc.aio.ServicerContext
                          ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
-        """gRPC `Synthesize`: the call, its failure as the call's status."""
+        """gRPC `Synthesize`: the call, its output as responses, its failure as the
+        call's status."""
         try:
-            async with self.synthesis.call("grpc", _parsed(requests)) as responses:
-                async for resp in responses:
-                    yield resp
+            async with self.synthesis.call("grpc", _parsed(requests)) as outputs:
+                frame_ms, several = 0, False  # the session's (SESSION_STARTED comes first)
+                async for out in outputs:
+                    if type(out) is AudioFrame:  # the hot path: one message, no other hop
+                        seq = out.seq
+                        yield tts_pb2.SynthesizeResponse(audio=tts_pb2.AudioFrame(
+                            seq=seq, pcm=out.pcm, utterance_id=out.utterance_id,
+                            start_ms=seq * frame_ms, last_in_utterance=out.last_in_utterance,
+                            frames=out.frames if several else 0))
+                        continue
+                    if type(out) is SessionStarted:
+                        frame_ms = out.config.frame_ms
+                        several = out.config.frames_per_message > 1
+                    yield response(out)
         except CallError as e:
             if e.status.grpc in CLIENT_ERRORS:
                 # the client may still be writing: its status waits for the writes to
@@ -145,14 +160,121 @@ CLIENT_ERRORS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
                  grpc.StatusCode.UNIMPLEMENTED)
 
 
-async def _parsed(raw: AsyncIterator[bytes]) -> AsyncIterator[tts_pb2.SynthesizeRequest]:
+async def _parsed(raw: AsyncIterator[bytes]) -> AsyncIterator[m.Request]:
     """gRPC's requests, registered as raw bytes: parsed here, so that garbage gets
     INVALID_ARGUMENT with a message instead of grpc's generic error (once the client's
     writes end, read from the raw stream: this generator ends with its error)."""
+    first = True
     async for b in raw:
         try:
             req = parse_request(b)
         except CallError:
             await until_client_stops_writing(raw)
             raise
-        yield req
+        kind = req.WhichOneof("request")
+        if first and kind != "config":
+            raise invalid(f"the first message must be a SessionConfig, got {kind or 'empty'}")
+        first = False
+        if kind == "text":
+            t = req.text
+            yield m.Text(t.text if t.WhichOneof("piece") == "text" else t.utf8)
+        elif kind == "control":
+            yield _control(req.control.type)
+        elif kind == "config":
+            yield session_config(req.config)
+        else:
+            raise invalid("empty SynthesizeRequest; set config, text or control")
+
+
+def parse_request(raw: bytes) -> tts_pb2.SynthesizeRequest:
+    try:
+        return tts_pb2.SynthesizeRequest.FromString(raw)
+    except DecodeError as e:
+        raise invalid(
+            f"unparsable SynthesizeRequest ({e}); a string field must be valid UTF-8 - "
+            "send raw bytes as TextDelta.utf8"
+        ) from None
+
+
+_CONTROLS = {tts_pb2.Control.FLUSH: m.Control.FLUSH, tts_pb2.Control.STOP: m.Control.STOP,
+             tts_pb2.Control.RESET: m.Control.RESET}
+
+
+def _control(kind: int) -> m.Control:
+    try:
+        return _CONTROLS[kind]
+    except KeyError:
+        raise invalid(f"unknown Control.type {kind}; use FLUSH, STOP or RESET") from None
+
+
+_ENCODINGS = {tts_pb2.AUDIO_ENCODING_UNSPECIFIED: "",
+              tts_pb2.AUDIO_ENCODING_PCM_S16LE: "pcm_s16le"}
+_SAMPLING = ("greedy", "temperature", "top_k", "top_p", "repetition_penalty")
+
+
+def session_config(c: tts_pb2.SessionConfig) -> m.SessionConfig:
+    """The call's config from the proto's (validated by `protocol.resolve_config`)."""
+    p = c.sampling
+    sampling = m.Sampling(max_frames=p.max_frames, **{
+        f: getattr(p, f) for f in _SAMPLING if p.HasField(f)})
+    ref = None
+    if c.HasField("reference"):
+        ref = m.Reference(reference_from_proto(c.reference), c.reference.ref_text,
+                          c.reference.x_vector_only)
+    return m.SessionConfig(
+        voice=c.voice, language=c.language, instruct=c.instruct,
+        sample_rate=c.sample_rate, frame_ms=c.frame_ms,
+        encoding=_ENCODINGS.get(c.encoding, str(c.encoding)),
+        seed=c.seed if c.HasField("seed") else None, sampling=sampling,
+        session_id=c.session_id, trace_id=c.trace_id,
+        frames_per_message=c.frames_per_message, reference=ref)
+
+
+def reference_from_proto(r: tts_pb2.ReferenceAudio) -> ReferenceAudio:
+    fmt = tts_pb2.ReferenceAudio.Format.Name(r.format).removeprefix("FORMAT_").lower()
+    return ReferenceAudio(r.audio, "wav" if fmt == "unspecified" else fmt, r.sample_rate,
+                          r.channels or 1)
+
+
+def config_proto(cfg: m.ResolvedConfig) -> tts_pb2.SessionConfig:
+    """The resolved config as SESSION_STARTED carries it: every default filled in, the
+    client's sampling as it sent it."""
+    out = tts_pb2.SessionConfig(
+        voice=cfg.voice, language=cfg.language, instruct=cfg.instruct,
+        sample_rate=cfg.sample_rate, frame_ms=cfg.frame_ms,
+        encoding=tts_pb2.AUDIO_ENCODING_PCM_S16LE, session_id=cfg.session_id,
+        trace_id=cfg.trace_id, frames_per_message=cfg.frames_per_message)
+    if cfg.seed is not None:
+        out.seed = cfg.seed
+    s = cfg.requested_sampling
+    for f in _SAMPLING:
+        if (v := getattr(s, f)) is not None:
+            setattr(out.sampling, f, v)
+    if s.max_frames:
+        out.sampling.max_frames = s.max_frames
+    return out
+
+
+_EVENTS = {m.EventKind.FLUSHED: tts_pb2.Event.FLUSHED,
+           m.EventKind.STOPPED: tts_pb2.Event.STOPPED,
+           m.EventKind.RESET: tts_pb2.Event.RESET,
+           m.EventKind.TRUNCATED: tts_pb2.Event.TRUNCATED}
+
+
+def response(out: m.Output) -> tts_pb2.SynthesizeResponse:
+    """An event of the call as gRPC sends it (frames: `synthesize`, inline)."""
+    if isinstance(out, m.Event):
+        e = tts_pb2.Event(type=_EVENTS[out.kind], utterance_id=out.utterance_id,
+                          next_seq=out.next_seq)
+    elif isinstance(out, m.FirstAudio):
+        t = out.timings
+        e = tts_pb2.Event(
+            type=tts_pb2.Event.FIRST_AUDIO, utterance_id=out.utterance_id,
+            next_seq=out.next_seq, timings=tts_pb2.ServerTimings(
+                ttfa_ms=t.ttfa_ms, queue_ms=t.queue_ms, prefill_ms=t.prefill_ms,
+                first_packet_ms=t.first_packet_ms, text_chars=t.text_chars))
+    elif isinstance(out, SessionStarted):
+        e = tts_pb2.Event(type=tts_pb2.Event.SESSION_STARTED, config=config_proto(out.config))
+    else:
+        raise TypeError(f"not an event: {type(out).__name__}")
+    return tts_pb2.SynthesizeResponse(event=e)

@@ -26,8 +26,8 @@ import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, WSMsgType, web
-from voice.tts.v1 import tts_pb2
 
+from voice_tts.server.call.messages import AudioFrame, Request
 from voice_tts.server.call.synthesis import Synthesis
 from voice_tts.server.errors import CallError, invalid
 from voice_tts.server.fronts.json_schema import (
@@ -78,21 +78,21 @@ class SpeechSocket:
         return ws
 
     async def _serve(self, ws: web.WebSocketResponse,
-                     requests: AsyncIterator[tts_pb2.SynthesizeRequest]) -> None:
+                     requests: AsyncIterator[Request]) -> None:
         """The call, its responses out as frames and events (in its own task: the one a
         drain or an engine fault cuts)."""
         async with self.calls.call("websocket", requests) as responses:
             try:
                 async for r in responses:
-                    if r.WhichOneof("response") == "audio":
-                        await ws.send_bytes(r.audio.pcm)
+                    if type(r) is AudioFrame:
+                        await ws.send_bytes(r.pcm)
                     else:
-                        await ws.send_str(json.dumps(ws_event(r.event)))
+                        await ws.send_str(json.dumps(ws_event(r)))
             except ConnectionError:  # the socket closed under a send: the client left
                 log.info("websocket client went away mid-call; its call ended")
 
     async def _requests(self, ws: web.WebSocketResponse, gone: asyncio.Event
-                        ) -> AsyncIterator[tts_pb2.SynthesizeRequest]:
+                        ) -> AsyncIterator[Request]:
         """The client's messages as the call's requests: the config, then the rest."""
         first = True
         while True:
@@ -113,8 +113,8 @@ class SpeechSocket:
                     raise invalid(f'the first message must be {{"type": "config", ...}}, '
                                   f"got {kind}")
                 first = False
-                yield tts_pb2.SynthesizeRequest(config=session_config(
-                    parsed, parsed.frame_ms, parsed.session_id, parsed.trace_id))
+                yield session_config(parsed, parsed.frame_ms, parsed.session_id,
+                                     parsed.trace_id)
                 continue
             if isinstance(parsed, WSConfig):
                 raise invalid("a second config; send one per connection, first")

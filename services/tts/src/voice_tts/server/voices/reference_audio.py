@@ -14,7 +14,6 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from voice.tts.v1 import tts_pb2
 
 MIN_SECONDS, MAX_SECONDS = 3.0, 30.0
 # Silent: RMS under -60 dBFS. Clipped: this share of samples at |x| >= CLIP_LEVEL.
@@ -37,12 +36,6 @@ class ReferenceAudio:
     format: str = "wav"
     sample_rate: int = 0  # raw PCM only
     channels: int = 1  # raw PCM only
-
-
-def reference_from_proto(r: tts_pb2.ReferenceAudio) -> ReferenceAudio:
-    fmt = tts_pb2.ReferenceAudio.Format.Name(r.format).removeprefix("FORMAT_").lower()
-    return ReferenceAudio(r.audio, "wav" if fmt == "unspecified" else fmt, r.sample_rate,
-                          r.channels or 1)
 
 
 def decode_audio(ref: ReferenceAudio) -> tuple[np.ndarray, int]:
