@@ -183,7 +183,8 @@ async def test_random_bad_requests_are_never_internal_or_unknown(thinker: Thinke
     allowed = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT,
                grpc.StatusCode.RESOURCE_EXHAUSTED}
     # 1,000 in `make test`; VOICE_RANDOM_N=<n> runs n (`make test-random`: 10,000).
-    for i in range(int(os.environ.get("VOICE_RANDOM_N", 0)) or 1000):
+    n = int(os.environ.get("VOICE_RANDOM_N", 0)) or 1000
+    for i in range(n):
         raw = one()
         try:
             async for _ in raw_chat(thinker)(raw):
@@ -200,7 +201,7 @@ async def test_random_bad_requests_are_never_internal_or_unknown(thinker: Thinke
             break
         await asyncio.sleep(0.05)
     assert thinker.backend.active_requests == 0
-    assert codes.get("INVALID_ARGUMENT", 0) > 2500
+    assert codes.get("INVALID_ARGUMENT", 0) > n // 4  # most are bad: the run tests the checks
     assert text_of(await thinker.chat(request(user("hi"), max_tokens=2))) is not None
 
 
