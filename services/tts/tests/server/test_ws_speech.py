@@ -145,6 +145,18 @@ async def test_an_oversized_message_closes_1009(server) -> None:
         assert ws.close_code == 1009
 
 
+async def test_a_message_of_exactly_64_kib_is_taken(server) -> None:
+    # The README: 1009 for a message *over* 64 KiB (aiohttp's own bound is exclusive).
+    text = json.dumps({"type": "text", "text": "Hi."})
+    for size, close in ((64 * 1024, 1000), (64 * 1024 + 1, 1009)):
+        async with socket(server) as ws:
+            await ws.send_json(CFG)
+            await ws.send_str(text + " " * (size - len(text)))  # JSON allows the spaces
+            await ws.send_json({"type": "end"})
+            await collect(ws)
+            assert ws.close_code == close, size
+
+
 async def test_no_config_in_time_and_capacity(make_server) -> None:
     srv = make_server(TTS_CONFIG_TIMEOUT_S="0.5", TTS_MAX_SESSIONS="1")
     async with socket(srv) as ws:

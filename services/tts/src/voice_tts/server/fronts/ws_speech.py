@@ -54,8 +54,10 @@ class SpeechSocket:
         app.router.add_get(WS_PATH, self.handle)
 
     async def handle(self, request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, heartbeat=HEARTBEAT_S,
-                                   compress=False)
+        # aiohttp refuses a message of max_msg_size bytes itself (its bound is exclusive):
+        # +1, so that MAX_MESSAGE_BYTES is the largest message taken, as documented.
+        ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES + 1,
+                                   heartbeat=HEARTBEAT_S, compress=False)
         await ws.prepare(request)
         gone = asyncio.Event()  # the client closed (or vanished) without `end`
         serve = asyncio.create_task(self._serve(ws, self._requests(ws, gone)))
