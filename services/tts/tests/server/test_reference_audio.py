@@ -74,6 +74,8 @@ def test_raw_pcm_channels_are_averaged() -> None:
     (b"RIFF\0\0\0\0WAVE", "without a fmt and a data chunk"),
     (riff(2, 4, b"\0" * 100), "not supported"),  # ADPCM
     (riff(1, 16, b"")[:-8] + b"junk", "without a fmt and a data chunk"),
+    # a chunk bomb (issue 51): empty chunks before data, the walk capped
+    (riff(1, 16, b"").replace(b"data", b"junk\0\0\0\0" * 65 + b"data"), "over 64 chunks"),
 ])
 def test_bad_wav_says_why(data: bytes, message: str) -> None:
     with pytest.raises(AudioError, match=message):

@@ -231,7 +231,14 @@ def session_config(c: tts_pb2.SessionConfig) -> m.SessionConfig:
 
 
 def reference_from_proto(r: tts_pb2.ReferenceAudio) -> ReferenceAudio:
-    fmt = tts_pb2.ReferenceAudio.Format.Name(r.format).removeprefix("FORMAT_").lower()
+    """VoiceError "invalid" for a format number this server does not know (proto3 enums
+    are open: any int32 arrives)."""
+    try:
+        fmt = tts_pb2.ReferenceAudio.Format.Name(r.format).removeprefix("FORMAT_").lower()
+    except ValueError:
+        known = ", ".join(f"{n} ({v})" for n, v in tts_pb2.ReferenceAudio.Format.items())
+        raise VoiceError("invalid", f"unknown ReferenceAudio.format {r.format}; use one "
+                         f"of {known}") from None
     return ReferenceAudio(r.audio, "wav" if fmt == "unspecified" else fmt, r.sample_rate,
                           r.channels or 1)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from voice_tts.engine import UnknownVoice, Voice
 from voice_tts.server.errors import VoiceError
@@ -178,6 +179,10 @@ class VoicesAPI:
                                      f"known: audio_sample, {', '.join(FIELDS)}")
         except (ValueError, AssertionError) as e:  # aiohttp: a malformed multipart body
             raise VoiceError("invalid", f"malformed multipart body ({e})") from None
+        except BadHttpMessage as e:  # aiohttp: a part's header lines are not headers
+            raise VoiceError("invalid", "malformed multipart body: a part's headers must be "
+                             "`Name: value` lines, then a blank line "
+                             f"({str(e.message)[:80]})") from None
         return form, audio
 
 

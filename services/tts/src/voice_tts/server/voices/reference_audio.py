@@ -4,7 +4,9 @@ A WAV file (PCM 8/16/24/32-bit or IEEE float 32/64, plain or extensible; a strea
 file's unknown data size reads to the end) or raw little-endian PCM (`pcm_s16le`,
 `pcm_f32le`) with its rate and channels; any rate 8-192 kHz; channels averaged. The
 engine resamples to 24 kHz. Refused (`AudioError`, a message that says what to fix): not
-audio, under 3 s or over 30 s, silent, not finite. Clipped audio is kept with a warning
+audio, a WAV of over `MAX_WAV_CHUNKS` chunks before its data, under 3 s or over 30 s,
+silent, not finite. Decoding is CPU work: the library runs it in a worker thread, never on
+the event loop that paces every stream. Clipped audio is kept with a warning
 (`check_audio`): the clone copies the distortion, the user decides.
 """
 
@@ -19,6 +21,10 @@ MIN_SECONDS, MAX_SECONDS = 3.0, 30.0
 # Silent: RMS under -60 dBFS. Clipped: this share of samples at |x| >= CLIP_LEVEL.
 SILENT_RMS = 1e-3
 CLIP_LEVEL, CLIP_SHARE = 0.999, 0.01
+# A recorder writes a handful of chunks (fmt, fact, LIST, bext, cue, data); a file of
+# millions of empty ones is a way to make the server walk them (issue 51: 2 M `junk`
+# chunks in 16 MiB took 2 s). Past this many before `data`, the file is refused.
+MAX_WAV_CHUNKS = 64
 RAW_FORMATS = {"pcm_s16le": np.dtype("<i2"), "pcm_f32le": np.dtype("<f4")}
 FORMATS = ("wav", *RAW_FORMATS)
 
@@ -66,8 +72,12 @@ def _decode_wav(data: bytes) -> tuple[np.ndarray, int]:
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         raise AudioError("audio_sample is not a WAV file (no RIFF/WAVE header); "
                          "send WAV, or raw PCM with its format and sample_rate")
-    pos, fmt, payload = 12, None, None
+    pos, fmt, payload, chunks = 12, None, None, 0
     while pos + 8 <= len(data):
+        chunks += 1
+        if chunks > MAX_WAV_CHUNKS:
+            raise AudioError(f"WAV file with over {MAX_WAV_CHUNKS} chunks before its data "
+                             "chunk; save it again as a plain WAV (fmt, then data)")
         cid, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
         body = data[pos + 8:pos + 8 + size]
         if cid == b"fmt ":

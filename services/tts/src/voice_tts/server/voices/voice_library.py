@@ -62,6 +62,8 @@ SUFFIX = ".voice.npz"
 TMP_PREFIX = ".tmp-"
 FORMAT_VERSION = 1
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# Reference audio decoded at once (worker threads); more wait their turn.
+DECODERS = 2
 
 
 @dataclass
@@ -150,6 +152,7 @@ class VoiceLibrary:
         self.max_upload_bytes = max_upload_bytes
         self.voices: dict[str, StoredVoice] = {}
         self._lock = asyncio.Lock()
+        self._decoders = asyncio.Semaphore(DECODERS)
         self._seen: dict[str, int] = {}  # file name -> mtime, as last read (or skipped)
         self._warned: set[str] = set()
         self._dir_mtime = -1
@@ -288,9 +291,11 @@ class VoiceLibrary:
     def list(self) -> list[StoredVoice]:
         return [self.voices[k] for k in sorted(self.voices)]
 
-    def _reference(self, ref: ReferenceAudio, ref_text: str
-                   ) -> tuple[np.ndarray, int, list[str]]:
-        """Reference audio checked for a clone: (mono float32, rate, warnings)."""
+    async def _reference(self, ref: ReferenceAudio, ref_text: str
+                         ) -> tuple[np.ndarray, int, list[str]]:
+        """Reference audio checked for a clone: (mono float32, rate, warnings). The decode
+        runs in a worker thread, at most `DECODERS` at once: on the event loop a big
+        upload would stall every open stream for as long as it takes."""
         if self.model_type != "base":
             raise VoiceError("unsupported", f"this server's checkpoint ({self.model_type}) "
                              "cannot clone a voice: run a Base checkpoint "
@@ -301,16 +306,21 @@ class VoiceLibrary:
         if len(ref_text) > MAX_REF_TEXT_CHARS:
             raise VoiceError("invalid", f"ref_text is {len(ref_text)} characters; the limit "
                              f"is {MAX_REF_TEXT_CHARS}")
-        try:
-            audio, rate = decode_audio(ref)
-            return audio, rate, check_audio(audio, rate)
-        except AudioError as e:
-            raise VoiceError("invalid", str(e)) from None
+
+        def decode() -> tuple[np.ndarray, int, list[str]]:
+            try:
+                audio, rate = decode_audio(ref)
+                return audio, rate, check_audio(audio, rate)
+            except AudioError as e:
+                raise VoiceError("invalid", str(e)) from None
+
+        async with self._decoders:
+            return await asyncio.to_thread(decode)
 
     async def inline_prompt(self, ref: ReferenceAudio, ref_text: str = "",
                             x_vector_only: bool = False) -> VoicePrompt:
         """A clone for one session (inline reference audio): made, not stored."""
-        audio, rate, _ = self._reference(ref, ref_text)
+        audio, rate, _ = await self._reference(ref, ref_text)
         ref_text = ref_text.strip()
 
         def make() -> VoicePrompt:
@@ -326,7 +336,7 @@ class VoiceLibrary:
                                 x_vector_only: bool = False, consent: str = "") -> StoredVoice:
         self._writable()
         key = check_name(name)
-        audio, rate, warnings = self._reference(ref, ref_text)
+        audio, rate, warnings = await self._reference(ref, ref_text)
         ref_text = ref_text.strip()
         size, hidden = self._model_size()
         voice = StoredVoice(
