@@ -8,7 +8,9 @@ raise the same error kind. This module knows gRPC messages, not gRPC calls.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import uuid
 
 from google.protobuf.message import DecodeError
@@ -23,13 +25,27 @@ from voice_llm.chat import (
     Part,
     Role,
     SamplingOptions,
+    ToolCall,
+    ToolChoice,
+    ToolMode,
+    ToolSpec,
 )
 from voice_llm.errors import InvalidInput
 from voice_llm.settings import Settings
 
-_ROLES = {pb.ROLE_SYSTEM: Role.SYSTEM, pb.ROLE_USER: Role.USER, pb.ROLE_ASSISTANT: Role.ASSISTANT}
+_ROLES = {pb.ROLE_SYSTEM: Role.SYSTEM, pb.ROLE_USER: Role.USER,
+          pb.ROLE_ASSISTANT: Role.ASSISTANT, pb.ROLE_TOOL: Role.TOOL}
 _FORMATS = {pb.AUDIO_FORMAT_PCM_S16LE: PCM, pb.AUDIO_FORMAT_WAV: WAV}
-_FINISH = {FinishReason.STOP: pb.FINISH_REASON_STOP, FinishReason.LENGTH: pb.FINISH_REASON_LENGTH}
+_FINISH = {FinishReason.STOP: pb.FINISH_REASON_STOP, FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+           FinishReason.TOOL_CALLS: pb.FINISH_REASON_TOOL_CALLS}
+_TOOL_MODES = {pb.TOOL_CHOICE_MODE_UNSPECIFIED: ToolMode.AUTO, pb.TOOL_CHOICE_MODE_AUTO:
+               ToolMode.AUTO, pb.TOOL_CHOICE_MODE_NONE: ToolMode.NONE,
+               pb.TOOL_CHOICE_MODE_REQUIRED: ToolMode.REQUIRED}
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_TOOLS = 32
+MAX_TOOL_CALLS = 16  # in one assistant message
+MAX_CALL_ID_CHARS = 64
+MAX_SCHEMA_CHARS = 16_384
 MAX_STOP_STRINGS = 8
 MAX_STOP_CHARS = 64
 MAX_REQUEST_ID_CHARS = 128
@@ -66,8 +82,11 @@ def to_job(req: pb.ChatRequest, request_id: str, settings: Settings) -> ChatJob:
         messages.append(ChatMessage(Role.SYSTEM, (req.system_prompt,)))
     for i, msg in enumerate(req.messages):
         messages.append(_message(msg, f"messages[{i}]"))
+    _check_call_ids(messages, 1 if req.system_prompt.strip() else 0)
+    tools = _tools(req)
+    choice = _tool_choice(req, tools)
 
-    chars = sum(len(m.text) for m in messages)
+    chars = sum(len(m.text) + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
     if chars > settings.max_input_chars:
         raise InvalidInput(
             f"input text is {chars} characters, over the limit of {settings.max_input_chars}"
@@ -77,14 +96,121 @@ def to_job(req: pb.ChatRequest, request_id: str, settings: Settings) -> ChatJob:
         raise InvalidInput(
             f"input audio is {seconds:.1f} s, over the limit of {settings.max_audio_seconds:g} s"
         )
-    return ChatJob(request_id, tuple(messages), _options(req, settings))
+    return ChatJob(request_id, tuple(messages), _options(req, settings), tools, choice)
+
+
+def _tools(req: pb.ChatRequest) -> tuple[ToolSpec, ...]:
+    if len(req.tools) > MAX_TOOLS:
+        raise InvalidInput(f"{len(req.tools)} tools is over the limit of {MAX_TOOLS}")
+    tools: list[ToolSpec] = []
+    seen: set[str] = set()
+    for i, t in enumerate(req.tools):
+        where = f"tools[{i}]"
+        if not _TOOL_NAME.fullmatch(t.name):
+            raise InvalidInput(f"{where}.name {t.name[:80]!r} must be 1-64 of A-Z a-z 0-9 _ -")
+        if t.name in seen:
+            raise InvalidInput(f"{where}.name {t.name!r} is a duplicate: tool names are unique")
+        seen.add(t.name)
+        tools.append(ToolSpec(t.name, t.description, _schema(t.parameters_json, where)))
+    return tuple(tools)
+
+
+def _schema(text: str, where: str) -> dict:
+    """A tool's parameters: a valid JSON Schema (jsonschema's metaschema check) for an
+    object; empty = no arguments."""
+    if not text.strip():
+        return {"type": "object", "properties": {}}
+    if len(text) > MAX_SCHEMA_CHARS:
+        raise InvalidInput(f"{where}.parameters_json is over {MAX_SCHEMA_CHARS} characters")
+    try:
+        schema = json.loads(text)
+    except ValueError as e:
+        raise InvalidInput(f"{where}.parameters_json is not JSON ({e})") from None
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise InvalidInput(f"{where}.parameters_json must be a JSON Schema of an object "
+                           '({"type": "object", "properties": {...}})')
+    from jsonschema import exceptions, validators
+
+    try:
+        validators.validator_for(schema).check_schema(schema)
+    except exceptions.SchemaError as e:
+        raise InvalidInput(f"{where}.parameters_json is not a valid JSON Schema: "
+                           f"{e.message[:200]}") from None
+    return schema
+
+
+def _tool_choice(req: pb.ChatRequest, tools: tuple[ToolSpec, ...]) -> ToolChoice:
+    kind = req.tool_choice.WhichOneof("choice")
+    if kind == "function_name":
+        name = req.tool_choice.function_name
+        if name not in {t.name for t in tools}:
+            raise InvalidInput(f"tool_choice.function_name {name[:80]!r} is not one of tools")
+        return ToolChoice(ToolMode.FUNCTION, name)
+    mode = _TOOL_MODES.get(req.tool_choice.mode) if kind else ToolMode.AUTO
+    if mode is None:
+        raise InvalidInput(f"tool_choice.mode {req.tool_choice.mode} is not a ToolChoiceMode")
+    if mode is ToolMode.REQUIRED and not tools:
+        raise InvalidInput("tool_choice REQUIRED needs tools")
+    return ToolChoice(mode)
+
+
+def _check_call_ids(messages: list[ChatMessage], first: int) -> None:
+    """Every tool result answers an earlier call; call ids are unique."""
+    calls: set[str] = set()
+    for i, m in enumerate(messages):
+        where = f"messages[{i - first}]"
+        for c in m.tool_calls:
+            if c.id in calls:
+                raise InvalidInput(f"{where}: tool call id {c.id!r} is used twice")
+            calls.add(c.id)
+        if m.role is Role.TOOL and m.tool_call_id not in calls:
+            raise InvalidInput(f"{where}: tool_call_id {m.tool_call_id!r} matches no tool "
+                               "call of an earlier assistant message")
+
+
+def _tool_calls(msg: pb.Message, role: Role, where: str) -> tuple[ToolCall, ...]:
+    if not msg.tool_calls:
+        return ()
+    if role is not Role.ASSISTANT:
+        raise InvalidInput(f"{where}: tool_calls are accepted in ASSISTANT messages only")
+    if len(msg.tool_calls) > MAX_TOOL_CALLS:
+        raise InvalidInput(f"{where}: {len(msg.tool_calls)} tool calls is over the limit of "
+                           f"{MAX_TOOL_CALLS}")
+    calls = []
+    for k, c in enumerate(msg.tool_calls):
+        at = f"{where}.tool_calls[{k}]"
+        if not c.id or len(c.id) > MAX_CALL_ID_CHARS:
+            raise InvalidInput(f"{at}.id must be 1..{MAX_CALL_ID_CHARS} characters")
+        if not _TOOL_NAME.fullmatch(c.name):
+            raise InvalidInput(f"{at}.name {c.name[:80]!r} must be 1-64 of A-Z a-z 0-9 _ -")
+        try:
+            args = json.loads(c.arguments_json or "{}")
+        except ValueError as e:
+            raise InvalidInput(f"{at}.arguments_json is not JSON ({e})") from None
+        if not isinstance(args, dict):
+            raise InvalidInput(f"{at}.arguments_json must be a JSON object")
+        calls.append(ToolCall(c.id, c.name, json.dumps(args, ensure_ascii=False)))
+    return tuple(calls)
 
 
 def _message(msg: pb.Message, where: str) -> ChatMessage:
     role = _ROLES.get(msg.role)
     if role is None:
         name = pb.Role.Name(msg.role) if msg.role in pb.Role.values() else str(msg.role)
-        raise InvalidInput(f"{where}.role {name} is not one of SYSTEM, USER, ASSISTANT")
+        raise InvalidInput(f"{where}.role {name} is not one of SYSTEM, USER, ASSISTANT, TOOL")
+    calls = _tool_calls(msg, role, where)
+    if msg.tool_call_id and role is not Role.TOOL:
+        raise InvalidInput(f"{where}: tool_call_id is for TOOL messages only")
+    if role is Role.TOOL:
+        if not msg.tool_call_id:
+            raise InvalidInput(f"{where}: a TOOL message needs tool_call_id (the call it "
+                               "answers)")
+        if any(p.WhichOneof("part") != "text" for p in msg.parts):
+            raise InvalidInput(f"{where}: a TOOL message's parts are text only")
+        return ChatMessage(role, ("".join(p.text for p in msg.parts),),
+                           tool_call_id=msg.tool_call_id)
+    if calls and not msg.parts:
+        return ChatMessage(role, (), tool_calls=calls)
     if not msg.parts:
         raise InvalidInput(f"{where} has no parts")
     parts: list[Part] = []
@@ -99,9 +225,10 @@ def _message(msg: pb.Message, where: str) -> ChatMessage:
         else:
             raise InvalidInput(f"{where}.parts[{j}] is empty (set text or audio)")
     has_audio = any(isinstance(p, AudioClip) for p in parts)
-    if not has_audio and not "".join(p for p in parts if isinstance(p, str)).strip():
+    blank = not "".join(p for p in parts if isinstance(p, str)).strip()
+    if not has_audio and blank and not calls:
         raise InvalidInput(f"{where} is empty: its text parts are all blank and it has no audio")
-    return ChatMessage(role, tuple(parts))
+    return ChatMessage(role, tuple(parts), tool_calls=calls)
 
 
 def _audio(audio: pb.AudioPart, where: str) -> AudioClip:
@@ -154,3 +281,9 @@ def final_delta(
             total_ms=total_ms,
         ),
     )
+
+
+def tool_call_delta(request_id: str, index: int, call: ToolCall) -> pb.ChatDelta:
+    """A whole call in one delta (id, name and all of its arguments)."""
+    return pb.ChatDelta(request_id=request_id, tool_calls=[pb.ToolCallDelta(
+        index=index, id=call.id, name=call.name, arguments=call.arguments)])

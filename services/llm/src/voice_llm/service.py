@@ -33,6 +33,7 @@ from voice_llm.protocol import (
     parse_chat_request,
     request_id_of,
     to_job,
+    tool_call_delta,
 )
 from voice_llm.settings import Settings
 
@@ -157,23 +158,31 @@ class ThinkerService(pb_grpc.ThinkerServicer):
                 await self._transcriber.transcribe(p) if isinstance(p, AudioClip) else p
                 for p in m.parts
             ]
-            messages.append(ChatMessage(m.role, tuple(parts)))
-        return ChatJob(job.request_id, tuple(messages), job.options)
+            messages.append(ChatMessage(m.role, tuple(parts), m.tool_calls, m.tool_call_id))
+        return ChatJob(job.request_id, tuple(messages), job.options, job.tools, job.tool_choice)
 
     async def _relay(self, job: ChatJob, received: float) -> AsyncIterator[pb.ChatDelta]:
         rid = job.request_id
         stream = self._backend.generate(job)
         first_out: float | None = None
         completion = 0
+        calls = 0  # the next tool call's index
         done = False
         try:
             async for chunk in stream:
                 completion += chunk.new_tokens
                 self._metrics.tokens.inc(chunk.new_tokens)
                 now = time.perf_counter()
-                if chunk.text and first_out is None:
+                if (chunk.text or chunk.tool_calls) and first_out is None:
                     first_out = now
                     self._metrics.ttft.observe(now - received)
+                if chunk.tool_calls:  # text and calls never share a delta: text first
+                    if chunk.text:
+                        yield pb.ChatDelta(request_id=rid, text=chunk.text)
+                        chunk.text = ""
+                    for call in chunk.tool_calls:
+                        yield tool_call_delta(rid, calls, call)
+                        calls += 1
                 if chunk.finish is not None:
                     done = True
                     first = first_out if first_out is not None else now

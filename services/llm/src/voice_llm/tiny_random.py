@@ -22,18 +22,50 @@ from pathlib import Path
 from typing import Any
 
 # Bump when the recipe changes, so stale caches are not reused.
-VERSION = "v1"
+VERSION = "v2"
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 VOCAB_SIZE = 1024
 
+# ChatML, and tools the way Qwen's templates render them: the tools' JSON in the system
+# turn, an assistant's calls as <tool_call> blocks, tool results as <tool_response> in a
+# user turn (backends/tools.py parses and constrains the same format).
 CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- macro content(message) %}"
     "{%- if message['content'] is string %}{{- message['content'] }}"
-    "{%- else %}{%- for item in message['content'] %}"
+    "{%- elif message['content'] %}{%- for item in message['content'] %}"
     "{%- if item['type'] == 'text' %}{{- item['text'] }}{%- endif %}"
     "{%- endfor %}{%- endif %}"
+    "{%- endmacro %}"
+    "{%- set ns = namespace(start=0) %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- content(messages[0]) + '\\n\\n' }}"
+    "{%- set ns.start = 1 %}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.'"
+    " + '\\n\\nYou are provided with function signatures within <tools></tools> XML tags:'"
+    " + '\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name'"
+    " + ' and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n'"
+    " + '{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call>'"
+    " + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages[ns.start:] %}"
+    "{%- if message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + content(message)"
+    " + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + content(message) }}"
+    "{%- for call in message['tool_calls'] or [] %}"
+    "{%- set f = call['function'] if call['function'] is defined else call %}"
+    "{%- if loop.first and content(message) %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + f['name'] + '\", \"arguments\": ' }}"
+    "{%- if f['arguments'] is string %}{{- f['arguments'] }}"
+    "{%- else %}{{- f['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}{%- if not loop.last %}{{- '\\n' }}{%- endif %}"
+    "{%- endfor %}"
     "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )

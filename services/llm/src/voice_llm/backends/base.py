@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from itertools import groupby
 from typing import Any, Protocol
 
+from voice_llm.backends.tools import template_tool_calls
 from voice_llm.chat import AudioClip, ChatJob, ChatMessage, Chunk, Role, SamplingOptions
 from voice_llm.errors import InvalidInput
 
@@ -86,19 +87,27 @@ def chat_template_messages(
             if AUDIO_SENTINEL in text:
                 raise InvalidInput("text parts must not contain the audio sentinel")
             pieces.append(plain(text))
-        out.append({"role": m.role.value, "content": "".join(pieces)})
+        msg: dict[str, Any] = {"role": m.role.value, "content": "".join(pieces)}
+        if m.tool_calls:
+            msg["tool_calls"] = template_tool_calls(m.tool_calls)
+        if m.tool_call_id:
+            msg["tool_call_id"] = m.tool_call_id
+        out.append(msg)
     return out, clips
 
 
-def render_prompt(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
-    """The chat template applied up to the assistant's turn; a clear error if there is none."""
+def render_prompt(tokenizer: Any, messages: list[dict[str, Any]],
+                  tools: list[dict[str, Any]] | None = None) -> str:
+    """The chat template applied up to the assistant's turn; a clear error if there is none.
+    `tools` (tools.template_tools) are rendered by the template, as it teaches the model
+    to call them."""
     if not getattr(tokenizer, "chat_template", None):
         raise RuntimeError("the model's tokenizer has no chat_template; the thinker needs one")
     # enable_thinking=False: a voice reply must not open with a <think> block (Qwen3
     # templates honour it; other templates ignore unknown variables).
     return tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
-    )
+        messages, tools=tools, tokenize=False, add_generation_prompt=True,
+        enable_thinking=False)
 
 
 def check_prompt_len(n_prompt: int, max_model_len: int) -> None:

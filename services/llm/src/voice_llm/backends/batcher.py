@@ -56,6 +56,8 @@ class Request:
     last: int = 0
     generated: int = 0
     generator: torch.Generator | None = None
+    # A tools.Constraint (a grammar the reply must follow: a forced tool call) or None.
+    constraint: Any = None
 
 
 def buckets(top: int, start: int) -> list[int]:
@@ -256,13 +258,27 @@ class Batcher:
         return out.logits[:, -1]
 
     def _advance(self, reqs: list[Request], logits: torch.Tensor) -> None:
-        tokens = pick(logits, [r.options for r in reqs], [r.generator for r in reqs],
-                      self._allowed)
+        allowed = self._allowed
+        constrained = [i for i, r in enumerate(reqs) if r.constraint is not None]
+        if constrained:
+            # A grammar row takes the grammar's mask instead of `allowed` (which bans the
+            # newlines a tool call's tags need under random weights): one mask a row.
+            rows = torch.ones(len(reqs), logits.shape[-1], dtype=torch.bool,
+                              device=logits.device)
+            if allowed is not None:
+                rows[:] = allowed
+            for i in constrained:
+                rows[i] = reqs[i].constraint.allowed(logits.shape[-1], logits.device)
+            allowed = rows
+        tokens = pick(logits, [r.options for r in reqs], [r.generator for r in reqs], allowed)
         for req, token in zip(reqs, tokens, strict=True):
             req.steps += 1
             if isinstance(token, BaseException):
                 log.error("request failed: %s", token)
                 self._finish(req, token)
+                continue
+            if req.constraint is not None and not req.constraint.accept(token):
+                self._finish(req, RuntimeError(f"token {token} broke the reply's grammar"))
                 continue
             req.generated += 1
             req.last = token

@@ -2,7 +2,8 @@
 
 Temperature + top-p sampling from each request's own torch.Generator, so a request's
 `seed` gives the same reply whoever else shares the step; temperature 0 is greedy.
-`allowed` (a bool tensor over the LM head, or None) bans every id it does not mark.
+`allowed` (a bool tensor over the LM head (V,), or one a row (R, V), or None) bans every
+id it does not mark.
 
 A row whose logits are not finite gets no token but an error: torch.multinomial would
 trip a device-side assert on it, which poisons the whole CUDA context (seen on the H100:

@@ -12,6 +12,10 @@ generation stop rather than assume it.
 
 Sampling uses a per-request torch.Generator, so a request's `seed` gives the same reply
 whoever shares its steps. Audio is not taken: the model is text-only.
+
+Tools (backends/tools.py): rendered by the chat template; calls are parsed out of the
+streamed text; REQUIRED / a named function masks each step's logits with the call's
+grammar (xgrammar), so the reply is one schema-valid call whatever the weights.
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ from voice_llm.backends.base import (
 )
 from voice_llm.backends.batcher import END, Batcher, Request
 from voice_llm.backends.text import IncrementalDetokenizer, StopMatcher
+from voice_llm.backends.tools import (
+    Grammars,
+    ToolCallParser,
+    chunks_of,
+    finish_reason,
+    template_tools,
+)
 from voice_llm.chat import ChatJob, Chunk, FinishReason
 from voice_llm.errors import Aborted, InvalidInput
 from voice_llm.settings import Settings
@@ -104,6 +115,7 @@ class TransformersBackend:
         self._eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
             self._eos.add(self.tokenizer.eos_token_id)
+        self._grammars = Grammars(self.tokenizer, self.model.config.vocab_size, self._eos)
         self._batcher = Batcher(self.model, self._settings.max_concurrent,
                                 self._settings.max_model_len, self._eos,
                                 self._allowed_ids(random_weights), graphs=cuda,
@@ -141,7 +153,9 @@ class TransformersBackend:
         if job.has_audio:
             raise AssertionError("audio reached the transformers backend")
         messages, _ = chat_template_messages(job.messages, self._plain)
-        prompt_ids = self.tokenizer(render_prompt(self.tokenizer, messages)).input_ids
+        tools = job.active_tools
+        prompt = render_prompt(self.tokenizer, messages, template_tools(tools))
+        prompt_ids = self.tokenizer(prompt).input_ids
         n_prompt = len(prompt_ids)
         check_prompt_len(n_prompt, self._settings.max_model_len)
         max_new = min(job.options.max_tokens, self._settings.max_model_len - n_prompt)
@@ -159,11 +173,14 @@ class TransformersBackend:
         def emit(item: Any) -> None:  # from the batcher's thread
             loop.call_soon_threadsafe(deliver, item)
 
-        run = Request(prompt_ids, max_new, job.options, emit)
+        constraint = (await asyncio.to_thread(self._grammars.constraint, job)
+                      if job.tool_choice.constrained else None)
+        run = Request(prompt_ids, max_new, job.options, emit, constraint=constraint)
         self._batcher.submit(run)  # raises once closed; its END reaches _forget after this:
         self._runs[job.request_id] = run  # the loop runs emit's callbacks at the next await
         detok = IncrementalDetokenizer(self.tokenizer)
         stops = StopMatcher(job.options.stop)
+        calls = ToolCallParser([t.name for t in tools]) if tools else None
         last_id, finished = -1, False
         try:
             while True:
@@ -177,16 +194,24 @@ class TransformersBackend:
                 if stops.matched:
                     self._cancel(run)  # the batcher may be a step ahead: stop it now
                     finished = True
-                    yield Chunk(text, len(item), n_prompt, finish=FinishReason.STOP)
+                    events = [text] if calls is None else calls.feed(text) + calls.flush()
+                    reason = finish_reason(FinishReason.STOP, calls.calls if calls else 0)
+                    for chunk in chunks_of(events, len(item), n_prompt, reason):
+                        yield chunk
                     return
-                yield Chunk(text, len(item), n_prompt)
+                for chunk in chunks_of([text] if calls is None else calls.feed(text),
+                                       len(item), n_prompt):
+                    yield chunk
             if run.cancel.is_set():
                 raise Aborted(f"request {job.request_id} was aborted by the server")
             tail = stops.feed(detok.flush()) + stops.flush()
+            events = [tail] if calls is None else calls.feed(tail) + calls.flush()
             eos = last_id in self._eos
             reason = FinishReason.STOP if eos or stops.matched else FinishReason.LENGTH
+            reason = finish_reason(reason, calls.calls if calls else 0)
             finished = True
-            yield Chunk(tail, 0, n_prompt, finish=reason)
+            for chunk in chunks_of(events, 0, n_prompt, reason):
+                yield chunk
         finally:
             if not finished:
                 self._cancel(run)  # closed early: the caller was cancelled or failed
