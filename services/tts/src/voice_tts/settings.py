@@ -98,8 +98,10 @@ class TTSSettings(BaseSettings):
     # comma-separated `scheme://host[:port]`, or `*`. Same-origin pages and clients that
     # send no Origin (SDKs, curl) need nothing here (server/fronts/http_guards.py).
     cors_origins: str = ""
-    # Seconds a connection to the HTTP port may take to send its first request's headers
-    # (slow senders hold sockets: slowloris); it is closed after that.
+    # Seconds a request to the HTTP port may take to send its headers (from its first
+    # byte; every request of a keep-alive connection), and the period over which its body
+    # must come at 1 KiB/s or more (slow senders hold sockets: slowloris); it is closed
+    # after that.
     header_timeout_s: float = Field(10.0, gt=0, le=300)
     # The voice library (server/voices/voice_library.py): cloned and designed voices, one file
     # each, kept across restarts (a volume in compose). Empty: no library (creating a

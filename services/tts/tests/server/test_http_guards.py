@@ -86,3 +86,45 @@ def test_slow_headers_are_cut_and_prompt_ones_are_not(guarded: ServerProc) -> No
             answer += chunk
         assert answer.startswith(b"HTTP/1.1 200")
     ok.close()
+
+
+def _trickle_until_closed(sock: socket.socket, pieces: list[bytes], every: float) -> float:
+    """Sends `pieces` `every` seconds apart until the server closes; -> seconds taken."""
+    t0 = time.monotonic()
+    try:
+        for p in pieces:
+            sock.sendall(p)
+            time.sleep(every)
+            sock.setblocking(False)
+            try:
+                if sock.recv(1 << 16) == b"":
+                    break
+            except BlockingIOError:
+                pass
+            finally:
+                sock.setblocking(True)
+    except OSError:
+        pass  # closed under us
+    return time.monotonic() - t0
+
+
+def test_every_request_has_a_header_deadline_and_a_body_its_rate(guarded: ServerProc) -> None:
+    # A keep-alive connection: the first request answered, the second's headers trickled.
+    conn = socket.create_connection(("127.0.0.1", guarded.http_port))
+    conn.settimeout(5)
+    conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = b""
+    while b"SERVING" not in answer:
+        answer += conn.recv(4096)
+    took = _trickle_until_closed(
+        conn, [b"GET /healthz HTTP/1.1\r\n"] + [b"X-Slow: 1\r\n"] * 20, 0.3)
+    assert took < 3, f"a trickled keep-alive request held the socket {took:.1f} s"
+    conn.close()
+    # A body promised at 100000 bytes and sent a byte at a time.
+    conn = socket.create_connection(("127.0.0.1", guarded.http_port))
+    conn.settimeout(5)
+    head = (b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            b"\r\nContent-Length: 100000\r\n\r\n")
+    took = _trickle_until_closed(conn, [head] + [b" "] * 20, 0.25)
+    assert took < 4, f"a trickled body held the socket {took:.1f} s"
+    conn.close()

@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from voice_keys import ApiKeys, bearer
 
 from voice_tts.server.call.synthesis import Synthesis
-from voice_tts.server.fronts.http_guards import GuardedSite, origin_guard
+from voice_tts.server.fronts.http_guards import Deadlines, GuardedSite, origin_guard
 from voice_tts.server.fronts.openai_speech import MAX_BODY_BYTES, ApiError, SpeechAPI, Truncate
 from voice_tts.server.fronts.voices_http import VoicesAPI
 from voice_tts.server.fronts.ws_speech import WS_PATH, SpeechSocket
@@ -95,8 +95,9 @@ async def start_http(host: str, port: int, registry: CollectorRegistry,
 
     checks = [key_check(keys)] if keys is not None and keys.enabled else []
     origins, cors_headers = origin_guard(cors_origins or [], forbidden)
+    deadlines = Deadlines(header_timeout_s)
     app = web.Application(client_max_size=MAX_BODY_BYTES,
-                          middlewares=[error_bodies, origins, *checks])
+                          middlewares=[deadlines.middleware, error_bodies, origins, *checks])
     app.on_response_prepare.append(cors_headers)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
@@ -108,5 +109,5 @@ async def start_http(host: str, port: int, registry: CollectorRegistry,
     # A client that goes away cancels its handler: its engine session ends at once.
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
-    await GuardedSite(runner, host, port, header_timeout_s).start()
+    await GuardedSite(runner, host, port, deadlines).start()
     return runner
