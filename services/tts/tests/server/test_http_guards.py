@@ -128,3 +128,19 @@ def test_every_request_has_a_header_deadline_and_a_body_its_rate(guarded: Server
     took = _trickle_until_closed(conn, [head] + [b" "] * 20, 0.25)
     assert took < 4, f"a trickled body held the socket {took:.1f} s"
     conn.close()
+
+
+async def test_a_dns_rebinding_page_is_not_same_origin(guarded: ServerProc) -> None:
+    # evil.example resolved to 127.0.0.1: its page's Origin and Host agree, and are its own.
+    speech = f"http://127.0.0.1:{guarded.http_port}/v1/audio/speech"
+    evil = f"evil.example:{guarded.http_port}"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(speech, json=BODY, headers={"Origin": f"http://{evil}",
+                                                         "Host": evil}) as r:
+            assert r.status == 403, await r.text()
+        # the host's own names still are: loopback names, IP literals, TTS_CORS_ORIGINS'
+        for host in (f"localhost:{guarded.http_port}", f"127.0.0.1:{guarded.http_port}",
+                     "app.example.com"):
+            async with http.post(speech, json=BODY, headers={"Origin": f"https://{host}",
+                                                             "Host": host}) as r:
+                assert r.status == 200, (host, await r.text())

@@ -2,7 +2,9 @@
 
 - Origin: a browser says which page sent a request. A page on another site may not
   start syntheses on a TTS the user can reach (localhost): a request with an `Origin`
-  header passes only from the same host or from TTS_CORS_ORIGINS (`*`: any); allowed
+  header passes only from the same host (a loopback name, an IP literal or a host named
+  in TTS_CORS_ORIGINS: a DNS-rebinding page's own name in Host does not count) or from
+  TTS_CORS_ORIGINS (`*`: any); allowed
   cross-origin callers get CORS headers and a preflight answer. No `Origin` (curl, the
   `openai` SDK, servers) passes: the API key is what guards those.
 - Slow senders (slowloris): a connection is closed when a request's headers (the first
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
@@ -28,17 +31,36 @@ CORS_HEADERS = {"Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
 ALLOWED_ORIGIN = web.RequestKey("allowed_origin", str)
 
 
+def own_host(host: str | None, named: set[str]) -> bool:
+    """A host name a page's Origin may share with us and be same-origin: a loopback name,
+    an IP literal, or one named in TTS_CORS_ORIGINS. Any other name in Host may be a
+    DNS-rebinding page's own (evil.example resolved to 127.0.0.1): Host is the page's."""
+    if not host:
+        return False
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost") or host in named:
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def origin_guard(allowed: list[str], refuse: Callable[[str], web.StreamResponse]
                  ) -> tuple[Callable[..., Awaitable[web.StreamResponse]],
                             Callable[[web.Request, web.StreamResponse], Awaitable[None]]]:
     """The Origin check (a middleware) and the CORS headers of allowed cross-origin
     answers (an on_response_prepare handler: streamed answers send headers early)."""
     allow = {o.rstrip("/").lower() for o in allowed}
+    named = {urlsplit(o).hostname for o in allow} - {None}
 
     def ok(request: web.Request, origin: str) -> bool:
         origin = origin.rstrip("/").lower()
+        url = urlsplit(origin)
         return ("*" in allow or origin in allow
-                or urlsplit(origin).netloc == (request.host or "").lower())
+                or (url.netloc == (request.host or "").lower()
+                    and own_host(url.hostname, named)))
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
