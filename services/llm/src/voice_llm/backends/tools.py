@@ -129,8 +129,10 @@ class ToolCallParser:
         return call
 
     def _parse(self, body: str) -> ToolCall | None:
+        # strict=False: a raw control character in a string is taken (xgrammar 0.2.8 lets
+        # one into a string with maxLength); the arguments go out re-encoded, valid JSON.
         try:
-            obj = json.loads(body)
+            obj = json.loads(body, strict=False)
         except ValueError:
             return None
         if not isinstance(obj, dict) or obj.get("name") not in self._names:
@@ -138,7 +140,7 @@ class ToolCallParser:
         args = obj.get("arguments", obj.get("parameters", {}))
         if isinstance(args, str):  # some models write the arguments as a JSON string
             try:
-                args = json.loads(args)
+                args = json.loads(args, strict=False)
             except ValueError:
                 return None
         if not isinstance(args, dict):
