@@ -92,6 +92,17 @@ async def test_cors_allowlist(client_for) -> None:  # type: ignore[no-untyped-de
     assert (await client.post("/api/token", json=OK, headers={"Origin": same})).status == 200
 
 
+async def test_a_dns_rebinding_page_is_not_same_origin(client_for) -> None:  # type: ignore[no-untyped-def]
+    # evil.example resolved to 127.0.0.1: the page's Origin and the Host agree, both its own.
+    client = await client_for(token_cors_origins="https://voice.example.com")
+    port = client.server.port
+    for host, status in ((f"evil.example:{port}", 403), (f"localhost:{port}", 200),
+                         (f"127.0.0.1:{port}", 200), ("voice.example.com", 200)):
+        resp = await client.post("/api/token", json=OK, headers={
+            "Origin": f"http://{host}", "Host": host})
+        assert resp.status == status, (host, await resp.text())
+
+
 async def test_cors_preflight(client_for) -> None:  # type: ignore[no-untyped-def]
     client = await client_for(token_cors_origins="https://app.example.com")
     pre = {"Access-Control-Request-Method": "POST",

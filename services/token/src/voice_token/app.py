@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import ipaddress
 import logging
 import time
 import uuid
@@ -145,10 +146,30 @@ def _origin_allowed(request: web.Request, origin: str) -> bool:
         return True
     # Same origin (the page itself). Host, not scheme: a TLS proxy in front makes our
     # scheme http while the browser's is https; a trusted proxy may also rewrite Host.
-    hosts = {(request.host or "").lower()}
+    # The Host a browser sends is the page's own name, whatever it resolved to: it counts
+    # only where it is a name of ours (else a DNS-rebinding page, evil.example resolved to
+    # 127.0.0.1, would be same-origin).
+    url = urlsplit(origin)
+    hosts = set()
+    if _own_host(url.hostname, {urlsplit(o).hostname for o in allow} - {None}):
+        hosts.add((request.host or "").lower())
     if request.app[SETTINGS_KEY].token_trust_proxy:
         hosts.add(_forwarded(request, "X-Forwarded-Host").lower())
-    return urlsplit(origin).netloc in hosts - {""}
+    return url.netloc in hosts - {""}
+
+
+def _own_host(host: str | None, named: set[str]) -> bool:
+    """A loopback name, an IP literal, or a host named in TOKEN_CORS_ORIGINS."""
+    if not host:
+        return False
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost") or host in named:
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _cors_headers(origin: str) -> dict[str, str]:
