@@ -21,6 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from voice_llm.backends.batcher import END, Batcher, Request, buckets
 from voice_llm.chat import SamplingOptions
+from voice_llm.tiny_random import model_dir
 
 GREEDY = SamplingOptions(max_tokens=0, temperature=0.0, top_p=1.0, seed=None)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -28,7 +29,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 @pytest.fixture(scope="module")
 def model_and_tokenizer(cache_dir: Path):
-    path = cache_dir / "tiny-random-qwen3-v1"
+    path = model_dir(cache_dir)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
                                                  attn_implementation="sdpa").to(DEVICE).eval()
     return model, AutoTokenizer.from_pretrained(path)

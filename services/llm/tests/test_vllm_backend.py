@@ -232,3 +232,14 @@ def test_audio_prompt_for_an_omni_model(cache_dir: Path) -> None:
     assert "<|im_start|>user\n<a1>and<a2>?<|im_end|>" in prompt["prompt"]
     clips = prompt["multi_modal_data"]["audio"]
     assert [(len(x), sr) for x, sr in clips] == [(800, 16000), (1600, 16000)]
+
+
+async def test_vllm_forced_tool_calls_validate(vthinker: Thinker) -> None:
+    # The same call grammar as the transformers backend, through vLLM's structured outputs.
+    from test_tools import REQUIRED, SCHEMAS, ask, assert_one_valid_call
+
+    for seed, choice, names in [(0, REQUIRED, set(SCHEMAS)),
+                                (1, pb.ToolChoice(function_name="order_drink"),
+                                 {"order_drink"})]:
+        deltas = await vthinker.chat(ask(seed=seed, tool_choice=choice))
+        assert_one_valid_call(deltas, names)

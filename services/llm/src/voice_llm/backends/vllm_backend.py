@@ -15,6 +15,10 @@ Audio: when the model class says it takes audio (SupportsMultiModal.get_placehol
 ("audio") answers, as Qwen2.5/3-Omni's do), each clip's sentinel in the rendered prompt is
 replaced by the model's placeholder and the clip goes in multi_modal_data; vLLM's
 processor expands the placeholder to the clip's length.
+
+Tools (backends/tools.py, shared with the transformers backend): the chat template renders
+them, the same parser finds calls in the streamed text, and REQUIRED / a named function
+send the same call grammar as EBNF through vLLM's structured outputs (xgrammar there too).
 """
 
 from __future__ import annotations
@@ -32,6 +36,13 @@ from voice_llm.backends.base import (
     check_prompt_len,
     render_prompt,
     warmup_job,
+)
+from voice_llm.backends.tools import (
+    ToolCallParser,
+    call_ebnf,
+    chunks_of,
+    finish_reason,
+    template_tools,
 )
 from voice_llm.chat import SAMPLE_RATE, ChatJob, Chunk, FinishReason
 from voice_llm.errors import Aborted, InvalidInput
@@ -142,7 +153,7 @@ class VllmBackend:
 
     def _prompt(self, job: ChatJob) -> tuple[dict[str, Any], int | None]:
         messages, clips = chat_template_messages(job.messages, self._plain)
-        text = render_prompt(self.tokenizer, messages)
+        text = render_prompt(self.tokenizer, messages, template_tools(job.active_tools))
         if clips:
             assert self._placeholder is not None, "audio reached a model that cannot hear"
             pieces = text.split(AUDIO_SENTINEL)
@@ -160,7 +171,7 @@ class VllmBackend:
     async def generate(self, job: ChatJob) -> AsyncIterator[Chunk]:
         from vllm import SamplingParams
         from vllm.exceptions import VLLMClientError
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         prompt, n_prompt = self._prompt(job)
         o = job.options
@@ -175,19 +186,29 @@ class VllmBackend:
             seed=o.seed,
             output_kind=RequestOutputKind.DELTA,
             skip_special_tokens=True,
+            structured_outputs=(StructuredOutputsParams(grammar=call_ebnf(job))
+                                if job.tool_choice.constrained else None),
         )
+        tools = job.active_tools
+        calls = ToolCallParser([t.name for t in tools]) if tools else None
         stream = self.engine.generate(prompt, params, job.request_id)
         try:
             async for out in stream:
                 c = out.outputs[0]
                 n_prompt = len(out.prompt_token_ids or ())
+                events = [c.text] if calls is None else calls.feed(c.text)
                 if not out.finished:
-                    yield Chunk(c.text, len(c.token_ids), n_prompt)
+                    for chunk in chunks_of(events, len(c.token_ids), n_prompt):
+                        yield chunk
                     continue
                 reason = _FINISH.get(c.finish_reason or "")
                 if reason is None:  # "abort": aborted while this stream was being read
                     raise Aborted(f"request {job.request_id} was aborted by the server")
-                yield Chunk(c.text, len(c.token_ids), n_prompt, finish=reason)
+                if calls is not None:
+                    events += calls.flush()
+                    reason = finish_reason(reason, calls.calls)
+                for chunk in chunks_of(events, len(c.token_ids), n_prompt, reason):
+                    yield chunk
                 return
             raise Aborted(f"request {job.request_id} ended without a finish")
         except VLLMClientError as e:
