@@ -126,15 +126,27 @@ class TalkHub:
         """A browser's page may talk from the agent's own host (any port: the mesh's page
         is served by the token service next door) or from AGENT_WS_ORIGINS; a page on
         another site may not drive a visitor's browser into the agent. No Origin: not a
-        browser (the key, if any, guards those)."""
+        browser (the key, if any, guards those). The agent's own host is a name it knows:
+        a loopback name, an IP literal or a host named in AGENT_WS_ORIGINS; any other name
+        in Host is the page's own (DNS rebinding: evil.example resolved to 127.0.0.1)."""
+        import ipaddress
+
         origin = request.headers.get("Origin")
         if origin is None:
             return True
         origin = origin.rstrip("/").lower()
         allowed = {o.strip().rstrip("/").lower() for o in self.settings.ws_origins.split(",")}
         host, ours = urlsplit(origin).hostname, (request.url.host or "").lower()
+        if host is None:
+            return "*" in allowed or origin in allowed
+        try:
+            literal = bool(ipaddress.ip_address(host.strip("[]")))
+        except ValueError:
+            literal = False
+        own = (literal or host in LOOPBACK or host.endswith(".localhost")
+               or host in {urlsplit(o).hostname for o in allowed})
         return "*" in allowed or origin in allowed or (
-            host is not None and (host == ours or (host in LOOPBACK and ours in LOOPBACK)))
+            host == ours and own) or (host in LOOPBACK and ours in LOOPBACK)
 
     async def voices(self, request: web.Request) -> web.Response:
         """GET /v1/voices: the voices a conversation may ask for (the TTS's ListVoices:
