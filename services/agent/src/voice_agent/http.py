@@ -1,6 +1,7 @@
 """The agent's HTTP side: /metrics (Prometheus), /healthz and the WebSocket transport
 GET /v1/talk with GET /v1/voices, the voices a conversation may ask for (talk/,
-AGENT_WS_MAX_SESSIONS > 0), on AGENT_HTTP_PORT.
+AGENT_WS_MAX_SESSIONS > 0), and the OpenAI Realtime API on GET /v1/realtime (realtime/,
+the same keys and slots), on AGENT_HTTP_PORT.
 
 /healthz answers 503 `{"status": "NOT_SERVING", "preparing": true}` until the talk route
 has prepared what conversations share (`TalkHub.prepare`: the starter phrases, the
@@ -64,10 +65,13 @@ def make_app(settings: AgentSettings) -> web.Application:
     app.on_startup.append(_watch_loop)
     hub = None
     if settings.ws_max_sessions > 0:
+        from . import realtime
         from .talk import PATH, TALK_HUB, VOICES_PATH, TalkHub
 
         hub = app[TALK_HUB] = TalkHub(settings)
         app.router.add_get(PATH, hub.handle)
+        # the OpenAI Realtime API, through the same door and slots as /v1/talk
+        app.router.add_get(realtime.PATH, lambda req: realtime.handle(hub, req))
         app.router.add_get(VOICES_PATH, hub.voices)
         app.on_startup.append(hub.start)  # prepare() checks AGENT_TTS_VOICE too
         app.on_shutdown.append(hub.close_all)
@@ -98,7 +102,7 @@ async def start_http(settings: AgentSettings) -> web.AppRunner:
     await runner.setup()
     await web.TCPSite(runner, settings.http_host, settings.http_port).start()
     log.info("http on %s:%d (/metrics, /healthz%s)", settings.http_host, settings.http_port,
-             ", /v1/talk, /v1/voices" if settings.ws_max_sessions else "")
+             ", /v1/talk, /v1/realtime, /v1/voices" if settings.ws_max_sessions else "")
     return runner
 
 

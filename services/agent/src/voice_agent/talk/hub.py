@@ -242,7 +242,7 @@ class TalkHub:
         try:
             rate, voice = await self._hello(ws)
             settings, cache = await self.session_voice(voice)
-            release = self._take_slot()
+            release = self.take_slot()
             session = TalkSession(settings, cache, ws, rate)
             log.info("talk %s: start, mic %d Hz, voice %s, from %s", session.id, rate,
                      settings.tts_voice, request.remote)
@@ -267,7 +267,7 @@ class TalkHub:
                          time.perf_counter() - t0, session.outbox.audio_sent)
         return ws
 
-    def _take_slot(self) -> Callable[[], None]:
+    def take_slot(self) -> Callable[[], None]:
         """A conversation slot (AGENT_WS_MAX_SESSIONS), taken at `start`: a socket that
         never starts holds none. The returned call gives it back, once."""
         if self.talking >= self.settings.ws_max_sessions:

@@ -1,0 +1,775 @@
+"""One Realtime API session on one socket (`RealtimeSession`): the input audio buffer and
+its server VAD, the conversation's items, and one response at a time (the thinker's
+text -> the TTS's audio, or function calls), all as the API's events.
+
+The parts are the agent's own (plugins/: the thinker, the TTS, the ear; Silero VAD); no
+AgentSession here, because the Realtime client, not the agent, owns the conversation
+(items come and go by its events; a response starts when it asks, or on server VAD).
+
+Barge-in: on server VAD with `interrupt_response`, speech over a reply cancels it and the
+reply's item keeps only what the caller heard. The client plays audio as it arrives, so
+"heard" is the time since the reply's first audio delta, at most the audio sent; the
+transcript is cut at the last whole word that audio covered (by the reply's measured
+characters per second of audio once it is all made, by SPEECH_CHARS_PER_S before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from livekit import rtc
+from livekit.agents import llm, stt, vad
+from livekit.agents.utils.audio import AudioByteStream
+
+from ..agent import load_vad
+from ..plugins import LLM, STT, TTS
+from ..settings import AgentSettings
+from .events import (
+    CLIENT_EVENTS,
+    G711_RATE,
+    MAX_APPEND_BYTES,
+    RATE,
+    Dialect,
+    RealtimeError,
+    SessionConfig,
+    check_tool_choice,
+    check_tools,
+    decode_g711,
+    encode_g711,
+    error_event,
+    max_tokens,
+    new_id,
+    update_session,
+)
+
+log = logging.getLogger("voice_agent.realtime")
+
+VAD_RATE = 16000
+MIN_COMMIT_MS = 100  # a commit of less audio is an error, as the API's
+MAX_BUFFER_S = 120.0  # uncommitted input audio kept (older is dropped, with an error)
+MAX_OUTBOX = 4000  # events waiting for a client that does not read (~80 s of audio)
+SPEECH_CHARS_PER_S = 14.0  # a reply's pace before its audio is all made (English ~150 wpm)
+
+
+@dataclass
+class Response:
+    id: str
+    modalities: tuple[str, ...]
+    tools: list[dict[str, Any]]
+    tool_choice: str | dict[str, Any]
+    instructions: str
+    temperature: float | None
+    max_tokens: int | None
+    voice: str
+    output: list[dict[str, Any]] = field(default_factory=list)  # items, in order
+    status: str = "in_progress"
+    status_details: dict[str, Any] | None = None
+    usage: llm.CompletionUsage | None = None
+    task: asyncio.Task[None] | None = None
+    # the reply's audio: when its first delta went out, how much went, whether it is all
+    first_audio_at: float | None = None
+    audio_ms: float = 0.0
+    audio_done: bool = False
+
+    def heard_ms(self) -> float:
+        """The audio the caller has heard by now (it plays deltas as they arrive)."""
+        if self.first_audio_at is None:
+            return 0.0
+        return min(self.audio_ms, (time.monotonic() - self.first_audio_at) * 1000)
+
+
+def heard_text(text: str, heard_ms: float, audio_ms: float, all_audio: bool) -> str:
+    """The part of a reply's `text` that `heard_ms` of its audio spoke, to the last whole
+    word (see the module)."""
+    if heard_ms >= audio_ms and all_audio:
+        return text
+    chars = (len(text) * heard_ms / audio_ms if all_audio and audio_ms > 0
+             else heard_ms / 1000 * SPEECH_CHARS_PER_S)
+    n = min(len(text), int(chars))
+    if n < len(text) and not text[n].isspace():
+        n = text.rfind(" ", 0, n) + 1  # back to the word's start: only whole words heard
+    return text[:n].rstrip()
+
+
+class RealtimeSession:
+    """The session's state and its event handlers; `run` until the client goes."""
+
+    def __init__(self, settings: AgentSettings, send: Callable[[str], Any], beta: bool,
+                 check_voice: Callable[[str], Any]) -> None:
+        self.id = new_id("sess")
+        self.settings = s = settings
+        self.dialect = Dialect(beta)
+        self.cfg = SessionConfig(instructions=s.system_prompt, voice=s.tts_voice,
+                                 temperature=s.llm_temperature)
+        self._send = send
+        self._check_voice = check_voice  # async: the TTS's name for a voice, or raises
+        self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.items: list[dict[str, Any]] = []
+        self.stt = STT(addr=s.thinker_addr, instruction=s.stt_instruction,
+                       max_tokens=s.stt_max_tokens, backend=s.stt_backend,
+                       fallback=s.stt_fallback, sphinx_workers=s.stt_workers,
+                       offline_model=s.stt_offline_model,
+                       api_key=s.llm_api_key.get_secret_value())
+        self.tts = TTS(addr=s.tts_addr, voice=s.tts_voice, language=s.tts_language,
+                       sample_rate=RATE, frame_ms=s.tts_frame_ms, seed=s.tts_seed,
+                       max_frames=s.tts_max_frames, api_key=s.tts_api_key.get_secret_value())
+        self._llms: dict[tuple[float, int], LLM] = {}
+        self.response: Response | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._transcribing: set[asyncio.Task[Any]] = set()
+        # input audio: at 16 kHz for the VAD and the ear, since the last commit
+        self._buffer: list[rtc.AudioFrame] = []
+        self._buffer_ms = 0.0
+        self._in_ms = 0.0  # input audio received in all (the VAD's clock)
+        self._resampler: rtc.AudioResampler | None = None
+        self._framer = AudioByteStream(VAD_RATE, 1, samples_per_channel=VAD_RATE // 50)
+        self._vad: vad.VADStream | None = None
+        self._vad_task: asyncio.Task[None] | None = None
+        self._speech_item: str | None = None  # the user item server VAD is hearing
+        self.stalled = False
+
+    # -- the wire --------------------------------------------------------------------
+
+    def emit(self, ga_name: str, **fields: Any) -> None:
+        name = self.dialect.name(ga_name)
+        if name is None:
+            return
+        if self._outbox.qsize() >= MAX_OUTBOX:
+            self.stalled = True  # the client stopped reading: the session ends
+            self._outbox.put_nowait(None)
+            return
+        self._outbox.put_nowait({"type": name, "event_id": new_id("event"), **fields})
+
+    def error(self, e: RealtimeError, event_id: str | None = None) -> None:
+        self._outbox.put_nowait(error_event(e, event_id))
+
+    async def sender(self) -> None:
+        while (ev := await self._outbox.get()) is not None:
+            await self._send(json.dumps(ev, ensure_ascii=False))
+
+    def start(self) -> None:
+        self._restart_vad()
+        self.emit("session.created", session=self.session_json())
+
+    def session_json(self) -> dict[str, Any]:
+        return self.cfg.as_json(self.id, self.dialect.beta)
+
+    async def handle(self, raw: str) -> None:
+        """One client event; a bad one is answered with an `error` event, nothing more."""
+        event_id = None
+        try:
+            try:
+                ev = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise RealtimeError("invalid_json", f"the event is not JSON: {e}") from None
+            if not isinstance(ev, dict):
+                raise RealtimeError("invalid_json", "an event is a JSON object")
+            event_id = ev.get("event_id") if isinstance(ev.get("event_id"), str) else None
+            kind = ev.get("type")
+            if kind not in CLIENT_EVENTS:
+                raise RealtimeError("invalid_event", f"unknown event type {str(kind)[:80]!r}; "
+                                    f"this server takes {', '.join(CLIENT_EVENTS)}", "type")
+            await getattr(self, "on_" + kind.replace(".", "_"))(ev)
+        except RealtimeError as e:
+            self.error(e, event_id)
+
+    # -- session -----------------------------------------------------------------------
+
+    async def on_session_update(self, ev: dict[str, Any]) -> None:
+        cfg = update_session(self.cfg, ev.get("session"))
+        if cfg.voice != self.cfg.voice:
+            cfg.voice = await self._check_voice(cfg.voice)
+            self.tts.update_options(voice=cfg.voice)
+        vad_changed = cfg.turn_detection != self.cfg.turn_detection
+        self.cfg = cfg
+        if vad_changed:
+            self._restart_vad()
+        self.emit("session.updated", session=self.session_json())
+
+    def _restart_vad(self) -> None:
+        if self._vad_task is not None:
+            self._vad_task.cancel()
+        if self._vad is not None:
+            self._spawn(self._vad.aclose())
+        self._vad = self._vad_task = None
+        td = self.cfg.turn_detection
+        if td is None:
+            return
+        s = self.settings
+        tuned = s.model_copy(update={
+            "vad_silence_ms": td.silence_duration_ms or s.vad_silence_ms,
+            "vad_activation_threshold": td.threshold or s.vad_activation_threshold})
+        self._vad = load_vad(tuned).stream()
+        self._vad_task = asyncio.create_task(self._vad_events(self._vad), name="rt-vad")
+
+    # -- input audio -------------------------------------------------------------------
+
+    def _decode(self, b64: Any, param: str) -> np.ndarray:
+        """Input audio (base64, the session's input format) as int16 samples at 24 kHz
+        (pcm16) or 8 kHz (G.711)."""
+        if not isinstance(b64, str):
+            raise RealtimeError("invalid_value", f"{param} must be base64 audio", param)
+        if len(b64) > MAX_APPEND_BYTES:
+            raise RealtimeError("invalid_value", f"{param} is {len(b64):,} bytes of base64; "
+                                f"an event takes at most {MAX_APPEND_BYTES:,}: send the audio "
+                                "in smaller appends", param)
+        try:
+            data = base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise RealtimeError("invalid_value", f"{param} is not valid base64", param) from None
+        fmt = self.cfg.input_format
+        if fmt != "pcm16":
+            return decode_g711(data, fmt)
+        if len(data) % 2:
+            raise RealtimeError("invalid_value", f"{param}: pcm16 audio is whole 16-bit "
+                                f"samples; {len(data)} bytes is not", param)
+        return np.frombuffer(data, dtype=np.int16)
+
+    def _to_vad_rate(self, pcm: np.ndarray) -> list[rtc.AudioFrame]:
+        rate = RATE if self.cfg.input_format == "pcm16" else G711_RATE
+        if self._resampler is None or self._resampler_rate != rate:
+            self._resampler = rtc.AudioResampler(rate, VAD_RATE, num_channels=1)
+            self._resampler_rate = rate
+        frame = rtc.AudioFrame(pcm.tobytes(), rate, 1, len(pcm))
+        out: list[rtc.AudioFrame] = []
+        for f in self._resampler.push(frame):
+            out += self._framer.push(f.data.tobytes())
+        return out
+
+    async def on_input_audio_buffer_append(self, ev: dict[str, Any]) -> None:
+        pcm = self._decode(ev.get("audio"), "audio")
+        for f in self._to_vad_rate(pcm):
+            ms = f.samples_per_channel / VAD_RATE * 1000
+            self._buffer.append(f)
+            self._buffer_ms += ms
+            self._in_ms += ms
+            if self._vad is not None:
+                self._vad.push_frame(f)
+        if self._buffer_ms > MAX_BUFFER_S * 1000:
+            dropped = 0.0
+            while self._buffer_ms > MAX_BUFFER_S * 1000:
+                f = self._buffer.pop(0)
+                d = f.samples_per_channel / VAD_RATE * 1000
+                self._buffer_ms -= d
+                dropped += d
+            raise RealtimeError("input_audio_buffer_full", f"over {MAX_BUFFER_S:.0f} s of "
+                                f"uncommitted audio: the oldest {dropped:.0f} ms were dropped "
+                                "(commit or clear the buffer)")
+
+    async def on_input_audio_buffer_commit(self, ev: dict[str, Any]) -> None:
+        if self._buffer_ms < MIN_COMMIT_MS:
+            raise RealtimeError("input_audio_buffer_commit_empty", "buffer too small: "
+                                f"expected at least {MIN_COMMIT_MS} ms of audio, have "
+                                f"{self._buffer_ms:.0f} ms")
+        frames, self._buffer, self._buffer_ms = self._buffer, [], 0.0
+        self._commit(new_id("item"), frames, respond=False)
+
+    async def on_input_audio_buffer_clear(self, ev: dict[str, Any]) -> None:
+        self._buffer, self._buffer_ms = [], 0.0
+        self.emit("input_audio_buffer.cleared")
+
+    async def _vad_events(self, stream: vad.VADStream) -> None:
+        async for ev in stream:
+            td = self.cfg.turn_detection
+            if td is None:
+                return
+            pos = ev.samples_index / VAD_RATE * 1000
+            if ev.type == vad.VADEventType.START_OF_SPEECH:
+                self._speech_item = new_id("item")
+                start = max(0.0, pos - ev.speech_duration * 1000 - td.prefix_padding_ms)
+                self.emit("input_audio_buffer.speech_started", audio_start_ms=int(start),
+                          item_id=self._speech_item)
+                if td.interrupt_response and self.response is not None:
+                    self._cancel_response("turn_detected")
+            elif ev.type == vad.VADEventType.END_OF_SPEECH and self._speech_item:
+                item_id, self._speech_item = self._speech_item, None
+                self.emit("input_audio_buffer.speech_stopped",
+                          audio_end_ms=int(max(0.0, pos - ev.silence_duration * 1000)),
+                          item_id=item_id)
+                self._buffer, self._buffer_ms = [], 0.0
+                self._commit(item_id, list(ev.frames), respond=td.create_response)
+
+    def _commit(self, item_id: str, frames: list[rtc.AudioFrame], respond: bool) -> None:
+        """The buffer's audio as a user item; its transcript follows (then, on server VAD,
+        a response)."""
+        prev = self.items[-1]["id"] if self.items else None
+        item = {"id": item_id, "object": "realtime.item", "type": "message", "role": "user",
+                "status": "completed",
+                "content": [{"type": "input_audio", "transcript": None}]}
+        self.items.append(item)
+        self.emit("input_audio_buffer.committed", previous_item_id=prev, item_id=item_id)
+        self.emit("conversation.item.added", previous_item_id=prev, item=item)
+        self._transcribe(item, frames, respond)
+
+    def _transcribe(self, item: dict[str, Any], frames: list[rtc.AudioFrame],
+                    respond: bool) -> None:
+        async def run() -> None:
+            try:
+                ev: stt.SpeechEvent = await self.stt.recognize(frames)
+                text = ev.alternatives[0].text if ev.alternatives else ""
+            except Exception as e:  # the ear failed: the item stays, untranscribed
+                log.warning("realtime %s: transcription failed: %s", self.id, e)
+                self.emit("conversation.item.input_audio_transcription.failed",
+                          item_id=item["id"], content_index=0,
+                          error={"type": "server_error", "code": "transcription_failed",
+                                 "message": str(e)[:300]})
+                return
+            item["content"][0]["transcript"] = text
+            self.emit("conversation.item.input_audio_transcription.completed",
+                      item_id=item["id"], content_index=0, transcript=text, usage={
+                          "type": "duration", "seconds": round(
+                              sum(f.duration for f in frames), 3)})
+            self.emit("conversation.item.done", item=item)
+            # a reply on server VAD, unless the caller has started speaking again
+            if respond and self._speech_item is None and self.response is None:
+                self._start_response({})
+
+        task = self._spawn(run())
+        self._transcribing.add(task)
+        task.add_done_callback(self._transcribing.discard)
+
+    # -- conversation items ------------------------------------------------------------
+
+    def _find(self, item_id: Any) -> int:
+        for i, it in enumerate(self.items):
+            if it["id"] == item_id:
+                return i
+        raise RealtimeError("item_not_found", f"no item {str(item_id)[:80]!r} in the "
+                            "conversation", "item_id")
+
+    async def on_conversation_item_create(self, ev: dict[str, Any]) -> None:
+        item = self._new_item(ev.get("item"))
+        prev = ev.get("previous_item_id")
+        if prev is None:
+            at = len(self.items)
+        elif prev == "root":
+            at = 0
+        else:
+            at = self._find(prev) + 1
+        if any(it["id"] == item["id"] for it in self.items):
+            raise RealtimeError("duplicate_item_id", f"item {item['id']!r} already exists",
+                                "item.id")
+        self.items.insert(at, item)
+        prev_id = self.items[at - 1]["id"] if at > 0 else None
+        self.emit("conversation.item.added", previous_item_id=prev_id, item=self._item_json(item))
+        if item.get("_audio") is not None:  # an input_audio part: transcribed first
+            self._transcribe(item, item.pop("_audio"), respond=False)
+        else:
+            self.emit("conversation.item.done", item=self._item_json(item))
+
+    def _new_item(self, raw: Any) -> dict[str, Any]:
+        if not isinstance(raw, dict):
+            raise RealtimeError("invalid_value", "item must be an object", "item")
+        kind = raw.get("type", "message")
+        item_id = raw.get("id") if isinstance(raw.get("id"), str) else new_id("item")
+        base = {"id": item_id, "object": "realtime.item", "status": "completed"}
+        if kind == "function_call_output":
+            call_id, output = raw.get("call_id"), raw.get("output")
+            if not isinstance(call_id, str) or not isinstance(output, str):
+                raise RealtimeError("invalid_value", "a function_call_output needs call_id "
+                                    "and output (strings)", "item")
+            if not any(it.get("call_id") == call_id and it["type"] == "function_call"
+                       for it in self.items):
+                raise RealtimeError("invalid_value", f"no function_call with call_id "
+                                    f"{call_id[:80]!r} in the conversation", "item.call_id")
+            return {**base, "type": kind, "call_id": call_id, "output": output}
+        if kind == "function_call":
+            fields = [raw.get(k) for k in ("call_id", "name", "arguments")]
+            if not all(isinstance(v, str) for v in fields):
+                raise RealtimeError("invalid_value", "a function_call needs call_id, name and "
+                                    "arguments (strings)", "item")
+            return {**base, "type": kind, "call_id": fields[0], "name": fields[1],
+                    "arguments": fields[2]}
+        if kind != "message":
+            raise RealtimeError("invalid_value", "item.type must be message, function_call "
+                                f"or function_call_output, not {str(kind)[:40]!r}", "item.type")
+        role = raw.get("role")
+        if role not in ("user", "assistant", "system"):
+            raise RealtimeError("invalid_value", "item.role must be user, assistant or system",
+                                "item.role")
+        content, audio = [], None
+        parts = raw.get("content")
+        if not isinstance(parts, list) or not parts:
+            raise RealtimeError("invalid_value", "item.content must be a non-empty list",
+                                "item.content")
+        for i, p in enumerate(parts):
+            t = p.get("type") if isinstance(p, dict) else None
+            if t in ("input_text", "text", "output_text") and isinstance(p.get("text"), str):
+                content.append({"type": t, "text": p["text"]})
+            elif t == "input_audio" and role == "user" and audio is None:
+                pcm = self._decode(p.get("audio"), f"item.content[{i}].audio")
+                audio = self._to_vad_rate(pcm)
+                content.append({"type": "input_audio", "transcript": p.get("transcript")})
+            else:
+                raise RealtimeError("invalid_value", f"item.content[{i}]: a {role} message "
+                                    "takes input_text / text parts (and one input_audio for "
+                                    "a user)", f"item.content[{i}]")
+        item = {**base, "type": "message", "role": role, "content": content}
+        if audio is not None and not content[0].get("transcript"):
+            item["_audio"] = audio
+        return item
+
+    async def on_conversation_item_delete(self, ev: dict[str, Any]) -> None:
+        del self.items[self._find(ev.get("item_id"))]
+        self.emit("conversation.item.deleted", item_id=ev["item_id"])
+
+    async def on_conversation_item_retrieve(self, ev: dict[str, Any]) -> None:
+        item = self.items[self._find(ev.get("item_id"))]
+        self.emit("conversation.item.retrieved", item=self._item_json(item))
+
+    async def on_conversation_item_truncate(self, ev: dict[str, Any]) -> None:
+        item = self.items[self._find(ev.get("item_id"))]
+        end = ev.get("audio_end_ms")
+        if item.get("role") != "assistant" or "_audio_ms" not in item:
+            raise RealtimeError("invalid_value", "only an assistant message with audio can "
+                                "be truncated", "item_id")
+        if ev.get("content_index", 0) != 0:
+            raise RealtimeError("invalid_value", "content_index must be 0", "content_index")
+        if isinstance(end, bool) or not isinstance(end, int) or not 0 <= end <= item["_audio_ms"]:
+            raise RealtimeError("invalid_value", f"audio_end_ms must be 0..{item['_audio_ms']:.0f}"
+                                " (the item's audio)", "audio_end_ms")
+        r = self.response
+        if r is not None and any(o is item for o in r.output):
+            self._cancel_response("client_cancelled")
+        self._truncate(item, end)
+
+    def _truncate(self, item: dict[str, Any], end_ms: float) -> None:
+        part = item["content"][0]
+        full = item.get("_text", part.get("transcript") or "")
+        part["transcript"] = heard_text(full, end_ms, item["_audio_ms"],
+                                        item.get("_audio_done", False))
+        item["_audio_ms"] = min(item["_audio_ms"], end_ms)
+        self.emit("conversation.item.truncated", item_id=item["id"], content_index=0,
+                  audio_end_ms=int(end_ms))
+
+    def _item_json(self, item: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in item.items() if not k.startswith("_")}
+        if self.dialect.beta and out.get("type") == "message":
+            out["content"] = [{**p, "type": p["type"].removeprefix("output_")}
+                              for p in out["content"]]
+        return out
+
+    # -- responses ---------------------------------------------------------------------
+
+    async def on_response_create(self, ev: dict[str, Any]) -> None:
+        if self.response is not None:
+            raise RealtimeError("conversation_already_has_active_response", "a response "
+                                f"({self.response.id}) is in progress: cancel it or wait for "
+                                "its response.done")
+        opts = ev.get("response") or {}
+        if not isinstance(opts, dict):
+            raise RealtimeError("invalid_value", "response must be an object", "response")
+        if opts.get("conversation", "auto") != "auto":
+            raise RealtimeError("invalid_value", 'only conversation "auto" is supported '
+                                "(no out-of-band responses)", "response.conversation")
+        self._start_response(opts)
+
+    async def on_response_cancel(self, ev: dict[str, Any]) -> None:
+        r = self.response
+        if r is None or (ev.get("response_id") not in (None, r.id)):
+            raise RealtimeError("response_cancel_not_active", "there is no active response "
+                                "to cancel")
+        self._cancel_response("client_cancelled")
+
+    async def on_output_audio_buffer_clear(self, ev: dict[str, Any]) -> None:
+        raise RealtimeError("invalid_event", "output_audio_buffer.clear is for WebRTC/SIP; "
+                            "over a WebSocket send response.cancel and "
+                            "conversation.item.truncate")
+
+    def _start_response(self, opts: dict[str, Any]) -> None:
+        cfg = self.cfg
+        mods = opts.get("output_modalities") or opts.get("modalities")
+        tools = cfg.tools
+        if "tools" in opts:
+            tools = check_tools(opts["tools"])
+        choice = cfg.tool_choice
+        if "tool_choice" in opts:
+            choice = check_tool_choice(opts["tool_choice"], tools)
+        limit = cfg.max_output_tokens
+        for key in ("max_output_tokens", "max_response_output_tokens"):
+            if key in opts:
+                limit = max_tokens(opts[key], f"response.{key}")
+        instructions = opts.get("instructions")
+        r = Response(
+            id=new_id("resp"),
+            modalities=cfg.modalities if not isinstance(mods, list) else (
+                ("audio",) if "audio" in mods else ("text",)),
+            tools=tools, tool_choice=choice,
+            instructions=instructions if isinstance(instructions, str) else cfg.instructions,
+            temperature=cfg.temperature, max_tokens=limit, voice=cfg.voice)
+        self.response = r
+        self.emit("response.created", response=self._response_json(r))
+        r.task = self._spawn(self._respond(r))
+
+    def _cancel_response(self, reason: str) -> None:
+        r = self.response
+        if r is None or r.task is None or r.task.done():
+            return
+        r.status, r.status_details = "cancelled", {"type": "cancelled", "reason": reason}
+        r.task.cancel()
+
+    def _llm(self, temperature: float | None, limit: int | None) -> LLM:
+        s = self.settings
+        key = (s.llm_temperature if temperature is None else temperature,
+               limit or s.llm_max_tokens)
+        if key not in self._llms:
+            self._llms[key] = LLM(addr=s.thinker_addr, max_tokens=key[1], temperature=key[0],
+                                  max_messages=s.max_context_messages, seed=s.llm_seed,
+                                  api_key=s.llm_api_key.get_secret_value())
+        return self._llms[key]
+
+    def _chat_ctx(self, instructions: str) -> llm.ChatContext:
+        ctx = llm.ChatContext.empty()
+        if instructions:
+            ctx.add_message(role="system", content=instructions)
+        names = {it["call_id"]: it["name"] for it in self.items if it["type"] == "function_call"}
+        for it in self.items:
+            if it["type"] == "function_call":
+                ctx.items.append(llm.FunctionCall(call_id=it["call_id"], name=it["name"],
+                                                  arguments=it["arguments"]))
+            elif it["type"] == "function_call_output":
+                ctx.items.append(llm.FunctionCallOutput(
+                    call_id=it["call_id"], name=names.get(it["call_id"], ""),
+                    output=it["output"], is_error=False))
+            else:
+                text = " ".join(p.get("text") or p.get("transcript") or ""
+                                for p in it["content"]).strip()
+                if text:
+                    ctx.add_message(role=it["role"], content=text)
+        return ctx
+
+    def _tools(self, r: Response) -> tuple[list[llm.Tool], Any]:
+        if not r.tools or r.tool_choice == "none":
+            return [], "none" if r.tools else None
+        tools: list[llm.Tool] = [
+            llm.function_tool(_client_side, raw_schema={
+                "name": t["name"], "description": t["description"],
+                "parameters": t["parameters"]}) for t in r.tools]
+        choice = r.tool_choice
+        if isinstance(choice, dict):
+            choice = {"type": "function", "function": {"name": choice["name"]}}
+        return tools, choice
+
+    async def _respond(self, r: Response) -> None:
+        """One response: the thinker's stream as a message (text, and audio through the
+        TTS) and function calls, then response.done, whatever ends it."""
+        msg: dict[str, Any] | None = None
+        tts_stream = None
+        audio_task: asyncio.Task[None] | None = None
+        llm_stream = None
+        try:
+            if self._transcribing:  # a reply answers what was said, transcript included
+                await asyncio.gather(*list(self._transcribing), return_exceptions=True)
+            tools, choice = self._tools(r)
+            kw: dict[str, Any] = {"tools": tools} if tools else {}
+            if choice is not None and tools:
+                kw["tool_choice"] = choice
+            llm_stream = self._llm(r.temperature, r.max_tokens).chat(
+                chat_ctx=self._chat_ctx(r.instructions), **kw)
+            async for chunk in llm_stream:
+                if chunk.usage is not None:
+                    r.usage = chunk.usage
+                d = chunk.delta
+                if d is None:
+                    continue
+                if d.content:
+                    if msg is None:
+                        msg = self._open_message(r)
+                        if "audio" in r.modalities:
+                            tts_stream = self.tts.stream()
+                            audio_task = asyncio.create_task(
+                                self._forward_audio(r, msg, tts_stream), name="rt-audio")
+                    msg["_text"] += d.content
+                    if tts_stream is not None:
+                        tts_stream.push_text(d.content)
+                    self._delta(r, msg, d.content)
+                for call in d.tool_calls or []:
+                    self._function_call(r, call)
+            if tts_stream is not None and audio_task is not None:
+                tts_stream.end_input()
+                await audio_task
+            r.status = "completed" if r.status == "in_progress" else r.status
+        except asyncio.CancelledError:
+            if r.status == "in_progress":  # the client went: nothing more is sent
+                r.status = "cancelled"
+                r.status_details = {"type": "cancelled", "reason": "client_cancelled"}
+        except Exception as e:
+            log.warning("realtime %s: response %s failed: %s", self.id, r.id, e)
+            r.status = "failed"
+            r.status_details = {"type": "failed", "error": {
+                "type": "server_error", "code": "response_failed", "message": str(e)[:300]}}
+        finally:
+            if audio_task is not None and not audio_task.done():
+                audio_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await audio_task
+            for stream in (tts_stream, llm_stream):
+                if stream is not None:
+                    with contextlib.suppress(Exception):
+                        await stream.aclose()
+            if msg is not None:
+                self._close_message(r, msg)
+            if self.response is r:
+                self.response = None
+            self.emit("response.done", response=self._response_json(r))
+            log.info("realtime %s: response %s %s: %d items, %.0f ms audio", self.id, r.id,
+                     r.status, len(r.output), r.audio_ms)
+
+    def _open_message(self, r: Response) -> dict[str, Any]:
+        audio = "audio" in r.modalities
+        part = {"type": "output_audio", "transcript": ""} if audio else \
+            {"type": "output_text", "text": ""}
+        prev = self.items[-1]["id"] if self.items else None
+        msg = {"id": new_id("item"), "object": "realtime.item", "type": "message",
+               "role": "assistant", "status": "in_progress", "content": [part], "_text": ""}
+        if audio:
+            msg["_audio_ms"] = 0.0
+        self.items.append(msg)
+        r.output.append(msg)
+        where = {"response_id": r.id, "output_index": len(r.output) - 1}
+        empty = {**part, "type": self.dialect.part(part["type"].removeprefix("output_"))}
+        self.emit("response.output_item.added", **where, item=self._item_json(
+            {**msg, "content": []}))
+        self.emit("conversation.item.added", previous_item_id=prev,
+                  item=self._item_json({**msg, "content": []}))
+        self.emit("response.content_part.added", **where, item_id=msg["id"], content_index=0,
+                  part=empty)
+        return msg
+
+    def _where(self, r: Response, item: dict[str, Any]) -> dict[str, Any]:
+        return {"response_id": r.id, "item_id": item["id"],
+                "output_index": next(i for i, o in enumerate(r.output) if o is item)}
+
+    def _delta(self, r: Response, msg: dict[str, Any], text: str) -> None:
+        kind = ("response.output_audio_transcript.delta" if "audio" in r.modalities
+                else "response.output_text.delta")
+        self.emit(kind, **self._where(r, msg), content_index=0, delta=text)
+
+    async def _forward_audio(self, r: Response, msg: dict[str, Any], stream: Any) -> None:
+        fmt = self.cfg.output_format
+        down = None if fmt == "pcm16" else rtc.AudioResampler(RATE, G711_RATE, num_channels=1)
+        where = self._where(r, msg)
+        async for ev in stream:
+            frame: rtc.AudioFrame = ev.frame
+            frames = [frame] if down is None else down.push(frame)
+            for f in frames:
+                pcm = np.frombuffer(f.data.tobytes(), dtype=np.int16)
+                data = pcm.tobytes() if down is None else encode_g711(pcm, fmt)
+                if not data:
+                    continue
+                if r.first_audio_at is None:
+                    r.first_audio_at = time.monotonic()
+                r.audio_ms += f.duration * 1000
+                msg["_audio_ms"] = r.audio_ms
+                self.emit("response.output_audio.delta", **where, content_index=0,
+                          delta=base64.b64encode(data).decode("ascii"))
+        r.audio_done = msg["_audio_done"] = True
+
+    def _close_message(self, r: Response, msg: dict[str, Any]) -> None:
+        where = self._where(r, msg)
+        audio = "audio" in r.modalities
+        if audio and (r.status_details or {}).get("reason") == "turn_detected":
+            self._truncate(msg, r.heard_ms())  # the caller heard this much
+        part = msg["content"][0]
+        if audio:
+            if (r.status_details or {}).get("reason") != "turn_detected":
+                part["transcript"] = msg["_text"]
+            self.emit("response.output_audio.done", **where, content_index=0)
+            self.emit("response.output_audio_transcript.done", **where, content_index=0,
+                      transcript=part["transcript"])
+        else:
+            part["text"] = msg["_text"]
+            self.emit("response.output_text.done", **where, content_index=0,
+                      text=part["text"])
+        msg["status"] = "completed" if r.status == "completed" else "incomplete"
+        self.emit("response.content_part.done", **where, content_index=0,
+                  part={**part, "type": self.dialect.part(part["type"].removeprefix("output_"))})
+        self.emit("response.output_item.done", response_id=r.id,
+                  output_index=where["output_index"], item=self._item_json(msg))
+        self.emit("conversation.item.done", item=self._item_json(msg))
+
+    def _function_call(self, r: Response, call: llm.FunctionToolCall) -> None:
+        prev = self.items[-1]["id"] if self.items else None
+        item = {"id": new_id("item"), "object": "realtime.item", "type": "function_call",
+                "status": "in_progress", "call_id": call.call_id, "name": call.name,
+                "arguments": ""}
+        self.items.append(item)
+        r.output.append(item)
+        where = self._where(r, item)
+        self.emit("response.output_item.added", response_id=r.id,
+                  output_index=where["output_index"], item=self._item_json(item))
+        self.emit("conversation.item.added", previous_item_id=prev, item=self._item_json(item))
+        self.emit("response.function_call_arguments.delta", **where, call_id=call.call_id,
+                  delta=call.arguments)
+        item["arguments"], item["status"] = call.arguments, "completed"
+        self.emit("response.function_call_arguments.done", **where, call_id=call.call_id,
+                  name=call.name, arguments=call.arguments)
+        self.emit("response.output_item.done", response_id=r.id,
+                  output_index=where["output_index"], item=self._item_json(item))
+        self.emit("conversation.item.done", item=self._item_json(item))
+
+    def _response_json(self, r: Response) -> dict[str, Any]:
+        u = r.usage
+        out_text = u.completion_tokens if u else 0
+        out_audio = round(r.audio_ms / 80)  # the TTS's codec frames (12.5 a second)
+        in_text = u.prompt_tokens if u else 0
+        usage = {"total_tokens": in_text + out_text + out_audio, "input_tokens": in_text,
+                 "output_tokens": out_text + out_audio,
+                 "input_token_details": {"text_tokens": in_text, "audio_tokens": 0,
+                                         "cached_tokens": 0},
+                 "output_token_details": {"text_tokens": out_text, "audio_tokens": out_audio}}
+        mods = list(r.modalities)
+        out: dict[str, Any] = {
+            "id": r.id, "object": "realtime.response", "status": r.status,
+            "status_details": r.status_details,
+            "output": [self._item_json(o) for o in r.output],
+            "usage": usage if r.status != "in_progress" else None,
+            "conversation_id": self.id}
+        if self.dialect.beta:
+            out.update(modalities=["text", "audio"] if "audio" in mods else ["text"],
+                       voice=r.voice, output_audio_format=self.cfg.output_format,
+                       max_output_tokens=r.max_tokens or "inf")
+        else:
+            out.update(output_modalities=mods, max_output_tokens=r.max_tokens or "inf",
+                       audio={"output": {"format": self.cfg.as_json(self.id, False)["audio"]
+                                         ["output"]["format"], "voice": r.voice}})
+        return out
+
+    # -- life --------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self) -> None:
+        """The client went (or the server stops): every response, transcription and the
+        VAD stop here, so no thinker or TTS work outlives the session."""
+        self._cancel_response("client_cancelled")
+        tasks = [t for t in (*self._tasks, self._vad_task) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._vad is not None:
+            with contextlib.suppress(Exception):
+                await self._vad.aclose()
+        for comp in (self.stt, self.tts, *self._llms.values()):
+            with contextlib.suppress(Exception):
+                await comp.aclose()
+        self._outbox.put_nowait(None)
+
+
+async def _client_side(**_: Any) -> None:
+    """A tool the Realtime client runs: the agent never calls it (it sends the call)."""
+    raise RuntimeError("client-side tool called on the server")

@@ -1,0 +1,317 @@
+"""The OpenAI Realtime API (GET /v1/realtime, voice_agent/realtime/) driven by the clients
+people have: the `openai` SDK's realtime client (GA events; and beta names with the
+`OpenAI-Beta: realtime=v1` header), pointed at the agent's real HTTP app on a localhost
+port with the real tiny TTS and thinker. Speech is espeak-ng's; the ear the offline one.
+
+What a client meets: a spoken turn on server VAD answered with audio, a text turn, G.711,
+barge-in that cancels the reply and truncates its item to what was heard, the client's
+own truncate, items deleted, bad events each answered with an `error` event and the
+session still usable, a client that vanishes leaving no response behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openai
+import pytest
+from voice_agent.realtime import events as rt_events
+from voice_agent.realtime.session import heard_text
+
+from .backends import Server, espeak
+from .test_ws_talk import Agent, serve, settings_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+async def agent(tts_server: Server, thinker: Server) -> AsyncIterator[Agent]:
+    # a reply of ~40 tokens and at most 3.2 s of audio: long enough to cut, short to wait;
+    # no starter phrases (the Realtime API has no greeting of its own)
+    a = await serve(settings_for(tts_server, thinker, llm_max_tokens=40, tts_max_frames=40,
+                                 ws_max_sessions=4, starter_cache=False))
+    yield a
+    await a.runner.cleanup()
+
+
+def client(agent: Agent, **kw: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{agent.http}/v1", api_key="none", **kw)
+
+
+def at_24k(pcm16k: np.ndarray) -> np.ndarray:
+    t_in = np.arange(len(pcm16k)) / 16000
+    t_out = np.arange(len(pcm16k) * 3 // 2) / 24000
+    return np.interp(t_out, t_in, pcm16k.astype(np.float32)).astype(np.int16)
+
+
+def b64(pcm: np.ndarray | bytes) -> str:
+    return base64.b64encode(pcm if isinstance(pcm, bytes) else pcm.tobytes()).decode()
+
+
+class Events:
+    """Every server event of a connection, as the JSON sent, in order; each also parsed
+    by the SDK into its typed event (GA connections: the type must be the one sent)."""
+
+    def __init__(self, conn: Any, ga: bool = True) -> None:
+        self.conn, self.ga = conn, ga
+        self.all: list[dict[str, Any]] = []
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        with contextlib.suppress(openai.OpenAIError, ConnectionError, Exception):
+            while True:
+                raw = await self.conn.recv_bytes()
+                ev = json.loads(raw)
+                if self.ga:
+                    assert self.conn.parse_event(raw).type == ev["type"]
+                self.all.append(ev)
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.all if e["type"] == kind]
+
+    async def wait(self, kind: str, n: int = 1, timeout: float = 60) -> dict[str, Any]:
+        async with asyncio.timeout(timeout):
+            while len(self.of(kind)) < n:
+                await asyncio.sleep(0.01)
+        return self.of(kind)[n - 1]
+
+
+async def speak(conn: Any, pcm24k: np.ndarray, realtime: bool = True) -> None:
+    """Mic audio as a client streams it: 40 ms appends, paced by the clock."""
+    n = 24000 // 25
+    t0 = time.perf_counter()
+    for i in range(0, len(pcm24k), n):
+        await conn.input_audio_buffer.append(audio=b64(pcm24k[i:i + n]))
+        if realtime:
+            await asyncio.sleep(max(0.0, t0 + (i // n + 1) * 0.04 - time.perf_counter()))
+
+
+def silence(s: float) -> np.ndarray:
+    return np.zeros(int(24000 * s), dtype=np.int16)
+
+
+def audio_of(evs: Events, response_id: str, kind: str = "response.output_audio.delta") -> bytes:
+    return b"".join(base64.b64decode(e["delta"]) for e in evs.of(kind)
+                    if e["response_id"] == response_id)
+
+
+async def test_a_spoken_turn_on_server_vad_is_answered_with_audio(
+        agent: Agent, tmp_path: Path) -> None:
+    question = at_24k(espeak("What is the weather like today?", tmp_path))
+    async with client(agent).realtime.connect(model="voice-agent") as conn:
+        evs = Events(conn)
+        created = await evs.wait("session.created", timeout=10)
+        assert created["session"]["audio"]["output"]["format"]["type"] == "audio/pcm"
+        assert created["session"]["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+        await conn.session.update(session={"type": "realtime", "instructions": "Be brief."})
+        await evs.wait("session.updated", timeout=10)
+        await speak(conn, np.concatenate([silence(0.3), question, silence(1.0)]))
+        started = await evs.wait("input_audio_buffer.speech_started")
+        stopped = await evs.wait("input_audio_buffer.speech_stopped")
+        committed = await evs.wait("input_audio_buffer.committed")
+        assert started["item_id"] == stopped["item_id"] == committed["item_id"]
+        assert 0 <= started["audio_start_ms"] < stopped["audio_end_ms"] <= 5000
+        heard = await evs.wait("conversation.item.input_audio_transcription.completed")
+        assert heard["item_id"] == committed["item_id"] and heard["transcript"].strip()
+        done = await evs.wait("response.done")
+    r = done["response"]
+    assert r["status"] == "completed", r
+    (item,) = r["output"]
+    assert item["type"] == "message" and item["role"] == "assistant"
+    assert item["content"][0]["type"] == "output_audio"
+    pcm = np.frombuffer(audio_of(evs, r["id"]), dtype=np.int16)
+    assert len(pcm) > 24000 * 0.3 and np.abs(pcm).max() > 300  # audible 24 kHz pcm16
+    deltas = "".join(e["delta"] for e in evs.of("response.output_audio_transcript.delta"))
+    assert deltas == item["content"][0]["transcript"] != ""
+    assert r["usage"]["output_token_details"]["text_tokens"] > 0
+    assert r["usage"]["input_tokens"] > 0
+    order = [e["type"] for e in evs.all]
+    assert order.index("response.created") < order.index("response.output_item.added") < \
+        order.index("response.output_audio.delta") < order.index("response.done")
+
+
+async def test_a_text_turn_text_only_and_beta_names(agent: Agent) -> None:
+    async with client(agent).realtime.connect(
+            model="voice-agent", extra_headers={"OpenAI-Beta": "realtime=v1"}) as conn:
+        evs = Events(conn, ga=False)
+        created = await evs.wait("session.created", timeout=10)
+        assert created["session"]["input_audio_format"] == "pcm16"  # the beta shape
+        await conn.send({"type": "session.update", "session": {
+            "modalities": ["text"], "turn_detection": None}})
+        await evs.wait("session.updated", timeout=10)
+        await conn.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Hello there!"}]}})
+        await evs.wait("conversation.item.created", timeout=10)
+        await conn.send({"type": "response.create"})
+        done = await evs.wait("response.done")
+    r = done["response"]
+    assert r["status"] == "completed"
+    text = "".join(e["delta"] for e in evs.of("response.text.delta"))
+    assert text and r["output"][0]["content"][0] == {"type": "text", "text": text}
+    assert not evs.of("response.audio.delta") and not evs.of("response.output_audio.delta")
+
+
+async def test_g711_in_and_out(agent: Agent, tmp_path: Path) -> None:
+    speech16k = espeak("Hello, can you hear me?", tmp_path)
+    at8k = speech16k[::2]
+    ulaw = rt_events.encode_g711(at8k, "g711_ulaw")
+    async with client(agent).realtime.connect(model="voice-agent") as conn:
+        evs = Events(conn)
+        await conn.session.update(session={"type": "realtime", "audio": {
+            "input": {"format": {"type": "audio/pcmu"}, "turn_detection": None},
+            "output": {"format": {"type": "audio/pcmu"}}}})
+        updated = await evs.wait("session.updated", timeout=10)
+        assert updated["session"]["audio"]["output"]["format"]["type"] == "audio/pcmu"
+        for i in range(0, len(ulaw), 800):
+            await conn.input_audio_buffer.append(audio=b64(ulaw[i:i + 800]))
+        await conn.input_audio_buffer.commit()
+        heard = await evs.wait("conversation.item.input_audio_transcription.completed")
+        assert heard["transcript"].strip()
+        await conn.response.create()
+        done = await evs.wait("response.done")
+    out = audio_of(evs, done["response"]["id"])
+    pcm = rt_events.decode_g711(out, "g711_ulaw")  # 8 kHz, one byte a sample
+    assert len(out) > 8000 * 0.3 and np.abs(pcm).max() > 300
+
+
+async def test_barge_in_cancels_and_keeps_only_what_was_heard(
+        agent: Agent, tmp_path: Path) -> None:
+    question = at_24k(espeak("Tell me a long story about the sea.", tmp_path))
+    interrupt = at_24k(espeak("Stop, stop please.", tmp_path))
+    async with client(agent).realtime.connect(model="voice-agent") as conn:
+        evs = Events(conn)
+        await speak(conn, np.concatenate([silence(0.3), question, silence(0.9)]))
+        await evs.wait("response.output_audio.delta", timeout=60)
+        first_audio = time.monotonic()
+        heard_s = 0.8
+        await speak(conn, silence(heard_s - 0.1))
+        await speak(conn, np.concatenate([interrupt, silence(0.8)]))
+        done = await evs.wait("response.done")
+        cut_after = time.monotonic() - first_audio
+    r = done["response"]
+    assert r["status"] == "cancelled", r
+    assert r["status_details"]["reason"] == "turn_detected"
+    truncated = evs.of("conversation.item.truncated")
+    assert truncated and truncated[0]["item_id"] == r["output"][0]["id"]
+    end_ms = truncated[0]["audio_end_ms"]
+    assert heard_s * 1000 * 0.8 < end_ms < cut_after * 1000 + 100
+    full = "".join(e["delta"] for e in evs.of("response.output_audio_transcript.delta")
+                   if e["response_id"] == r["id"])
+    kept = r["output"][0]["content"][0]["transcript"]
+    assert full.startswith(kept) and len(kept) < len(full)
+    assert r["output"][0]["status"] == "incomplete"
+    # the speech that cut it is the next turn (and may already be answered)
+    assert len(evs.of("input_audio_buffer.committed")) >= 1
+
+
+async def test_client_truncate_delete_and_retrieve(agent: Agent) -> None:
+    async with client(agent).realtime.connect(model="voice-agent") as conn:
+        evs = Events(conn)
+        await conn.session.update(session={"type": "realtime", "audio": {
+            "input": {"turn_detection": None}}})
+        await conn.conversation.item.create(item={
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Say something."}]})
+        await conn.response.create()
+        done = await evs.wait("response.done")
+        item = done["response"]["output"][0]
+        audio_ms = len(audio_of(evs, done["response"]["id"])) / 48
+        await conn.conversation.item.truncate(item_id=item["id"], content_index=0,
+                                              audio_end_ms=int(audio_ms // 2))
+        t = await evs.wait("conversation.item.truncated", timeout=10)
+        assert t["audio_end_ms"] == int(audio_ms // 2)
+        await conn.send({"type": "conversation.item.retrieve", "item_id": item["id"]})
+        got = await evs.wait("conversation.item.retrieved", timeout=10)
+        assert item["content"][0]["transcript"].startswith(
+            got["item"]["content"][0]["transcript"])
+        await conn.conversation.item.delete(item_id=item["id"])
+        assert (await evs.wait("conversation.item.deleted", timeout=10))["item_id"] == item["id"]
+        await conn.conversation.item.delete(item_id=item["id"])
+        err = await evs.wait("error", timeout=10)
+        assert err["error"]["code"] == "item_not_found"
+
+
+async def test_bad_events_get_errors_and_the_session_goes_on(agent: Agent) -> None:
+    async with client(agent).realtime.connect(model="voice-agent") as conn:
+        evs = Events(conn)
+        await evs.wait("session.created", timeout=10)
+        bad: list[tuple[Any, str]] = [
+            ("{not json", "invalid_json"),
+            (json.dumps({"type": "no.such.event", "event_id": "e1"}), "invalid_event"),
+            (json.dumps({"type": "input_audio_buffer.commit"}), "input_audio_buffer_commit_empty"),
+            (json.dumps({"type": "response.cancel"}), "response_cancel_not_active"),
+            (json.dumps({"type": "input_audio_buffer.append", "audio": "not base64!"}),
+             "invalid_value"),
+            (json.dumps({"type": "input_audio_buffer.append", "audio": b64(b"\x01\x02\x03")}),
+             "invalid_value"),  # half a sample
+            (json.dumps({"type": "session.update", "session": {"voice": "nobody-here"}}),
+             "invalid_value"),
+            (json.dumps({"type": "session.update", "session": {
+                "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}}}),
+             "invalid_value"),
+            (json.dumps({"type": "session.update", "session": {"tool_choice": {
+                "type": "function", "name": "missing"}}}), "invalid_value"),
+            (json.dumps({"type": "conversation.item.create", "item": {
+                "type": "function_call_output", "call_id": "nope", "output": "x"}}),
+             "invalid_value"),
+            (json.dumps({"type": "input_audio_buffer.append", "audio": "A" * (20 * 2**20)}),
+             "invalid_value"),  # a 20 MB append
+        ]
+        for raw, _ in bad:
+            await conn.send_raw(raw)
+        async with asyncio.timeout(30):
+            while len(evs.of("error")) < len(bad):
+                await asyncio.sleep(0.01)
+        codes = [e["error"]["code"] for e in evs.of("error")]
+        assert codes == [c for _, c in bad], codes
+        assert all(e["error"]["type"] == "invalid_request_error" for e in evs.of("error"))
+        assert evs.of("error")[1]["error"]["event_id"] == "e1"
+        # still usable: a text turn is answered
+        await conn.conversation.item.create(item={
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Are you there?"}]})
+        await conn.response.create()
+        await conn.response.create()  # one at a time
+        done = await evs.wait("response.done")
+        assert done["response"]["status"] == "completed"
+        assert evs.of("error")[-1]["error"]["code"] == "conversation_already_has_active_response"
+
+
+async def test_a_vanished_client_leaves_no_response(
+        agent: Agent, thinker: Server, tts_server: Server) -> None:
+    conn = await client(agent).realtime.connect(model="voice-agent").enter()
+    evs = Events(conn)
+    await conn.conversation.item.create(item={
+        "type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "Tell me everything."}]})
+    await conn.response.create()
+    await evs.wait("response.output_audio.delta", timeout=60)
+    assert tts_server.metric("tts_active_sessions") >= 1  # the reply is still being made
+    await conn.close()  # gone mid-reply
+    async with asyncio.timeout(10):
+        while agent.hub.sockets or agent.hub.talking:
+            await asyncio.sleep(0.05)
+    async with asyncio.timeout(10):  # the TTS stream and any thinker call are stopped
+        while tts_server.metric("tts_active_sessions") or \
+                thinker.metric("llm_active_requests"):
+            await asyncio.sleep(0.1)
+    tasks = [t for t in asyncio.all_tasks() if (t.get_name() or "").startswith("rt-")]
+    assert not [t for t in tasks if not t.done()], tasks
+
+
+def test_heard_text_cuts_at_a_whole_word() -> None:
+    text = "The quick brown fox jumps over the lazy dog."
+    assert heard_text(text, 1000, 1000, True) == text
+    assert heard_text(text, 500, 1000, True) == "The quick brown fox"  # 22 chars: "jumps" cut
+    assert heard_text(text, 0, 1000, True) == ""
+    # before all audio is made: the speaking pace (14 characters a second)
+    assert heard_text(text, 1000, 1200, False) == "The quick"
