@@ -1,26 +1,31 @@
 """livekit-agents LLM plugin for the thinker (voice.llm.v1.Thinker/Chat, server streaming).
 
 The chat context becomes a ChatRequest: system/developer messages are joined into
-`system_prompt`, user/assistant text (and user audio frames, if any) become Messages;
-tool calls are not part of the v1 contract and are skipped. Function tools (an Agent's
-@function_tool) are refused: the thinker cannot call them, so a chat with tools fails at
-once with a non-retryable APIError naming them (the session's `error` event, logged once
-per plugin), rather than answering as if they were not there. The context is bounded:
-only the last `max_messages` user/assistant messages go out (the agent trims the stored
-history at twice that), and a window that had to be cut starts with a user turn (a
-whole conversation may start with the assistant's greeting).
+`system_prompt`, user/assistant text (and user audio frames, if any) become Messages, a
+`function_call` item becomes a ToolCall of an assistant Message and its
+`function_call_output` a ROLE_TOOL Message. Function tools (an Agent's @function_tool,
+FunctionTool or RawFunctionTool) go out as `tools` with their JSON Schema, `tool_choice`
+as the thinker's ToolChoice (REQUIRED / a named function: the thinker constrains the
+reply to one schema-valid call). The context is bounded: only the last `max_messages`
+messages go out (the agent trims the stored history at twice that), and a window that
+had to be cut starts with a user turn (a whole conversation may start with the
+assistant's greeting), never with a tool result whose call was cut.
 
-Each delta is forwarded as a ChatChunk the moment it arrives; the final message's
-token counts become the chunk's usage. Cancelling the stream (the framework does on
+Each text delta is forwarded as a ChatChunk the moment it arrives; tool calls are
+collected by index and sent at the end of the reply, one whole `FunctionToolCall` a
+chunk (what livekit-agents executes); the final message's token counts become the
+chunk's usage. Cancelling the stream (the framework does on
 interruption; `LLM.cancel_all()` is the duplex controller's direct path) cancels the
 gRPC call, which aborts the generation in the thinker.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from livekit import rtc
@@ -33,7 +38,10 @@ from livekit.agents import (
     llm,
     utils,
 )
-from livekit.agents.llm import ChatContext, Tool
+from livekit.agents.llm import ChatContext, Tool, ToolChoice, ToolContext
+from livekit.agents.llm.tool_context import is_function_tool, is_raw_function_tool
+from livekit.agents.llm.utils import build_legacy_openai_schema
+from livekit.agents.utils import is_given
 from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
 
 from ..metrics import TurnTracker
@@ -44,6 +52,9 @@ log = logging.getLogger("voice_agent.llm")
 
 _REPLY_DEADLINE_S = 120.0
 _ROLES = {"user": thinker_pb2.ROLE_USER, "assistant": thinker_pb2.ROLE_ASSISTANT}
+_TOOL_MODES = {"auto": thinker_pb2.TOOL_CHOICE_MODE_AUTO,
+               "none": thinker_pb2.TOOL_CHOICE_MODE_NONE,
+               "required": thinker_pb2.TOOL_CHOICE_MODE_REQUIRED}
 
 
 @dataclass
@@ -69,10 +80,35 @@ def frames_to_pcm16k(frames: list[rtc.AudioFrame]) -> bytes:
     return b"".join(bytes(f.data) for f in out)
 
 
-def tools_refusal(tools: list[Tool]) -> str:
-    names = ", ".join(sorted(t.id for t in tools))
-    return (f"function tools are not supported by the voice.llm.v1 thinker: {names} "
-            "(remove them from the Agent, or use an LLM plugin that calls tools)")
+def build_tools(tools: list[Tool]) -> list[thinker_pb2.Tool]:
+    """livekit function tools -> the thinker's Tools (name, description, JSON Schema);
+    provider tools (run by a cloud provider, not by the agent) are not sent."""
+    out = []
+    for tool in ToolContext(tools).function_tools.values():
+        if is_raw_function_tool(tool):
+            raw = tool.info.raw_schema
+            name, description = raw["name"], raw.get("description", "")
+            parameters = raw.get("parameters") or {"type": "object", "properties": {}}
+        elif is_function_tool(tool):
+            fn = build_legacy_openai_schema(tool)["function"]
+            name, description, parameters = fn["name"], fn["description"], fn["parameters"]
+        else:
+            continue
+        out.append(thinker_pb2.Tool(name=name, description=description,
+                                    parameters_json=json.dumps(parameters)))
+    return out
+
+
+def build_tool_choice(choice: NotGivenOr[ToolChoice | None]) -> thinker_pb2.ToolChoice | None:
+    """livekit's "auto" / "none" / "required" / {"type": "function", "function": {"name"}}
+    -> the thinker's ToolChoice; None when not given (the thinker's default: AUTO)."""
+    if not is_given(choice) or choice is None:
+        return None
+    if isinstance(choice, dict):
+        return thinker_pb2.ToolChoice(function_name=choice["function"]["name"])
+    if choice not in _TOOL_MODES:
+        raise ValueError(f"tool_choice {choice!r} is not auto, none, required or a function")
+    return thinker_pb2.ToolChoice(mode=_TOOL_MODES[choice])
 
 
 def _audio_part(pcm: bytes) -> thinker_pb2.Part:
@@ -88,8 +124,22 @@ def build_messages(
     system: list[str] = []
     msgs: list[thinker_pb2.Message] = []
     for item in chat_ctx.items:
+        if item.type == "function_call":
+            call = thinker_pb2.ToolCall(id=item.call_id, name=item.name,
+                                        arguments_json=item.arguments or "{}")
+            if msgs and msgs[-1].role == thinker_pb2.ROLE_ASSISTANT:
+                msgs[-1].tool_calls.append(call)  # the turn that said something, then called
+            else:
+                msgs.append(thinker_pb2.Message(role=thinker_pb2.ROLE_ASSISTANT,
+                                                tool_calls=[call]))
+            continue
+        if item.type == "function_call_output":
+            msgs.append(thinker_pb2.Message(role=thinker_pb2.ROLE_TOOL,
+                                            tool_call_id=item.call_id,
+                                            parts=[thinker_pb2.Part(text=item.output)]))
+            continue
         if item.type != "message":
-            continue  # tool calls / handoffs are not in the v1 contract
+            continue  # handoffs and config updates are not part of the conversation
         if item.role in ("system", "developer"):
             if item.text_content:
                 system.append(item.text_content)
@@ -114,9 +164,16 @@ def build_messages(
             msgs.append(thinker_pb2.Message(role=role, parts=parts))
     if len(msgs) > max_messages:
         msgs = msgs[-max_messages:]
-        while msgs and msgs[0].role == thinker_pb2.ROLE_ASSISTANT and len(msgs) > 1:
+        while msgs and msgs[0].role != thinker_pb2.ROLE_USER and len(msgs) > 1:
             msgs.pop(0)  # a cut window starts with the user, not half an exchange
-    return "\n".join(system), msgs
+    # A result goes out only with its call (the thinker refuses an unmatched one).
+    called: set[str] = set()
+    kept = []
+    for m in msgs:
+        called.update(c.id for c in m.tool_calls)
+        if m.role != thinker_pb2.ROLE_TOOL or m.tool_call_id in called:
+            kept.append(m)
+    return "\n".join(system), kept
 
 
 class LLM(llm.LLM):
@@ -140,7 +197,6 @@ class LLM(llm.LLM):
         self._tracker = tracker
         self._streams: weakref.WeakSet[LLMStream] = weakref.WeakSet()
         self.last_request: thinker_pb2.ChatRequest | None = None  # for logs and tests
-        self._refused_tools = False
 
     @property
     def model(self) -> str:
@@ -160,10 +216,8 @@ class LLM(llm.LLM):
         tool_choice: NotGivenOr[object] = NOT_GIVEN,
         extra_kwargs: NotGivenOr[dict[str, object]] = NOT_GIVEN,
     ) -> LLMStream:
-        if tools and not self._refused_tools:
-            self._refused_tools = True  # every chat refuses them; the log says it once
-            log.error("%s", tools_refusal(tools))
-        s = LLMStream(self, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options)
+        s = LLMStream(self, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options,
+                      tool_choice=tool_choice)
         self._streams.add(s)
         return s
 
@@ -181,9 +235,11 @@ class LLM(llm.LLM):
 
 class LLMStream(llm.LLMStream):
     def __init__(self, llm_: LLM, *, chat_ctx: ChatContext, tools: list[Tool],
-                 conn_options: APIConnectOptions) -> None:
+                 conn_options: APIConnectOptions,
+                 tool_choice: NotGivenOr[Any] = NOT_GIVEN) -> None:
         super().__init__(llm_, chat_ctx=chat_ctx, tools=tools, conn_options=conn_options)
         self._llm_: LLM = llm_
+        self._tool_choice = tool_choice
         self._call: grpc.aio.UnaryStreamCall | None = None
         self.cancelled_by_barge_in = False
         self.text = ""
@@ -198,8 +254,6 @@ class LLMStream(llm.LLMStream):
         return bool(call.cancel())
 
     async def _run(self) -> None:
-        if self._tools:
-            raise APIError(tools_refusal(self._tools), retryable=False)
         opts = self._llm_._opts
         tracker = self._llm_._tracker
         request_id = self.request_id = tracker.llm_started() if tracker else utils.shortuuid()
@@ -207,7 +261,13 @@ class LLMStream(llm.LLMStream):
                                       self._llm_._utterances)
         req = thinker_pb2.ChatRequest(messages=msgs, max_tokens=opts.max_tokens,
                                       temperature=opts.temperature, system_prompt=system,
-                                      request_id=request_id)
+                                      request_id=request_id, tools=build_tools(self._tools))
+        try:
+            choice = build_tool_choice(self._tool_choice)
+        except (ValueError, KeyError, TypeError) as e:
+            raise APIError(f"thinker Chat: {e}", retryable=False) from None
+        if choice is not None:
+            req.tool_choice.CopyFrom(choice)
         if opts.seed is not None:
             req.seed = opts.seed
         self._llm_.last_request = req
@@ -216,8 +276,13 @@ class LLMStream(llm.LLMStream):
         call = stub.Chat(req, timeout=_REPLY_DEADLINE_S,
                          metadata=self._llm_._channels.metadata)
         self._call = call
+        calls: dict[int, list[str]] = {}  # index -> [id, name, arguments so far]
         try:
             async for delta in call:
+                for piece in delta.tool_calls:
+                    c = calls.setdefault(piece.index, ["", "", ""])
+                    c[0], c[1] = c[0] or piece.id, c[1] or piece.name
+                    c[2] += piece.arguments
                 if delta.text:
                     if tracker is not None and not self.text:
                         tracker.llm_first_token()
@@ -226,6 +291,11 @@ class LLMStream(llm.LLMStream):
                         id=request_id,
                         delta=llm.ChoiceDelta(role="assistant", content=delta.text)))
                 if delta.HasField("final"):
+                    for _, (call_id, name, arguments) in sorted(calls.items()):
+                        self._event_ch.send_nowait(llm.ChatChunk(
+                            id=request_id, delta=llm.ChoiceDelta(
+                                role="assistant", tool_calls=[llm.FunctionToolCall(
+                                    call_id=call_id, name=name, arguments=arguments)])))
                     f = delta.final
                     self._event_ch.send_nowait(llm.ChatChunk(
                         id=request_id,
