@@ -315,3 +315,120 @@ def test_heard_text_cuts_at_a_whole_word() -> None:
     assert heard_text(text, 0, 1000, True) == ""
     # before all audio is made: the speaking pace (14 characters a second)
     assert heard_text(text, 1000, 1200, False) == "The quick"
+
+
+async def _reply(gen: Any, timeout: float = 60) -> tuple[str, int]:
+    """A LiveKit generation read to its end: (its text, its audio samples)."""
+    text, samples = "", 0
+    async with asyncio.timeout(timeout):
+        async for msg in gen.message_stream:
+            async def read_text(m: Any = msg) -> str:
+                return "".join([str(t) async for t in m.text_stream])
+
+            async def read_audio(m: Any = msg) -> int:
+                return sum([f.samples_per_channel async for f in m.audio_stream])
+
+            t, n = await asyncio.gather(read_text(), read_audio())
+            text, samples = text + t, samples + n
+    return text, samples
+
+
+async def test_livekit_realtime_model_talks_to_us(agent: Agent, tmp_path: Path) -> None:
+    """livekit-plugins-openai's RealtimeModel, the Realtime LLM of a LiveKit agent, with its
+    base URL on our agent: a reply it asks for, then a spoken turn on server VAD."""
+    import aiohttp
+    from livekit import rtc
+    from livekit.plugins import openai as lk_openai
+
+    async with aiohttp.ClientSession() as http:
+        model = lk_openai.realtime.RealtimeModel(
+            base_url=f"{agent.http}/v1", api_key="none", model="voice-agent", voice="aiden",
+            http_session=http)
+        sess = model.session()
+        errors: list[Any] = []
+        sess.on("error", errors.append)
+        generations: list[Any] = []
+        sess.on("generation_created", generations.append)
+        try:
+            gen = await asyncio.wait_for(sess.generate_reply(instructions="Say hello."), 60)
+            text, samples = await _reply(gen)
+            assert text and samples > 24000 * 0.3, (text, samples)
+            # a spoken turn: the plugin streams the mic; our server VAD ends the turn
+            speech = at_24k(espeak("Hello, how are you?", tmp_path))
+            pcm = np.concatenate([silence(0.3), speech, silence(1.2)])
+            n0 = len(generations)
+            for i in range(0, len(pcm), 480):
+                chunk = pcm[i:i + 480]
+                sess.push_audio(rtc.AudioFrame(chunk.tobytes(), 24000, 1, len(chunk)))
+                await asyncio.sleep(0.02)
+            async with asyncio.timeout(60):
+                while len(generations) == n0:
+                    await asyncio.sleep(0.05)
+            text2, samples2 = await _reply(generations[-1])
+            assert samples2 > 0 and text2
+            users = [i for i in sess.chat_ctx.items if getattr(i, "role", None) == "user"]
+            assert users and users[-1].text_content, sess.chat_ctx.items
+        finally:
+            await sess.aclose()
+            await model.aclose()
+    assert not errors, errors
+
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "properties": {
+               "city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]},
+               "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+               "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+               "required": ["city", "unit"], "additionalProperties": False}}
+
+
+async def test_a_forced_client_tool_call_and_its_output(
+        agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tool_choice names the client's function: the response is a function_call whose
+    arguments validate (constrained decoding, even from random weights); the client's
+    function_call_output goes to the thinker and the next response answers it."""
+    import jsonschema
+    from livekit.agents import llm as lk_llm
+    from voice_agent.plugins import LLM
+
+    contexts: list[lk_llm.ChatContext] = []
+    chat = LLM.chat
+
+    def spy(self: LLM, **kw: Any) -> Any:
+        contexts.append(kw["chat_ctx"].copy())
+        return chat(self, **kw)
+
+    monkeypatch.setattr(LLM, "chat", spy)
+    async with client(agent).realtime.connect(model="voice-agent") as conn:
+        evs = Events(conn)
+        await conn.session.update(session={
+            "type": "realtime", "tools": [WEATHER],
+            "tool_choice": {"type": "function", "name": "get_weather"},
+            "max_output_tokens": 400,  # room for the whole call (random weights ramble)
+            "audio": {"input": {"turn_detection": None}}})
+        await evs.wait("session.updated", timeout=10)
+        await conn.conversation.item.create(item={
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "What is the weather in Oslo?"}]})
+        await conn.response.create()
+        done = await evs.wait("response.done")
+        calls = [o for o in done["response"]["output"] if o["type"] == "function_call"]
+        assert calls and calls[0]["name"] == "get_weather", (done["response"], evs.of("error"))
+        call = calls[0]
+        jsonschema.validate(json.loads(call["arguments"]), WEATHER["parameters"])
+        args_done = await evs.wait("response.function_call_arguments.done", timeout=5)
+        assert args_done["arguments"] == call["arguments"]
+        deltas = "".join(e["delta"] for e in evs.of("response.function_call_arguments.delta"))
+        assert deltas == call["arguments"]
+        # the client ran it: its output, then a reply (tool_choice back to auto)
+        await conn.session.update(session={"type": "realtime", "tool_choice": "none"})
+        await conn.conversation.item.create(item={
+            "type": "function_call_output", "call_id": call["call_id"],
+            "output": '{"temperature": 21, "sky": "clear"}'})
+        await conn.response.create()
+        done2 = await evs.wait("response.done", 2)
+    assert done2["response"]["status"] == "completed"
+    assert done2["response"]["output"][0]["type"] == "message"
+    outputs = [i for i in contexts[-1].items if i.type == "function_call_output"]
+    assert outputs and outputs[0].output == '{"temperature": 21, "sky": "clear"}'
+    assert outputs[0].call_id == call["call_id"]

@@ -71,6 +71,7 @@ class Response:
     temperature: float | None
     max_tokens: int | None
     voice: str
+    metadata: dict[str, Any] | None = None  # echoed (LiveKit's plugin matches its requests)
     output: list[dict[str, Any]] = field(default_factory=list)  # items, in order
     status: str = "in_progress"
     status_details: dict[str, Any] | None = None
@@ -506,7 +507,8 @@ class RealtimeSession:
                 ("audio",) if "audio" in mods else ("text",)),
             tools=tools, tool_choice=choice,
             instructions=instructions if isinstance(instructions, str) else cfg.instructions,
-            temperature=cfg.temperature, max_tokens=limit, voice=cfg.voice)
+            temperature=cfg.temperature, max_tokens=limit, voice=cfg.voice,
+            metadata=opts["metadata"] if isinstance(opts.get("metadata"), dict) else None)
         self.response = r
         self.emit("response.created", response=self._response_json(r))
         r.task = self._spawn(self._respond(r))
@@ -546,6 +548,10 @@ class RealtimeSession:
                                 for p in it["content"]).strip()
                 if text:
                     ctx.add_message(role=it["role"], content=text)
+        if instructions and not any(getattr(i, "role", "system") != "system" for i in ctx.items):
+            # a reply asked for before anyone spoke (a greeting): the thinker answers a
+            # conversation, so its instructions are also the first turn
+            ctx.add_message(role="user", content=instructions)
         return ctx
 
     def _tools(self, r: Response) -> tuple[list[llm.Tool], Any]:
@@ -734,7 +740,7 @@ class RealtimeSession:
             "status_details": r.status_details,
             "output": [self._item_json(o) for o in r.output],
             "usage": usage if r.status != "in_progress" else None,
-            "conversation_id": self.id}
+            "conversation_id": self.id, "metadata": r.metadata}
         if self.dialect.beta:
             out.update(modalities=["text", "audio"] if "audio" in mods else ["text"],
                        voice=r.voice, output_audio_format=self.cfg.output_format,
