@@ -53,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings()
+    if settings.tools:  # a bad AGENT_TOOLS fails the start, not the first call
+        from .tools import load_tools
+
+        try:
+            names = [getattr(t, "id", "?") for t in load_tools(settings.tools)]
+        except ValueError as e:
+            raise SystemExit(f"voice-agent: {e}") from None
+        logging.getLogger("voice_agent").info("tools: %s", ", ".join(names))
     if not worker:  # the worker warms in its prewarm (worker._prewarm)
         from .warmup import warm_transcript_timing
 

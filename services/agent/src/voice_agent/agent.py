@@ -43,6 +43,7 @@ from .plugins.utterances import UtteranceStore
 from .quiet_logs import quiet_framework_warnings
 from .settings import AgentSettings
 from .speech_end import TimedVAD
+from .tools import livekit_tools
 from .turn_words import TrailingWordTurnDetector
 
 log = logging.getLogger("voice_agent.agent")
@@ -103,7 +104,8 @@ class PhraseCache:
 
 class VoiceAgent(Agent):
     def __init__(self, settings: AgentSettings, cache: PhraseCache) -> None:
-        super().__init__(instructions=settings.system_prompt)
+        # AGENT_TOOLS: livekit-agents runs them (with our timeout, filler, error result)
+        super().__init__(instructions=settings.system_prompt, tools=livekit_tools(settings))
         self._settings = settings
         self._cache = cache
 

@@ -94,6 +94,17 @@ class AgentSettings(BaseSettings):
     # What the agent says when the thinker fails mid-turn ("" = stay silent).
     fallback_reply: str = "Sorry, I had a problem. Could you say that again?"
 
+    # --- tools the operator runs (tools.py) --------------------------------------------
+    # Function tools the agent itself runs, on every path (LiveKit, /v1/talk, /v1/realtime):
+    # comma-separated "package.module:attr" entry points, each a livekit-agents
+    # @function_tool or a list of them ("" = none). The module must be importable.
+    tools: str = ""
+    # A tool that runs longer is stopped; the model sees an error result instead.
+    tool_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
+    # Said while a tool runs longer than tool_filler_after_s ("" = stay silent).
+    tool_filler: str = "One moment, please."
+    tool_filler_after_s: float = Field(1.0, ge=0.0, le=60.0)
+
     # --- STT (utterance audio -> transcript) ---------------------------------------------
     # "transcribe": the utterance audio goes to a recogniser for a transcript, which the
     # LLM then answers (the chat context holds words).

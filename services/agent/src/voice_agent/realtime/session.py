@@ -34,6 +34,7 @@ from livekit.agents.utils.audio import AudioByteStream
 from ..agent import load_vad
 from ..plugins import LLM, STT, TTS
 from ..settings import AgentSettings
+from ..tools import load_tools, run_tool, schema
 from .events import (
     CLIENT_EVENTS,
     G711_RATE,
@@ -58,6 +59,7 @@ VAD_RATE = 16000
 MIN_COMMIT_MS = 100  # a commit of less audio is an error, as the API's
 MAX_BUFFER_S = 120.0  # uncommitted input audio kept (older is dropped, with an error)
 MAX_OUTBOX = 4000  # events waiting for a client that does not read (~80 s of audio)
+MAX_TOOL_ROUNDS = 3  # responses in a row that may run the agent's tools
 SPEECH_CHARS_PER_S = 14.0  # a reply's pace before its audio is all made (English ~150 wpm)
 
 
@@ -125,6 +127,10 @@ class RealtimeSession:
                        sample_rate=RATE, frame_ms=s.tts_frame_ms, seed=s.tts_seed,
                        max_frames=s.tts_max_frames, api_key=s.tts_api_key.get_secret_value())
         self._llms: dict[tuple[float, int], LLM] = {}
+        # AGENT_TOOLS: offered beside the client's, run here (the client never sees a call
+        # it must answer); a reply that called them goes on with their results
+        self.server_tools = {schema(t)["name"]: t for t in load_tools(s.tools)}
+        self._tool_rounds = 0  # consecutive responses that ran server tools
         self.response: Response | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._transcribing: set[asyncio.Task[Any]] = set()
@@ -188,6 +194,9 @@ class RealtimeSession:
 
     async def on_session_update(self, ev: dict[str, Any]) -> None:
         cfg = update_session(self.cfg, ev.get("session"))
+        if clash := {t["name"] for t in cfg.tools} & set(self.server_tools):
+            raise RealtimeError("invalid_value", f"tools {sorted(clash)} are the agent's own "
+                                "(AGENT_TOOLS): name yours otherwise", "session.tools")
         if cfg.voice != self.cfg.voice:
             cfg.voice = await self._check_voice(cfg.voice)
             self.tts.update_options(voice=cfg.voice)
@@ -555,12 +564,13 @@ class RealtimeSession:
         return ctx
 
     def _tools(self, r: Response) -> tuple[list[llm.Tool], Any]:
-        if not r.tools or r.tool_choice == "none":
-            return [], "none" if r.tools else None
+        if not (r.tools or self.server_tools) or r.tool_choice == "none":
+            return [], None
         tools: list[llm.Tool] = [
             llm.function_tool(_client_side, raw_schema={
                 "name": t["name"], "description": t["description"],
                 "parameters": t["parameters"]}) for t in r.tools]
+        tools += self.server_tools.values()
         choice = r.tool_choice
         if isinstance(choice, dict):
             choice = {"type": "function", "function": {"name": choice["name"]}}
@@ -570,6 +580,7 @@ class RealtimeSession:
         """One response: the thinker's stream as a message (text, and audio through the
         TTS) and function calls, then response.done, whatever ends it."""
         msg: dict[str, Any] | None = None
+        ran = False
         tts_stream = None
         audio_task: asyncio.Task[None] | None = None
         llm_stream = None
@@ -604,6 +615,10 @@ class RealtimeSession:
             if tts_stream is not None and audio_task is not None:
                 tts_stream.end_input()
                 await audio_task
+            if msg is not None:
+                self._close_message(r, msg)
+                msg = None
+            ran = await self._run_server_tools(r)
             r.status = "completed" if r.status == "in_progress" else r.status
         except asyncio.CancelledError:
             if r.status == "in_progress":  # the client went: nothing more is sent
@@ -630,6 +645,57 @@ class RealtimeSession:
             self.emit("response.done", response=self._response_json(r))
             log.info("realtime %s: response %s %s: %d items, %.0f ms audio", self.id, r.id,
                      r.status, len(r.output), r.audio_ms)
+        # the agent's own tools answered: the reply goes on with their results (a model
+        # that keeps calling them stops after MAX_TOOL_ROUNDS)
+        self._tool_rounds = self._tool_rounds + 1 if ran else 0
+        if ran and r.status == "completed" and self.response is None \
+                and self._tool_rounds <= MAX_TOOL_ROUNDS:
+            self._start_response({"tool_choice": "auto"})
+
+    async def _run_server_tools(self, r: Response) -> bool:
+        """The response's calls to AGENT_TOOLS run here, together; each result becomes a
+        function_call_output item. A tool still running after AGENT_TOOL_FILLER_AFTER_S
+        has the filler spoken (an audio reply) meanwhile. True if any ran."""
+        calls = [o for o in r.output if o["type"] == "function_call"
+                 and o["name"] in self.server_tools]
+        if not calls:
+            return False
+        said: list[asyncio.Task[None]] = []
+
+        def say(text: str) -> None:
+            if not said and "audio" in r.modalities:
+                said.append(asyncio.create_task(self._say(r, text), name="rt-filler"))
+
+        results = await asyncio.gather(*(
+            run_tool(self.server_tools[c["name"]], c["arguments"], self.settings, say=say)
+            for c in calls))
+        if said:
+            await said[0]
+        for call, (output, is_error) in zip(calls, results, strict=True):
+            if is_error:
+                log.info("realtime %s: tool %s: %s", self.id, call["name"], output[:200])
+            item = {"id": new_id("item"), "object": "realtime.item",
+                    "type": "function_call_output", "status": "completed",
+                    "call_id": call["call_id"], "output": output}
+            prev = self.items[-1]["id"] if self.items else None
+            self.items.append(item)
+            self.emit("conversation.item.added", previous_item_id=prev, item=item)
+            self.emit("conversation.item.done", item=item)
+        return True
+
+    async def _say(self, r: Response, text: str) -> None:
+        """`text` spoken as a message of the response (the filler while a tool runs)."""
+        msg = self._open_message(r)
+        stream = self.tts.stream()
+        try:
+            msg["_text"] = text
+            stream.push_text(text)
+            self._delta(r, msg, text)
+            stream.end_input()
+            await self._forward_audio(r, msg, stream)
+        finally:
+            await stream.aclose()
+            self._close_message(r, msg)
 
     def _open_message(self, r: Response) -> dict[str, Any]:
         audio = "audio" in r.modalities
