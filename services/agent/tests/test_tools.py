@@ -56,10 +56,30 @@ async def test_a_failing_a_hanging_and_a_misused_tool_give_error_results() -> No
     assert said == ["One moment, please."]  # it ran 1.5 s: the filler was said once
 
 
-async def test_the_livekit_path_offers_the_operators_tools(tts_server: Server,
-                                                     thinker: Server) -> None:
-    p = build_pipeline(settings_for(tts_server, thinker, tools=ENTRY))
-    assert [schema(t)["name"] for t in p.agent.tools] == ["get_time"]
+async def test_the_livekit_path_runs_the_operators_tool_and_answers(
+        tts_server: Server, thinker: Server) -> None:
+    """The AgentSession of the LiveKit worker and /v1/talk (here in direct mode): the
+    thinker, made to call (tool_choice required), calls the operator's tool; livekit-agents
+    runs it through our wrapper and the reply goes on with the result."""
+    from voice_agent.direct import DirectSession
+
+    operator_tools.CALLS.clear()
+    settings = settings_for(tts_server, thinker, tools=ENTRY, llm_max_tokens=400,
+                            tts_max_frames=12, greeting="", tool_filler="")
+    assert [schema(t)["name"] for t in build_pipeline(settings).agent.tools] == ["get_time"]
+    async with DirectSession(settings, greet=False) as ds:
+        handle = ds.session.generate_reply(user_input="What time is it in Paris?",
+                                           tool_choice="required")
+        await asyncio.wait_for(handle.wait_for_playout(), 90)
+        async with asyncio.timeout(60):  # the follow-up reply with the tool's result
+            while not [i for i in ds.session.history.items
+                       if i.type == "function_call_output"]:
+                await asyncio.sleep(0.1)
+        items = ds.session.history.items
+    [(name, args)] = operator_tools.CALLS
+    assert name == "get_time" and args["city"] in ("Paris", "Oslo")
+    [out] = [i for i in items if i.type == "function_call_output"]
+    assert out.output == f"It is 10:30 in {args['city']}." and not out.is_error
 
 
 @pytest.fixture
