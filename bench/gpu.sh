@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/services/tts/src:$PWD/libs/voice-keys/
 # default ear), for the loop. Over the 64 MiB a call
 # carries, so they can come in two calls: what one call installs stays while the machine
 # is held (30 s idle).
-for wheels in .whl .whl-llm .whl-sphinx .whl-moon; do
+for wheels in .whl .whl-llm .whl-sphinx .whl-moon .whl-rvt; do
   if compgen -G "$wheels/*.whl" >/dev/null; then  # .whl-moon may hold model files only
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site $wheels/*.whl
@@ -120,12 +120,15 @@ if [ -n "${WITH_ONE_GPU:-}" ]; then
   # and the speech in OG_LOOP_WAVS, made here: python -m bench.agent_loop make-wavs DIR).
   # OG_CONV=1,16,64 adds conversations per GPU (bench/conversations.py through OG_AGENTS
   # serve-direct agents, OG_AGENT_ENV their settings, OG_CONV_ARGS the generator's).
+  # OG_RVT=10 adds end of turn -> first audio over /v1/talk vs /v1/realtime (one agent,
+  # bench/realtime_vs_talk.py; OG_RVT_ARGS its arguments; .whl-rvt: websockets for openai).
   PYTHONPATH=$PYTHONPATH:services/llm/src:services/agent/src timeout -k 15 "${OG_TIMEOUT:-560}" \
     python3 -m bench.one_gpu --modes "${OG_MODES:-timeslice,mps-nocap,mps-prio}" \
     --tts-model "preset:${OG_TTS:-0.6b}" --llm-model "${OG_LLM:-random:qwen3-1.7b}" \
     --tts-sessions "${OG_TTS_SESSIONS:-256}" --rate "${OG_RATE:-10}" --seconds "${OG_SECONDS:-30}" --chats "${OG_CHATS:-4}" \
     --phases "${OG_PHASES:-}" --loop "${OG_LOOP:-}" --loop-wavs "${OG_LOOP_WAVS:-.loopwavs}" \
     --conv "${OG_CONV:-}" --agents "${OG_AGENTS:-8}" --conv-args "${OG_CONV_ARGS:-}" \
+    --rvt "${OG_RVT:-0}" --rvt-args "${OG_RVT_ARGS:-}" \
     $(for kv in ${OG_AGENT_ENV:-}; do echo --agent-env "$kv"; done) \
     $(for kv in ${OG_SHARES:-}; do echo --share "$kv"; done) \
     $(for kv in ${OG_LLM_ENV:-}; do echo --llm-env "$kv"; done) \

@@ -17,6 +17,8 @@ runs three phases against them:
   `serve-direct` agent processes (the `/v1/talk` WebSocket, `--agent-env` settings) and
   the conversation load generator (bench/conversations.py) against them at each level,
   the host's CPU per process sampled meanwhile (bench/host_load.py).
+- `rvt` (with `--rvt 10`): end of turn -> first audio over the agent's two doors, one
+  `serve-direct` agent (no greeting) and bench/realtime_vs_talk.py, `--rvt` turns a door.
 
 `--phases` picks among them (default: the first three, and `loop` when `--loop` is given).
 
@@ -179,16 +181,40 @@ def loop_load(args: argparse.Namespace, out: Path) -> subprocess.Popen:
 AGENT_PORT0 = 8100
 
 
+def agent_env(args: argparse.Namespace, sessions: int) -> dict[str, str]:
+    """A serve-direct agent's settings against the two servers (conv, rvt)."""
+    return {"AGENT_TTS_ADDR": TTS_ADDR, "AGENT_THINKER_ADDR": LLM_ADDR,
+            "AGENT_WS_MAX_SESSIONS": str(sessions), "AGENT_HTTP_HOST": "127.0.0.1",
+            # a random thinker hears nothing: the offline ear; its text is no markdown
+            "AGENT_STT_BACKEND": "pocketsphinx", "AGENT_TTS_TEXT_FILTERS": "false",
+            "AGENT_LLM_MAX_TOKENS": "32", "AGENT_LLM_TEMPERATURE": "1.0",
+            **dict(kv.split("=", 1) for kv in args.agent_env)}
+
+
+def rvt_load(args: argparse.Namespace, out: Path) -> None:
+    """One serve-direct agent (no greeting), then bench.realtime_vs_talk against it: end
+    of turn -> first audio over /v1/talk and /v1/realtime, `--rvt` turns a door."""
+    env = {**agent_env(args, 4), "AGENT_GREETING": "",
+           "AGENT_HTTP_PORT": str(AGENT_PORT0)}
+    agent = start([sys.executable, "-m", "voice_agent", "serve-direct"], env,
+                  out / "rvt_agent.log")
+    try:
+        wait_http(agent, f"http://127.0.0.1:{AGENT_PORT0}/healthz", 300)
+        print("rvt: agent up", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "bench.realtime_vs_talk",
+                        "--agent", f"127.0.0.1:{AGENT_PORT0}", "--turns", str(args.rvt),
+                        "--label", f"one_gpu {args.tts_model} + {args.llm_model}",
+                        "--out", str(out / "rvt.json"), *args.rvt_args.split()], cwd=ROOT,
+                       stderr=(out / "rvt.log").open("w"), check=False)
+    finally:
+        stop(agent)
+
+
 def conv_load(args: argparse.Namespace, out: Path) -> None:
     """`--agents` serve-direct processes, then bench.conversations at each `--conv` level."""
     levels = conv_levels(args)
     per_agent = -(-max(levels) // args.agents)
-    env = {"AGENT_TTS_ADDR": TTS_ADDR, "AGENT_THINKER_ADDR": LLM_ADDR,
-           "AGENT_WS_MAX_SESSIONS": str(per_agent), "AGENT_HTTP_HOST": "127.0.0.1",
-           # a random thinker hears nothing: the offline ear; its text is no markdown
-           "AGENT_STT_BACKEND": "pocketsphinx", "AGENT_TTS_TEXT_FILTERS": "false",
-           "AGENT_LLM_MAX_TOKENS": "32", "AGENT_LLM_TEMPERATURE": "1.0",
-           **dict(kv.split("=", 1) for kv in args.agent_env)}
+    env = agent_env(args, per_agent)
     agents = [start([sys.executable, "-m", "voice_agent", "serve-direct"],
                     {**env, "AGENT_HTTP_PORT": str(AGENT_PORT0 + i)}, out / f"agent_{i}.log")
               for i in range(args.agents)]
@@ -282,10 +308,14 @@ def run_mode(mode: str, args: argparse.Namespace, shares: dict[str, str]) -> dic
             if "conv" in args.phases:
                 with gpu_busy(out, res, "conv"):
                     conv_load(args, out)
+            if "rvt" in args.phases:
+                with gpu_busy(out, res, "rvt"):
+                    rvt_load(args, out)
         finally:
             stop(tts)
             stop(llm)
-    for phase in ("tts_alone", "llm_alone", "tts_together", "llm_together", "loop", "conv"):
+    for phase in ("tts_alone", "llm_alone", "tts_together", "llm_together", "loop", "conv",
+                  "rvt"):
         with contextlib.suppress(OSError, ValueError):
             res[phase] = json.loads((out / f"{phase}.json").read_text())
     return res
@@ -372,6 +402,9 @@ def main() -> None:
     p.add_argument("--agent-env", action="append", default=[], metavar="KEY=VALUE",
                    help="agent settings, e.g. AGENT_STT_OFFLINE_MODEL=pocketsphinx")
     p.add_argument("--conv-args", default="", help="more bench.conversations arguments")
+    p.add_argument("--rvt", type=int, default=0, help="turns a door of end of turn -> first "
+                   "audio over /v1/talk vs /v1/realtime (bench/realtime_vs_talk.py, one agent)")
+    p.add_argument("--rvt-args", default="", help="more bench.realtime_vs_talk arguments")
     p.add_argument("--share", action="append", default=[], metavar="KEY=VALUE",
                    help="override a .env.example MPS line, e.g. "
                    "LLM_MPS_ACTIVE_THREAD_PERCENTAGE=40 (to try a setting before compose)")
@@ -380,7 +413,8 @@ def main() -> None:
     p.add_argument("--out", default="bench/out/one_gpu")
     args = p.parse_args()
     args.phases = args.phases or ("tts,llm,together" + (",loop" if args.loop else "")
-                                  + (",conv" if args.conv else ""))
+                                  + (",conv" if args.conv else "")
+                                  + (",rvt" if args.rvt else ""))
     shares = env_file_shares() | dict(kv.split("=", 1) for kv in args.share)
     results = []
     for mode in args.modes.split(","):
