@@ -83,7 +83,8 @@ test: venvs lint ## everything that runs without a GPU, Docker or weights (SUITE
 
 # The seeded random runs of bad input at every door, 10,000 each (`make test` runs 1,000).
 RANDOM_TESTS := services/tts/tests/server/test_random_input.py services/llm/tests/test_bad_input.py \
-	services/token/tests/test_random_input.py services/agent/tests/test_ws_talk.py::test_random_bad_input_never_ends_a_session_with_an_internal_error
+	services/token/tests/test_random_input.py services/agent/tests/test_ws_talk.py::test_random_bad_input_never_ends_a_session_with_an_internal_error \
+	services/agent/tests/test_realtime.py::test_random_bad_events_never_give_a_server_error
 test-random: venvs ## the random bad-input runs at 10,000 a door (VOICE_RANDOM_N=...), minutes
 	@set -e; for t in $(RANDOM_TESTS); do svc=$$(echo $$t | cut -d/ -f2); \
 		VOICE_RANDOM_N=$${VOICE_RANDOM_N:-10000} $(VENV)/$$svc/bin/python -m pytest -q -p no:cacheprovider $$t; done

@@ -432,3 +432,89 @@ async def test_a_forced_client_tool_call_and_its_output(
     outputs = [i for i in contexts[-1].items if i.type == "function_call_output"]
     assert outputs and outputs[0].output == '{"temperature": 21, "sky": "clear"}'
     assert outputs[0].call_id == call["call_id"]
+
+
+async def test_random_bad_events_never_give_a_server_error(agent: Agent) -> None:
+    """A seeded random run of 1,000 client events (VOICE_RANDOM_N), on one session:
+    mutated real events (odd values in their fields), junk JSON, binary. Each is
+    answered as the API says, an `error` is an invalid_request_error; the socket stays
+    open and a text turn is answered afterwards. (Invalid UTF-8 in a text frame closes
+    the socket 1007, as RFC 6455 says: test_invalid_utf8_closes_1007.)"""
+    import os
+    import random
+
+    import aiohttp
+
+    seed, n = 20261127, int(os.environ.get("VOICE_RANDOM_N", 0)) or 1000
+    rng = random.Random(seed)
+    odd = [None, True, -1, 0, 1.5, "x", "", "\ud800", [], {}, "x" * 3000, 2**64, 1e308,
+           {"type": "function"}, [{"type": "message"}], "AAAA", "root"]
+    fields = ["session", "audio", "item", "item_id", "previous_item_id", "content_index",
+              "audio_end_ms", "response", "response_id", "event_id", "type"]
+    types = [t for t in rt_events.CLIENT_EVENTS if t != "response.create"]
+
+    def event() -> tuple[str, Any]:
+        roll = rng.random()
+        if roll < 0.7:
+            ev: dict[str, Any] = {"type": rng.choice(types)}
+            for _ in range(rng.randint(0, 3)):
+                ev[rng.choice(fields)] = rng.choice(odd)
+            if rng.random() < 0.3:
+                ev["session"] = {rng.choice(["voice", "tools", "tool_choice", "temperature",
+                                             "turn_detection", "audio", "instructions",
+                                             "max_output_tokens", "output_modalities"]):
+                                 rng.choice(odd)}
+            return "text", json.dumps(ev)
+        if roll < 0.85:
+            return "text", rng.choice(["", "{", "[]", "null", "1", '"x"', "[" * 3000 + "]" * 3000])
+        return "binary", bytes(rng.randrange(256) for _ in range(rng.randint(0, 100)))
+
+    url = f"ws://127.0.0.1:{agent.http.rsplit(':', 1)[1]}/v1/realtime"
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        for _ in range(n):
+            kind, data = event()
+            if kind == "text":
+                await ws.send_str(str(data).encode("utf-8", "surrogatepass")
+                                  .decode("utf-8", "replace"))
+            else:
+                await ws.send_bytes(data)
+        await ws.send_json({"type": "session.update", "session": {
+            "voice": "aiden", "output_modalities": ["text"], "tools": [], "tool_choice": "auto",
+            "instructions": "Be brief.", "max_output_tokens": 20,
+            "audio": {"input": {"turn_detection": None}}}})
+        await ws.send_json({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Still there?"}]}})
+        await ws.send_json({"type": "response.cancel"})  # whatever is running
+        await asyncio.sleep(0.5)
+        await ws.send_json({"type": "response.create"})
+        got: list[dict[str, Any]] = []
+        async with asyncio.timeout(120):
+            async for msg in ws:
+                assert msg.type == aiohttp.WSMsgType.TEXT, msg
+                got.append(json.loads(msg.data))
+                if got[-1]["type"] == "response.done" and \
+                        got[-1]["response"]["status"] == "completed":
+                    break
+    errors = [e["error"] for e in got if e["type"] == "error"]
+    assert len(errors) > n // 4, len(errors)
+    assert all(e["type"] == "invalid_request_error" for e in errors), \
+        [e for e in errors if e["type"] != "invalid_request_error"][:3]
+    assert not [e for e in got if e["type"] == "response.done"
+                and e["response"]["status"] == "failed"]
+
+
+async def test_invalid_utf8_closes_1007(agent: Agent) -> None:
+    import aiohttp
+
+    url = f"ws://127.0.0.1:{agent.http.rsplit(':', 1)[1]}/v1/realtime"
+    async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+        await ws.send_frame(b'{"type": "session.update", "x": "\xff\xfe"}',
+                            aiohttp.WSMsgType.TEXT)
+        async with asyncio.timeout(10):
+            async for _ in ws:
+                pass
+    assert ws.close_code == 1007
+    async with asyncio.timeout(10):  # its slot is free again
+        while agent.hub.talking:
+            await asyncio.sleep(0.05)

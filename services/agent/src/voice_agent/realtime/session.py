@@ -139,6 +139,7 @@ class RealtimeSession:
         self._buffer_ms = 0.0
         self._in_ms = 0.0  # input audio received in all (the VAD's clock)
         self._resampler: rtc.AudioResampler | None = None
+        self._resampler_rate = 0  # the rate it takes (24 kHz pcm16, 8 kHz G.711)
         self._framer = AudioByteStream(VAD_RATE, 1, samples_per_channel=VAD_RATE // 50)
         self._vad: vad.VADStream | None = None
         self._vad_task: asyncio.Task[None] | None = None
@@ -177,7 +178,7 @@ class RealtimeSession:
         try:
             try:
                 ev = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
                 raise RealtimeError("invalid_json", f"the event is not JSON: {e}") from None
             if not isinstance(ev, dict):
                 raise RealtimeError("invalid_json", "an event is a JSON object")
@@ -189,6 +190,10 @@ class RealtimeSession:
             await getattr(self, "on_" + kind.replace(".", "_"))(ev)
         except RealtimeError as e:
             self.error(e, event_id)
+        except Exception:  # a bug of ours: said, logged, and the session goes on
+            log.exception("realtime %s: handling an event failed", self.id)
+            self.error(RealtimeError("internal", "the server failed on this event",
+                                     type_="server_error"), event_id)
 
     # -- session -----------------------------------------------------------------------
 
