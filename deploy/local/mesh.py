@@ -65,7 +65,9 @@ def services() -> list[Service]:
     llm_weights = os.environ.get("VOICE_LLM_WEIGHTS", "")
     out = [
         Service("tts", "tts", ["-m", "voice_tts.server"], {
-            "TTS_MODEL": weights or "preset:tiny", "TTS_GRPC_HOST": "127.0.0.1",
+            # random weights: tiny-mix serves the preset voices (the agent's, `make demo`'s)
+            # and clones (the README's own voice) at once; a real checkpoint does one kind
+            "TTS_MODEL": weights or "preset:tiny-mix", "TTS_GRPC_HOST": "127.0.0.1",
             # the tiny model on a laptop's CPU steps slower than admission's real-time
             # budget: admit by open streams, so two browser tabs both get (slower) replies
             **({} if weights else {"TTS_ADMIT_MARGIN": os.environ.get("TTS_ADMIT_MARGIN", "0")}),

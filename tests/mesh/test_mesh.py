@@ -1,4 +1,5 @@
-"""`make up` without Docker: the local mesh starts every service, the demos speak, `make down`
+"""`make up` without Docker: the local mesh starts every service, the README's own-voice
+lines clone a voice, the demos speak (in the clone and a preset), `make down`
 stops everything and frees every port; a service that cannot start stops the mesh with a
 message naming it and the cause.
 
@@ -9,8 +10,10 @@ Runs the real services from their venvs with tiny random models (the venvs come 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -81,9 +84,12 @@ def test_up_demo_down(mesh_env: dict[str, str], tmp_path: Path) -> None:
         assert f"web page http://127.0.0.1:{next(iter(web.values()))}/" in again.stdout
         assert "`make down`" in again.stdout
 
+        # the README's own-voice lines (they answered 501 on this stack), then `make demo`
+        # speaks in the cloned voice (demo-chat below speaks in the preset one)
+        own_voice(mesh_env, tmp_path)
         demo = tmp_path / "demo.wav"
         r = subprocess.run(["make", "--no-print-directory", "demo", f"DEMO_OUT={demo}",
-                            "TEXT=Hello from the local mesh.",
+                            "TEXT=Hello from the local mesh.", "VOICE=alice",
                             "DEMO_ARGS=--greedy --max-frames 10"],
                            cwd=ROOT, env=mesh_env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -111,6 +117,47 @@ def test_up_demo_down(mesh_env: dict[str, str], tmp_path: Path) -> None:
     finally:
         if up.poll() is None:
             os.killpg(up.pid, 9)
+
+
+def readme_own_voice_lines() -> str:
+    """The README's "Your own voice" commands, as a user pastes them."""
+    text = (ROOT / "README.md").read_text()
+    after = text.split("**Your own voice.**", 1)[1]
+    block = after.split("```bash\n", 1)[1].split("```", 1)[0]
+    curls, _ = block.split("make demo VOICE=alice", 1)  # the test runs `make demo` itself
+    assert "audio_sample=@alice.wav" in curls and '"voice": "alice"' in curls, block
+    return curls
+
+
+def reference_wav(path: Path, seconds: float = 4.0, rate: int = 16000) -> None:
+    """A short "recording": a vowel-like tone with vibrato (the server wants 3-30 s)."""
+    n = int(seconds * rate)
+    pcm = b"".join(struct.pack("<h", int(6000 * math.sin(
+        2 * math.pi * (180 * i / rate + 2 * math.sin(2 * math.pi * 5 * i / rate)))
+        * (0.6 + 0.4 * math.sin(2 * math.pi * 3 * i / rate)))) for i in range(n))
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm)
+
+
+def own_voice(env: dict[str, str], tmp_path: Path) -> None:
+    """The README's own-voice lines on the stack `make up` started: alice is made from a
+    short WAV and speaks over HTTP."""
+    work = tmp_path / "own-voice"
+    work.mkdir()
+    reference_wav(work / "alice.wav")
+    lines = readme_own_voice_lines().replace("localhost:8001",
+                                             f"localhost:{env['TTS_HTTP_PORT']}")
+    # each command's response on a line of its own (the first prints the voice's JSON)
+    r = subprocess.run(["bash", "-ec", lines + "\necho"], cwd=work,
+                       env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    created = json.loads(r.stdout.strip().splitlines()[0])
+    assert created.get("name") == "alice" and created.get("success"), r.stdout
+    with wave.open(str(work / "hello.wav")) as w:
+        assert w.getframerate() == 24000 and w.readframes(1920), "no audio in alice's voice"
 
 
 def test_taken_port_stops_the_mesh_with_a_clear_message(mesh_env: dict[str, str]) -> None:

@@ -136,6 +136,31 @@ def test_make_voice_prompt_from_audio(base: Engine) -> None:
     assert len(audio) % base.frame_samples == 0 and len(audio) > 0
 
 
+def test_tiny_mix_speaks_presets_and_clones() -> None:
+    """The stack's CPU default (`make up`, compose cpu): tiny's presets and a Base model's
+    speaker encoder in one random model, so the agent's preset and a clone both speak."""
+    mix = Engine.from_preset("tiny-mix", seed=0, settings=EngineSettings(max_sessions=2))
+    try:
+        assert mix.model_type == "custom_voice" and mix.can_clone
+        presets = {v.name for v in mix.voices()}
+        assert {"vivian", "serena"} <= presets
+        t = np.arange(24000 * 3) / 24000
+        p = mix.make_voice_prompt((0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32),
+                                  24000, "Three seconds of a tone.")
+        mix.add_voice("alice", p)
+        with pytest.raises(ValueError, match="needs a voice_design"):
+            mix.add_voice("d", VoicePrompt(instruct="A calm voice."))
+        assert ("alice", "clone") in [(v.name, v.kind) for v in mix.voices()]
+        for voice in ("vivian", "alice"):
+            audio = mix.synthesize("Hello there.", voice, sampling=SamplingParams.greedy(),
+                                   max_frames=3)
+            assert len(audio) == 3 * mix.frame_samples
+    finally:
+        mix.shutdown()
+    assert not Engine.from_preset("tiny", seed=0,
+                                  settings=EngineSettings(max_sessions=1)).can_clone
+
+
 def test_decoder_priming_is_decoded_once_then_copied(base: Engine) -> None:
     """The first utterance of an in-context voice decodes its reference codes into the
     speech decoder state and keeps that state; later ones copy it in: same audio."""

@@ -64,7 +64,8 @@ class Engine:
         self.scheduler = Scheduler(self.settings, self.cfg)
         self.output = Output(self.settings, self._fail,
                              self.cfg.speech_decoder.codebook_size)
-        self.voice_table = VoiceTable(self.cfg.talker, self.cfg.tts_model_type)
+        self.voice_table = VoiceTable(self.cfg.talker, self.cfg.tts_model_type,
+                                      self.cfg.clones_too)
         self.voice_maker = VoiceMaker(model, tokenizer, self.runner.dtype,
                                       self.settings.max_seq_len)
         self._fault = FaultInjection(self.settings.fault) if self.settings.fault else None
@@ -142,6 +143,12 @@ class Engine:
     def model_type(self) -> str:
         """"base" (cloned voices), "custom_voice" (presets) or "voice_design"."""
         return self.cfg.tts_model_type
+
+    @property
+    def can_clone(self) -> bool:
+        """Makes voices from reference audio: a Base checkpoint (or the `tiny-mix` preset,
+        a CustomVoice shape that clones too)."""
+        return self.cfg.can_clone
 
     def voices(self) -> list[Voice]:
         """Presets (CustomVoice) and the library voices added with `add_voice`."""

@@ -21,12 +21,13 @@ class Qwen3TTS(nn.Module):
         self.talker = Talker(cfg.talker, CodePredictor(cfg.code_predictor,
                                                        cfg.talker.hidden_size))
         self.speech_decoder = SpeechDecoder(cfg.speech_decoder)
-        # Base (voice clone) only, as the official model: the x-vector of a reference voice.
+        # Base (voice clone) only, as the official model (and the `tiny-mix` preset): the
+        # x-vector of a reference voice.
         self.speaker_encoder: SpeakerEncoder | None = (
-            SpeakerEncoder(cfg.speaker_encoder) if cfg.tts_model_type == "base" else None)
+            SpeakerEncoder(cfg.speaker_encoder) if cfg.can_clone else None)
         # Base only too: the speech tokenizer's encoder, for in-context reference codes.
         self.speech_encoder: SpeechEncoder | None = (
-            SpeechEncoder(cfg.speech_encoder) if cfg.tts_model_type == "base" else None)
+            SpeechEncoder(cfg.speech_encoder) if cfg.can_clone else None)
 
 
 __all__ = ["CodePredictor", "DecoderSlots", "DecoderState", "Qwen3TTS", "SpeakerEncoder",

@@ -37,7 +37,7 @@ class VoiceMaker:
         """A clone of a reference recording (Base checkpoints): its x-vector and, unless
         `x_vector_only` or without a transcript, its codes for in-context cloning. Mono
         (or channels last, averaged) at any rate."""
-        if self.model_type != "base":
+        if not self.cfg.can_clone:
             raise ValueError(f"voice cloning needs a base checkpoint; this one is "
                              f"{self.model_type}")
         from ..model.speaker_encoder import x_vector
@@ -55,14 +55,14 @@ class VoiceMaker:
             raise ValueError(f"voice design needs a voice_design checkpoint; this one is "
                              f"{self.model_type}")
         prompt = VoicePrompt(instruct=description)
-        prompt.check(self.model_type)
+        prompt.check(self.model_type, self.cfg.clones_too)
         return prompt
 
     @torch.no_grad()
     def library_voice(self, prompt: VoicePrompt) -> LibraryVoice:
         """The prompt on the device, ready for sessions. ValueError: a prompt of another
         model type, an x-vector of another size, reference codes that do not fit."""
-        prompt.check(self.model_type)
+        prompt.check(self.model_type, self.cfg.clones_too)
         if prompt.x_vector is None:
             voice = LibraryVoice(prompt, instruct_ids=self.tokenizer.instruct_ids(
                 prompt.instruct))

@@ -296,7 +296,7 @@ class VoiceLibrary:
         """Reference audio checked for a clone: (mono float32, rate, warnings). The decode
         runs in a worker thread, at most `DECODERS` at once: on the event loop a big
         upload would stall every open stream for as long as it takes."""
-        if self.model_type != "base":
+        if not getattr(self.engine, "can_clone", self.model_type == "base"):
             raise VoiceError("unsupported", f"this server's checkpoint ({self.model_type}) "
                              "cannot clone a voice: run a Base checkpoint "
                              "(Qwen3-TTS-12Hz-*-Base) for that")
