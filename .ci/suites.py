@@ -50,7 +50,7 @@ SUITES = [
     # The TTS's two halves run as two suites, so that the lanes can balance (21 min whole).
     Suite("tts-engine", ".venv/tts/bin/python", ["services/tts/tests/engine"], 900),
     Suite("tts-server", ".venv/tts/bin/python", ["services/tts/tests/server"], 950),
-    Suite("agent", ".venv/agent/bin/python", ["services/agent/tests"], 1000),
+    Suite("agent", ".venv/agent/bin/python", ["services/agent/tests"], 1100),  # +Realtime, tools
     Suite("autortc", ".venv/autortc/bin/python", ["services/autortc/tests"], 600),
     Suite("llm", ".venv/llm/bin/python", ["services/llm/tests"], 150),
     Suite("vllm", f"{VLLM_VENV}/bin/python", ["services/llm/tests"], 300, ["-m", "vllm"],
