@@ -118,6 +118,10 @@ class AudioPacket:
     # still held for a packet). EOS is sampled one step after the last frame: then the
     # last packet goes out unflagged and its UtteranceEnd alone closes the utterance.
     final: bool = False
+    # Characters of the utterance's text (as pushed) the talker had read when it made the
+    # packet's last frame (scheduler.text_chars_read); the last packet of an utterance
+    # that ended by EOS: all of it. Offline (non_streaming_mode): all of it.
+    text_chars: int = 0
 
 
 @dataclass
@@ -128,6 +132,9 @@ class UtteranceEnd:
     # input cannot be synthesized (INVALID_ARGUMENT); error: engine work failed.
     reason: Literal["eos", "max_frames", "cancelled", "invalid", "error"]
     error: str = ""  # what went wrong (invalid / error)
+    # What its last audio had read (AudioPacket.text_chars): eos, all of the text;
+    # max_frames, what its last frame had read; else 0.
+    text_chars: int = 0
 
 
 @dataclass

@@ -23,7 +23,7 @@ import numpy as np
 from .api import AudioPacket, EngineSettings, StepStats, UtteranceEnd
 from .faults import EngineFailed, poisons_device
 from .runner import Step
-from .scheduler import Row
+from .scheduler import Row, text_chars_read
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,10 @@ class Output:
         utt.ended = True
         s.finish_head(utt, truncated=reason == "max_frames")
         if not utt.cancelled:
-            s.emit(utt, UtteranceEnd(utt.id, utt.emitted, reason, error))  # type: ignore[arg-type]
+            chars = (utt.stream.chars if reason == "eos" else
+                     text_chars_read(row, utt.emitted) if reason == "max_frames" else 0)
+            s.emit(utt, UtteranceEnd(utt.id, utt.emitted, reason, error,  # type: ignore[arg-type]
+                                     chars))
 
     def deliver(self, flight: InFlight) -> StepStats | None:
         """The step's audio out as packets (and the ends it brings); its stats."""
@@ -124,9 +127,12 @@ class Output:
                 first = utt.first_text or utt.created
                 timings = dict(utt.timings,
                                first_packet_ms=(time.perf_counter() - first) * 1e3)
+            last = final and not utt.pending
+            chars = (utt.stream.chars if last and utt.ending == "eos" else
+                     text_chars_read(row, utt.emitted + len(chunk)))
             packet = AudioPacket(utt.id, np.concatenate([pcm for _, pcm in chunk]),
                                  utt.emitted, len(chunk), timings,
                                  np.stack([codes for codes, _ in chunk]),
-                                 final=final and not utt.pending)
+                                 final=last, text_chars=chars)
             if s.emit(utt, packet):
                 utt.emitted += len(chunk)

@@ -45,6 +45,24 @@ from .session import Session, Utterance
 from .text import TextIds
 
 
+def text_index(s: Session, k: int) -> int:
+    """The index into the text ids of the text-track id that talker step k feeds (k = 0:
+    the prompt's last; negative: in an in-context clone's reference transcript)."""
+    icl = s.voice.icl
+    return k if icl is None else icl.codec_len + k - 1 - len(icl.ref_ids)
+
+
+def text_chars_read(row: Row, frames: int) -> int:
+    """Characters of the utterance's text (as pushed) the talker had read when it made
+    its first `frames` frames: frame k comes from text ids 0..text_index(k) (one per
+    step). Offline prompts hold the whole text: all of it. A few integer operations (the
+    packet hot path)."""
+    s, utt = row
+    if s.params.non_streaming_mode:
+        return utt.stream.chars
+    return utt.stream.chars_read(text_index(s, frames - 1) + 1)
+
+
 class Need(Enum):
     NOTHING = 0  # idle, paused, or waiting for text
     PREFILL = 1  # has enough text for its prompt
@@ -190,11 +208,9 @@ class Scheduler:
         tts_eos, then tts_pad. The prompt holds X up to the first text id (or, in-context,
         X[:Ly]); talker step k >= 1 feeds the id after it: X[k], in-context X[Ly + k - 1].
         None: not known yet."""
-        j, icl = k, s.voice.icl
-        if icl is not None:
-            j = icl.codec_len + k - 1 - len(icl.ref_ids)  # index into the text ids
-            if j < 0:  # still in the reference transcript
-                return icl.ref_ids[j]
+        j, icl = text_index(s, k), s.voice.icl
+        if icl is not None and j < 0:  # still in the reference transcript
+            return icl.ref_ids[j]
         if j < len(text.text):
             return text.text[j]
         if not text.finished:

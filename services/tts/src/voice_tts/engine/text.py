@@ -13,6 +13,10 @@ commit the ids of all pre-tokens but the last, and keep the last one (and any
 incomplete UTF-8 sequence) as an uncommitted tail until more text or flush. As a guard
 the committed ids are checked to be a prefix of the ids of the whole pending text.
 
+Each committed id keeps how many characters of the text, as pushed (before NFC), it ends
+at (`committed_chars`, from the tokenizer's offsets): what the talker has read once it
+has taken that id (`chars_read`, reported with the audio: `AudioPacket.text_chars`).
+
 Differences from the official processor, on purpose: special-token strings inside the
 text (e.g. a literal "<|im_end|>") stay plain text instead of becoming control tokens.
 
@@ -87,6 +91,13 @@ class TextTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids if text else []
 
+    def encode_ends(self, text: str) -> tuple[list[int], list[int]]:
+        """`encode(text)` and, per id, the character offset in `text` where it ends."""
+        if not text:
+            return [], []
+        enc = self.tok.encode(text, add_special_tokens=False)
+        return enc.ids, [end for _, end in enc.offsets]
+
     def normalize(self, text: str) -> str:
         return self._nfc.normalize_str(text)
 
@@ -136,7 +147,13 @@ class TextStream:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
         self._lock = threading.Lock()
         self._tail = ROLE_PREFIX  # uncommitted, normalized, starts at a pre-token boundary
+        self._raw_tail = ROLE_PREFIX  # the same text as pushed (NFC(_raw_tail) == _tail)
+        self._raw_done = -len(ROLE_PREFIX)  # text characters before _raw_tail
         self.committed: list[int] = [tokenizer.im_start]
+        # Per committed id: characters of the text (as pushed) up to its end (role: 0).
+        # Appended under the lock with `committed`; the engine thread reads it unlocked
+        # (it only grows, and only past the ids the engine has seen).
+        self.committed_chars: list[int] = [0]
         self.chars = 0
         self.length = TextLength()  # what the length guard counts
         self.has_content = False  # any non-whitespace character so far
@@ -172,6 +189,7 @@ class TextStream:
             self.length.add(text)
             self.has_content = self.has_content or (not text.isspace() and bool(text))
             self._tail = self.tokenizer.normalize(self._tail + text)
+            self._raw_tail += text
             return self._commit(final=False)
 
     def finish(self) -> int:
@@ -183,25 +201,60 @@ class TextStream:
             except UnicodeDecodeError:
                 raise ValueError("text ends inside a UTF-8 character") from None
             self._tail = self.tokenizer.normalize(self._tail + rest)
+            self._raw_tail += rest
             self.finished = True
             return self._commit(final=True)
 
     def _commit(self, final: bool) -> int:
         if final:
-            ids = self.tokenizer.encode(self._tail)
-            self.committed.extend(ids)
-            self._tail = ""
+            ids, ends = self.tokenizer.encode_ends(self._tail)
+            self._keep(ids, ends, self._tail, len(self._raw_tail))
+            self._tail = self._raw_tail = ""
             return len(ids)
         starts = self.tokenizer.pre_token_starts(self._tail)
         if len(starts) < 2:
             return 0
         cut = starts[-1]
-        ids = self.tokenizer.encode(self._tail[:cut])
+        part = self._tail[:cut]
+        ids, ends = self.tokenizer.encode_ends(part)
         if self.tokenizer.encode(self._tail)[: len(ids)] != ids:
             return 0  # not provably stable yet; wait for more text
-        self.committed.extend(ids)
+        raw = self._raw_len(part)
+        self._keep(ids, ends, part, raw)
         self._tail = self._tail[cut:]
+        self._raw_tail = self._raw_tail[raw:]
         return len(ids)
+
+    def _raw_len(self, part: str) -> int:
+        """Characters of `_raw_tail` (as pushed) whose NFC is `part`, a prefix of `_tail`."""
+        raw = self._raw_tail
+        if raw.startswith(part):
+            return len(part)  # pushed in NFC already: the usual case
+        for n in range(len(raw) + 1):  # NFC changed it (rare): find the matching prefix
+            if self.tokenizer.normalize(raw[:n]) == part:
+                return n
+        return max(0, len(raw) - (len(self._tail) - len(part)))
+
+    def _keep(self, ids: list[int], ends: list[int], part: str, raw: int) -> None:
+        """Commit `ids` (of normalized `part`, `raw` characters as pushed), each with the
+        text characters up to its end (offsets scaled to the pushed text if NFC changed
+        its length; the role prefix counts 0)."""
+        base, n, top = self._raw_done, len(part), 0
+        for end in ends:
+            top = max(top, end if raw == n else end * raw // max(1, n))
+            self.committed_chars.append(max(0, base + top))
+        self.committed.extend(ids)
+        self._raw_done = base + raw
+
+    def chars_read(self, n: int) -> int:
+        """Characters of the text (as pushed) behind its first `n` text ids; past the last
+        id of a finished text, all of it. Engine thread, no lock (see `committed_chars`)."""
+        if n <= 0:
+            return 0
+        cc = self.committed_chars
+        if ROLE_LEN + n <= len(cc):
+            return cc[ROLE_LEN + n - 1]
+        return self.chars if self.finished else cc[-1]
 
     def ids(self) -> TextIds:
         """The committed ids now (a consistent copy: other threads may push meanwhile)."""

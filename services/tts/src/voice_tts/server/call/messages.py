@@ -124,6 +124,9 @@ class AudioFrame:
     pcm: bytes
     last_in_utterance: bool
     frames: int
+    # Characters of the utterance's text the model had read when it made the audio of
+    # its last frame (the engine's AudioPacket.text_chars; the proto's AudioFrame).
+    text_chars: int = 0
     seq: int = 0
 
 

@@ -117,6 +117,7 @@ class _Utterance:
     # Its newest frame, held back until the next packet or its end says whether it is the
     # last (codec EOS comes one engine step after the last frame: engine.output).
     held: bytes | None = None
+    held_chars: int = 0            # the text its packet had read (AudioPacket.text_chars)
     made: int = 0                  # frames framed (the next one's index)
     t0: float = -math.inf          # loop time its first frame was written (pacing)
     ttfa_s: float | None = None    # first text -> its first audio on the loop
@@ -411,6 +412,7 @@ class SynthesizeStream:
             u.framer = UtteranceFramer(self.codec.sample_rate, st.cfg.sample_rate,
                                        st.cfg.frame_ms)
         frames = [u.held] if u.held is not None else []
+        before, before_chars = len(frames), u.held_chars
         u.held = None
         if p.final:  # the last packet: drain the resampler, pad, flag the last frame
             frames += u.framer.push(p.pcm) + u.framer.finish()
@@ -419,7 +421,11 @@ class SynthesizeStream:
             frames += u.framer.push(p.pcm)
             if frames:  # the packet's other frames go out now, this one with what follows
                 u.held = frames.pop()
-        self._frames(p.utterance_id, u, frames, last=p.final)
+                if len(frames) >= before:  # it is this packet's
+                    u.held_chars = p.text_chars
+                else:
+                    before = 0
+        self._frames(p.utterance_id, u, frames, p.final, p.text_chars, before, before_chars)
         self._maybe_resume()
 
     def _on_end(self, e: UtteranceEnd) -> None:
@@ -442,8 +448,8 @@ class SynthesizeStream:
         if u.framer is not None:
             frames += u.framer.finish()
             u.framer = None
-        if frames:
-            self._frames(uid, u, frames, last=True)
+        if frames:  # the last message says what the end says (all of the text, for eos)
+            self._frames(uid, u, frames, True, e.text_chars, len(frames) - 1, u.held_chars)
         u.held = None
         kinds: list[EventKind] = []
         if e.reason == "max_frames":
@@ -464,15 +470,19 @@ class SynthesizeStream:
         self.metrics.utterances("cancelled").inc(len(live))
         st.utterances.clear()
 
-    def _frames(self, uid: int, u: _Utterance, frames: list[bytes], last: bool) -> None:
+    def _frames(self, uid: int, u: _Utterance, frames: list[bytes], last: bool,
+                chars: int, before: int = 0, before_chars: int = 0) -> None:
         """One packet's frames into messages of up to `frames_per_message` (never held
-        for the next packet: a message carries what is there)."""
+        for the next packet: a message carries what is there). A message says the text
+        its last frame had read: `chars`, or `before_chars` for the first `before` frames
+        (made of an earlier packet's audio)."""
         n, k = len(frames), self._per_message
         out = self._out
         for i in range(0, n, k):
             chunk = frames[i:i + k]
             out.append(AudioFrame(uid, u.made, chunk[0] if k == 1 else b"".join(chunk),
-                                  last and i + k >= n, len(chunk)))
+                                  last and i + k >= n, len(chunk),
+                                  chars if i + len(chunk) > before else before_chars))
             u.made += len(chunk)
         self.state.pending_frames += n
 

@@ -141,7 +141,7 @@ class TextToSpeechServicer:
                         yield tts_pb2.SynthesizeResponse(audio=tts_pb2.AudioFrame(
                             seq=seq, pcm=out.pcm, utterance_id=out.utterance_id,
                             start_ms=seq * frame_ms, last_in_utterance=out.last_in_utterance,
-                            frames=out.frames if several else 0))
+                            frames=out.frames if several else 0, text_chars=out.text_chars))
                         continue
                     if type(out) is SessionStarted:
                         frame_ms = out.config.frame_ms
