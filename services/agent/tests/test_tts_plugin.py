@@ -163,3 +163,32 @@ async def test_text_over_the_limit_reports_the_servers_status(tts_server: Server
                 pass
     await tts.aclose()
     assert e.value.status_code == 400 and "INVALID_ARGUMENT" in str(e.value), str(e.value)
+
+
+async def test_text_progress_maps_audio_to_the_text_read(tts_server: Server) -> None:
+    # Three server utterances (a FLUSH per sentence): the timeline counts characters of
+    # the whole reply's text, across them.
+    tts = TTS(addr=tts_server.addr, voice="aiden", max_frames=30, flush_on_sentence=True)
+    stream = tts.stream(conn_options=ONCE)
+    reply = "Hi there! Nice to meet you, héllo. 你好, bye now."
+    for i in range(0, len(reply), 5):
+        stream.push_text(reply[i:i + 5])
+    stream.end_input()
+    audio_s = 0.0
+    async with asyncio.timeout(60):
+        async for ev in stream:
+            audio_s += ev.frame.duration
+    await tts.aclose()
+    assert "".join(stream.segments) == reply
+    progress = stream.text_progress
+    seconds, chars = [t for t, _ in progress], [c for _, c in progress]
+    assert seconds == sorted(seconds) and len(set(seconds)) == len(seconds)
+    assert abs(seconds[-1] - audio_s) < 0.05  # what was emitted, nothing more
+    assert chars == sorted(chars) and 0 < chars[0] < len(reply)
+    assert chars[-1] == len(reply)
+    # the second sentence's audio counts past the first sentence's text
+    assert any(len("Hi there! ") <= c < len(reply) for c in chars)
+    assert stream.chars_at(0.0) == chars[0]
+    assert stream.chars_at(seconds[3]) == chars[3]
+    assert stream.chars_at((seconds[3] + seconds[4]) / 2) == chars[4]
+    assert stream.chars_at(1e9) == len(reply)

@@ -12,6 +12,10 @@ closures). One SynthesizeStream = one agent reply = one gRPC call:
   becomes Control FLUSH; end of input half-closes the call (server: FLUSH + end).
 - Each AudioFrame's PCM is pushed to the framework's AudioEmitter as it arrives
   (raw PCM, re-framed by the framework's AudioByteStream at `frame_ms`).
+- Each AudioFrame's `text_chars` (what of its utterance's text the TTS model had read)
+  goes into `SynthesizeStream.text_progress`, a timeline of (audio seconds pushed so far,
+  characters of the stream's input text read): `chars_at(audio_s)` bounds from above
+  what a listener had heard by then (to cut a reply's transcript at a barge-in).
 - `stop()` is the barge-in path: Control STOP goes out, and nothing received after
   it is pushed. Cancelling the stream cancels the call (the server frees its slot).
 - Writing stops the moment the call ends (a done callback cancels the writers as the
@@ -25,6 +29,7 @@ Works in anyone's AgentSession; the optional `tracker` only adds our per-turn ti
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import time
@@ -199,6 +204,10 @@ class _Call:
     boundaries: set[int] = field(default_factory=set)
     segment_open: bool = False  # an emitter segment is open (receive side)
     segments_opened: int = 0  # emitter segments opened so far: the next one's id
+    chars_sent: int = 0  # characters of text written so far
+    # server utterance id -> characters written before its text (AudioFrame.text_chars
+    # counts from its utterance's start)
+    utterance_base: dict[int, int] = field(default_factory=dict)
 
 
 class SynthesizeStream(tts.SynthesizeStream):
@@ -210,6 +219,24 @@ class SynthesizeStream(tts.SynthesizeStream):
         self._stopped = False
         self._stop_task: asyncio.Future[None] | None = None
         self.segments: list[str] = []  # what the bridge sent, for tests and logs
+        # (audio seconds pushed so far, characters of the input text the TTS model had
+        # read when it made that audio's end), one entry per AudioFrame message, both
+        # non-decreasing; empty from a TTS that does not report it (text_chars 0).
+        # Characters are Unicode code points of the text pushed into this stream (the
+        # bridge's segments are exact slices of it: "".join(self.segments)).
+        self.text_progress: list[tuple[float, int]] = []
+        self._audio_s = 0.0
+
+    def chars_at(self, audio_s: float) -> int | None:
+        """Characters of the input text the TTS had read when it made the audio playing at
+        `audio_s` seconds into this stream's output: an upper bound on what a listener
+        heard by then (the audio lags the text read by a few 80 ms frames). Past the end,
+        the last value; None when the TTS reported nothing (an older server)."""
+        tp = self.text_progress
+        if not tp:
+            return None
+        i = bisect.bisect_left(tp, audio_s, key=lambda e: e[0])
+        return tp[min(i, len(tp) - 1)][1]
 
     def stop(self) -> bool:
         """Barge-in: send Control STOP and push nothing more. True if a call was live."""
@@ -320,6 +347,8 @@ class SynthesizeStream(tts.SynthesizeStream):
             self._tts._tracker.tts_text_sent()
         self._mark_started()
         self.segments.append(text)
+        call.utterance_base.setdefault(call.utterance, call.chars_sent)
+        call.chars_sent += len(text)
         await self._write(call, tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=text)))
         call.utterance_has_text = call.segment_has_text = True
         if call.flush_on_sentence and ends_sentence:
@@ -338,6 +367,7 @@ class SynthesizeStream(tts.SynthesizeStream):
 
     async def _recv_task(self, call: _Call) -> None:
         tracker = self._tts._tracker
+        rate = self._tts._opts.sample_rate
         async for resp in call.rpc:
             kind = resp.WhichOneof("response")
             if kind == "audio":
@@ -350,7 +380,12 @@ class SynthesizeStream(tts.SynthesizeStream):
                     call.segments_opened += 1
                 if tracker is not None:
                     tracker.tts_audio_received()
-                call.emitter.push(resp.audio.pcm)
+                audio = resp.audio
+                call.emitter.push(audio.pcm)
+                self._audio_s += len(audio.pcm) / (2 * rate)
+                if audio.text_chars:
+                    self.text_progress.append((self._audio_s, audio.text_chars + (
+                        call.utterance_base.get(audio.utterance_id, 0))))
                 continue
             self._on_event(call, resp.event)
         if call.segment_open and not self._stopped:
