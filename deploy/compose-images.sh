@@ -39,8 +39,8 @@ compose_bases() {
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "${SAY:-up}: ${missing[*]}: not here and this engine cannot pull them (no registry" \
-    "answers): building on local Debian bases (make images-local; PYTHON_IMAGE and" \
-    "NODE_IMAGE pick others)"
+    "answers): building on local Debian bases (make images-local, a minute or two; its" \
+    "log: /tmp/voice-images-local.log; PYTHON_IMAGE and NODE_IMAGE pick others)"
   if ! bash deploy/images-local.sh >/tmp/voice-images-local.log 2>&1; then
     tail -5 /tmp/voice-images-local.log
     echo "${SAY:-up}: \`make images-local\` could not make them (log: /tmp/voice-images-local.log)"

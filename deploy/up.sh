@@ -35,6 +35,89 @@ if [ "$mode" = compose ] && [ $compose = 0 ]; then
   exit 1
 fi
 
+# compose_run ARGS...: build, start detached, wait for every container's health check,
+# then stay in the foreground (Ctrl-C stops the stack, as the mesh does). Progress lines
+# here; every line of build and start goes to the log, whose path comes first.
+compose_run() {
+  local log=${COMPOSE_UP_LOG:-.run/compose-up.log} t0=$SECONDS pid last line waited=0
+  local timeout=${COMPOSE_UP_TIMEOUT_S:-900} built_n=0
+  COMPOSE_ARGS=("$@")  # for the trap, which runs outside this function
+  mkdir -p "$(dirname "$log")"
+  : >"$log"
+  echo "up: progress log: $log (every build and start line: \`tail -f $log\`)"
+  echo "up: building the images (docker compose build; the first build takes minutes)"
+  docker compose "$@" build >>"$log" 2>&1 &
+  pid=$!
+  built() {  # each image as it is done (legacy builder / BuildKit), said once
+    while read -r line; do echo "up: built $line"; done < <(
+      sed -n 's/^Successfully tagged \(.*\)/\1/p; s/.*naming to \(docker.io\/library\/\)\{0,1\}\([^ ]*\).*/\2/p' \
+        "$log" | tail -n +$((built_n + 1)))
+    built_n=$(sed -n '/^Successfully tagged \|naming to /p' "$log" | wc -l)
+  }
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep "${COMPOSE_UP_TICK_S:-2}"
+    waited=$((waited + ${COMPOSE_UP_TICK_S:-2}))
+    built
+    if [ $((waited % 30)) -lt "${COMPOSE_UP_TICK_S:-2}" ]; then
+      last=$(grep -E '^(Step [0-9]+/[0-9]+|#[0-9]+ \[)' "$log" | tail -1 | cut -c1-100 || true)
+      echo "up: still building ($((SECONDS - t0)) s)${last:+: $last}"
+    fi
+  done
+  built
+  if ! wait "$pid"; then
+    tail -20 "$log"
+    echo "up: the build failed (log: $log)" >&2
+    return 1
+  fi
+  echo "up: images built in $((SECONDS - t0)) s; starting the containers"
+  if ! docker compose "$@" up -d --no-build >>"$log" 2>&1; then
+    tail -20 "$log"
+    echo "up: \`docker compose up\` failed (log: $log)" >&2
+    return 1
+  fi
+  # every container healthy (or running, without a health check; a job done), each said
+  # once; one that exited with an error ends the wait
+  local seen=" " pending svc state code health t1=$SECONDS
+  while :; do
+    pending=0
+    while read -r svc state code health; do
+      [ -n "$svc" ] || continue
+      if [ "$state" = exited ] && [ "$code" != 0 ]; then
+        echo "up: $svc exited with code $code (\`docker compose logs $svc\`; log: $log)" >&2
+        return 1
+      elif [ "$state" = exited ]; then
+        [[ "$seen" == *" $svc "* ]] || echo "up: $svc done"
+      elif [ "$state" != running ] || { [ -n "$health" ] && [ "$health" != healthy ]; }; then
+        pending=1
+        continue
+      elif [[ "$seen" != *" $svc "* ]]; then
+        echo "up: $svc ${health:-running} ($((SECONDS - t1)) s)"
+      fi
+      seen="$seen$svc "
+    done < <(docker compose "$@" ps -a --format '{{.Service}} {{.State}} {{.ExitCode}} {{.Health}}' \
+               2>>"$log")
+    [ $pending = 0 ] && [ "$seen" != " " ] && break
+    if [ $((SECONDS - t1)) -ge "$timeout" ]; then
+      docker compose "$@" ps -a >>"$log" 2>&1 || true
+      echo "up: not every container is healthy after $timeout s (\`docker compose ps\`," \
+        "\`docker compose logs <service>\`; log: $log)" >&2
+      return 1
+    fi
+    sleep "${COMPOSE_UP_TICK_S:-2}"
+  done
+  compose_ready_line "$(compose_value TOKEN_HTTP_PORT)" $((SECONDS - t0))
+  trap 'echo "up: stopping the stack (docker compose stop; \`make down\` removes it)";
+        docker compose "${COMPOSE_ARGS[@]}" stop >>"'"$log"'" 2>&1; exit 0' INT TERM
+  docker compose "$@" logs -f --no-color >>"$log" 2>&1 &
+  wait $! || true
+  echo "up: the stack's containers are gone (\`make down\`)"
+}
+
+compose_ready_line() {
+  echo "up: ready in $2 s: web page http://127.0.0.1:$1/   demos: \`make demo\`," \
+    "\`make demo-chat\`   stop: Ctrl-C or \`make down\`"
+}
+
 if [ $compose = 1 ]; then
   if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia; then
     profile=gpu; why="NVIDIA runtime found"
@@ -68,9 +151,10 @@ if [ $compose = 1 ]; then
     compose_optional "$profile"
     args=()
     for p in "$profile" "${OPTIONAL_PROFILES[@]}"; do args+=(--profile "$p"); done
-    echo "up: docker compose ${args[*]} up --build (VOICE_UP=mesh runs the local mesh" \
-      "instead, no Docker; \`make down\` stops either)"
-    exec docker compose "${args[@]}" up --build
+    echo "up: docker compose ${args[*]} (VOICE_UP=mesh runs the local mesh instead, no" \
+      "Docker; \`make down\` stops either)"
+    compose_run "${args[@]}"
+    exit $?
   fi
   if [ "$mode" = compose ]; then
     echo "up: VOICE_UP=compose, but the images cannot be built here (see above)" >&2

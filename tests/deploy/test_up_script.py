@@ -31,6 +31,11 @@ FAKE_DOCKER = """#!/bin/sh
 echo "docker $*" >> "$FAKE_LOG"
 case "$*" in *"compose "*"ps -"*) [ -n "$FAKE_RUNNING" ] && echo 0123abcd;; esac
 case "$*" in *"config --volumes") printf 'models\ntts-voices\n';; esac
+case "$*" in compose*" build") echo "Step 3/9 : RUN pip install"
+  echo "Successfully tagged voice-tts:dev-cpu"; echo "Successfully tagged voice-token:dev";;
+esac
+case "$*" in *"ps -a --format"*)
+  printf 'tts-cpu running 0 healthy\ntoken running 0 healthy\nprometheus running 0\n';; esac
 if [ "$1" = compose ] && [ -n "$FAKE_NO_COMPOSE" ]; then
   echo "unknown flag: --profile" >&2; exit 125
 fi
@@ -82,7 +87,8 @@ def layout(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     for name, text in (("docker", FAKE_DOCKER), ("make", FAKE_MAKE)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    for tool in ("bash", "sh", "cp", "dirname", "grep", "cat", "sed", "tail", "timeout"):
+    for tool in ("bash", "sh", "cp", "dirname", "grep", "cat", "sed", "tail", "timeout", "mkdir",
+                 "sleep", "wc", "cut"):
         real = shutil.which(tool)
         assert real, tool
         (bin_dir / tool).symlink_to(real)
@@ -106,9 +112,8 @@ def calls(log: Path, prefix: str = "") -> list[str]:
 
 
 def compose_call(log: Path) -> list[str]:
-    [call] = [c for c in calls(log, "docker compose")
-              if c != "docker compose version" and " ps -" not in c
-              and not c.endswith("config --volumes")]
+    """The call that starts (`up`) or stops (`down`) the stack."""
+    [call] = [c for c in calls(log, "docker compose") if {"up", "down"} & set(c.split())]
     return call.split()
 
 
@@ -118,7 +123,9 @@ def test_engine_without_nvidia_runtime_runs_compose_with_the_cpu_profile(layout)
     assert proc.returncode == 0, proc.stderr
     args = compose_call(log)
     assert args[args.index("--profile") + 1] == "cpu"
-    assert "up" in args and "--build" in args
+    assert "up" in args and "-d" in args and "--no-build" in args
+    [build] = [c for c in calls(log, "docker compose") if c.endswith(" build")]
+    assert build.split()[:-1] == args[:args.index("up")], "the same profiles built"
     # First run: .env is created from .env.example, which compose reads for ${VARS},
     # with a secret of its own (the example's is public)
     made = (root / ".env").read_text().splitlines()
@@ -134,6 +141,30 @@ def test_engine_without_nvidia_runtime_runs_compose_with_the_cpu_profile(layout)
     # a second run keeps it
     assert run(root, "up.sh", env).returncode == 0
     assert (root / ".env").read_text().splitlines() == made
+
+
+def test_compose_says_what_it_does_and_when_it_is_ready(layout):
+    """Issue 51 item 11: compose's `make up` printed nothing for minutes, kept its log's
+    path to itself and never said the page's URL. Now: the log's path first, the build and
+    each image, each container as it turns healthy, then a ready line with the page."""
+    root, _, env = layout
+    proc = run(root, "up.sh", env | {"COMPOSE_UP_TICK_S": "1"})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    said = [ln for ln in out if ln.startswith("up: ")]
+    first = next(i for i, ln in enumerate(said) if "progress log:" in ln)
+    assert ".run/compose-up.log" in said[first]
+    assert (root / ".run" / "compose-up.log").exists()
+    assert "Step 3/9" in (root / ".run" / "compose-up.log").read_text()  # build output: log
+    assert not any("Step 3/9" in ln and "still building" not in ln for ln in out)
+    order = ["progress log:", "building the images", "built voice-tts:dev-cpu",
+             "built voice-token:dev", "images built", "tts-cpu healthy", "token healthy",
+             "prometheus running", "ready in"]
+    at = [next(i for i, ln in enumerate(said) if key in ln) for key in order]
+    assert at == sorted(at) and at[0] == first, said
+    ready = said[at[-1]]
+    assert f"web page http://127.0.0.1:{env['TOKEN_HTTP_PORT']}/" in ready, ready
+    assert "make demo" in ready and "make down" in ready
 
 
 def test_engine_with_nvidia_runtime_runs_compose_with_the_gpu_profile(layout):
@@ -162,7 +193,8 @@ def test_with_every_image_to_be_had_the_optional_services_run_too(layout):
     assert calls(log, "env") == ["env PYTHON_IMAGE=python:3.11-slim-bookworm "
                                  "LIVEKIT_PUBLIC_URL=ws://localhost:7880"]
     assert "left out" not in proc.stdout and not calls(log, "images-local")
-    assert "VOICE_UP=mesh" in proc.stdout.splitlines()[-1]  # how to choose the other
+    said = next(ln for ln in proc.stdout.splitlines() if ln.startswith("up: docker compose --"))
+    assert "VOICE_UP=mesh" in said  # how to choose the other
 
 
 def test_an_engine_that_cannot_pull_builds_on_local_bases_and_leaves_out_the_rest(layout):
@@ -172,6 +204,7 @@ def test_an_engine_that_cannot_pull_builds_on_local_bases_and_leaves_out_the_res
     proc = run(root, "up.sh", env | {"FAKE_NO_PULL": "1"})
     assert proc.returncode == 0, proc.stderr
     assert calls(log, "images-local") == ["images-local "]
+    assert "its log: /tmp/voice-images-local.log" in proc.stdout  # said before, not on failure
     args = compose_call(log)
     profiles = [args[i + 1] for i, a in enumerate(args) if a == "--profile"]
     assert profiles == ["cpu", "prometheus"]  # images-local makes a Prometheus image
