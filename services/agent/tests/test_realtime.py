@@ -318,6 +318,10 @@ def test_heard_text_cuts_at_a_whole_word() -> None:
     assert heard_text(text, 0, 1000, True) == ""
     # before all audio is made: the speaking pace (14 characters a second)
     assert heard_text(text, 1000, 1200, False) == "The quick"
+    # the TTS said what it had read by then: that, to the word
+    assert heard_text(text, 1000, 1200, False, read=25) == "The quick brown fox jumps"
+    assert heard_text(text, 1000, 1200, False, read=22) == "The quick brown fox"  # "jum"
+    assert heard_text(text, 1000, 1200, False, read=3) == "The"
 
 
 async def _reply(gen: Any, timeout: float = 60) -> tuple[str, int]:

@@ -261,7 +261,7 @@ class STT(stt.STT):
         await self._channels.aclose()
 
 
-class _RecogniserFeed:
+class RecogniserFeed:
     """The offline recogniser's utterance for the speech under way: fed as the user
     speaks, its final pass run early once they are quiet (undone if they speak again).
     One per VAD speech segment; `aclose` gives its worker back."""
@@ -274,7 +274,7 @@ class _RecogniserFeed:
         self._prepared = False  # the final pass has run (the user is quiet)
 
     @classmethod
-    async def open(cls, stt_: STT, prepare_after_s: float | None) -> _RecogniserFeed:
+    async def open(cls, stt_: STT, prepare_after_s: float | None) -> RecogniserFeed:
         feed = cls(prepare_after_s)
         try:
             feed.utt = await feed._lease.enter_async_context(stt_.sphinx().utterance())
@@ -343,14 +343,14 @@ class SpeechStream(stt.RecognizeStream):
         vad_stream.end_input()
 
     async def _recognize(self, vad_stream: VADStream) -> None:
-        feed: _RecogniserFeed | None = None  # the speech under way's, if the recogniser listens
+        feed: RecogniserFeed | None = None  # the speech under way's, if the recogniser listens
         try:
             async for ev in vad_stream:
                 if ev.type == VADEventType.START_OF_SPEECH:
                     self._event_ch.send_nowait(
                         stt.SpeechEvent(type=stt.SpeechEventType.START_OF_SPEECH))
                     if self._stt_.may_use_sphinx():
-                        feed = await _RecogniserFeed.open(self._stt_, self._prepare_after_s)
+                        feed = await RecogniserFeed.open(self._stt_, self._prepare_after_s)
                         feed.feed(ev.frames)
                 elif ev.type == VADEventType.INFERENCE_DONE and ev.speaking:
                     if feed is not None:
@@ -363,7 +363,7 @@ class SpeechStream(stt.RecognizeStream):
             if feed is not None:
                 await feed.aclose()
 
-    async def _end_of_speech(self, ev: VADEvent, feed: _RecogniserFeed | None) -> None:
+    async def _end_of_speech(self, ev: VADEvent, feed: RecogniserFeed | None) -> None:
         speech_end = time.time() - ev.silence_duration - ev.inference_duration
         self._event_ch.send_nowait(stt.SpeechEvent(
             type=stt.SpeechEventType.END_OF_SPEECH, speech_end_time=speech_end))

@@ -28,11 +28,12 @@ from typing import Any
 
 import numpy as np
 from livekit import rtc
-from livekit.agents import llm, stt, vad
+from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, llm, stt, vad
 from livekit.agents.utils.audio import AudioByteStream
 
 from ..agent import load_vad
 from ..plugins import LLM, STT, TTS
+from ..plugins.stt import PREPARE_AFTER, RecogniserFeed
 from ..settings import AgentSettings
 from ..tools import load_tools, run_tool, schema
 from .events import (
@@ -60,7 +61,8 @@ MIN_COMMIT_MS = 100  # a commit of less audio is an error, as the API's
 MAX_BUFFER_S = 120.0  # uncommitted input audio kept (older is dropped, with an error)
 MAX_OUTBOX = 4000  # events waiting for a client that does not read (~80 s of audio)
 MAX_TOOL_ROUNDS = 3  # responses in a row that may run the agent's tools
-SPEECH_CHARS_PER_S = 14.0  # a reply's pace before its audio is all made (English ~150 wpm)
+SPEECH_CHARS_PER_S = 14.0  # a reply's pace when the TTS does not say what it read
+AUDIO_LAG_S = 0.24  # the TTS's audio lags the text it has read by a few 80 ms frames
 
 
 @dataclass
@@ -91,13 +93,20 @@ class Response:
         return min(self.audio_ms, (time.monotonic() - self.first_audio_at) * 1000)
 
 
-def heard_text(text: str, heard_ms: float, audio_ms: float, all_audio: bool) -> str:
+def heard_text(text: str, heard_ms: float, audio_ms: float, all_audio: bool,
+               read: int | None = None) -> str:
     """The part of a reply's `text` that `heard_ms` of its audio spoke, to the last whole
-    word (see the module)."""
+    word: `read`, the characters the TTS had read by the audio heard (less its lag), when
+    it says; else by the reply's characters per second of audio once it is all made, by
+    SPEECH_CHARS_PER_S before."""
     if heard_ms >= audio_ms and all_audio:
         return text
-    chars = (len(text) * heard_ms / audio_ms if all_audio and audio_ms > 0
-             else heard_ms / 1000 * SPEECH_CHARS_PER_S)
+    if read is not None:
+        chars = float(read)
+    elif all_audio and audio_ms > 0:
+        chars = len(text) * heard_ms / audio_ms
+    else:
+        chars = heard_ms / 1000 * SPEECH_CHARS_PER_S
     n = min(len(text), int(chars))
     if n < len(text) and not text[n].isspace():
         n = text.rfind(" ", 0, n) + 1  # back to the word's start: only whole words heard
@@ -144,6 +153,7 @@ class RealtimeSession:
         self._vad: vad.VADStream | None = None
         self._vad_task: asyncio.Task[None] | None = None
         self._speech_item: str | None = None  # the user item server VAD is hearing
+        self._feed: RecogniserFeed | None = None  # the offline ear, fed as it is heard
         self.stalled = False
 
     # -- the wire --------------------------------------------------------------------
@@ -216,6 +226,7 @@ class RealtimeSession:
             self._vad_task.cancel()
         if self._vad is not None:
             self._spawn(self._vad.aclose())
+        self._spawn(self._close_feed())
         self._vad = self._vad_task = None
         td = self.cfg.turn_detection
         if td is None:
@@ -299,7 +310,17 @@ class RealtimeSession:
             if td is None:
                 return
             pos = ev.samples_index / VAD_RATE * 1000
-            if ev.type == vad.VADEventType.START_OF_SPEECH:
+            if ev.type == vad.VADEventType.INFERENCE_DONE and ev.speaking:
+                if self._feed is not None:
+                    self._feed.feed(ev.frames)
+                    self._feed.quiet_for(ev.raw_accumulated_silence)
+            elif ev.type == vad.VADEventType.START_OF_SPEECH:
+                if self.stt.may_use_sphinx():  # as /v1/talk's ear: fed as the caller speaks
+                    await self._close_feed()
+                    hangover = (td.silence_duration_ms or self.settings.vad_silence_ms) / 1000
+                    self._feed = await RecogniserFeed.open(
+                        self.stt, PREPARE_AFTER * hangover if self.stt.early_pass else None)
+                    self._feed.feed(ev.frames)
                 self._speech_item = new_id("item")
                 start = max(0.0, pos - ev.speech_duration * 1000 - td.prefix_padding_ms)
                 self.emit("input_audio_buffer.speech_started", audio_start_ms=int(start),
@@ -312,9 +333,16 @@ class RealtimeSession:
                           audio_end_ms=int(max(0.0, pos - ev.silence_duration * 1000)),
                           item_id=item_id)
                 self._buffer, self._buffer_ms = [], 0.0
-                self._commit(item_id, list(ev.frames), respond=td.create_response)
+                feed, self._feed = self._feed, None
+                self._commit(item_id, list(ev.frames), respond=td.create_response, feed=feed)
 
-    def _commit(self, item_id: str, frames: list[rtc.AudioFrame], respond: bool) -> None:
+    async def _close_feed(self) -> None:
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            await feed.aclose()
+
+    def _commit(self, item_id: str, frames: list[rtc.AudioFrame], respond: bool,
+                feed: RecogniserFeed | None = None) -> None:
         """The buffer's audio as a user item; its transcript follows (then, on server VAD,
         a response)."""
         prev = self.items[-1]["id"] if self.items else None
@@ -324,21 +352,28 @@ class RealtimeSession:
         self.items.append(item)
         self.emit("input_audio_buffer.committed", previous_item_id=prev, item_id=item_id)
         self.emit("conversation.item.added", previous_item_id=prev, item=item)
-        self._transcribe(item, frames, respond)
+        self._transcribe(item, frames, respond, feed)
 
     def _transcribe(self, item: dict[str, Any], frames: list[rtc.AudioFrame],
-                    respond: bool) -> None:
+                    respond: bool, feed: RecogniserFeed | None = None) -> None:
+        """The item's transcript (from the recogniser fed during the speech, if one was:
+        its final pass already ran in the VAD's hangover)."""
         async def run() -> None:
             try:
-                ev: stt.SpeechEvent = await self.stt.recognize(frames)
+                ev: stt.SpeechEvent = await self.stt.transcribe(
+                    frames, feed.utt if feed else None, NOT_GIVEN, DEFAULT_API_CONNECT_OPTIONS)
                 text = ev.alternatives[0].text if ev.alternatives else ""
             except Exception as e:  # the ear failed: the item stays, untranscribed
+                if feed is not None:
+                    await feed.aclose()
                 log.warning("realtime %s: transcription failed: %s", self.id, e)
                 self.emit("conversation.item.input_audio_transcription.failed",
                           item_id=item["id"], content_index=0,
                           error={"type": "server_error", "code": "transcription_failed",
                                  "message": str(e)[:300]})
                 return
+            if feed is not None:
+                await feed.aclose()
             item["content"][0]["transcript"] = text
             self.emit("conversation.item.input_audio_transcription.completed",
                       item_id=item["id"], content_index=0, transcript=text, usage={
@@ -461,8 +496,10 @@ class RealtimeSession:
     def _truncate(self, item: dict[str, Any], end_ms: float) -> None:
         part = item["content"][0]
         full = item.get("_text", part.get("transcript") or "")
+        tts = item.get("_tts")  # the TTS stream that spoke it: what it had read, when
+        read = tts.chars_at(max(0.0, end_ms / 1000 - AUDIO_LAG_S)) if tts is not None else None
         part["transcript"] = heard_text(full, end_ms, item["_audio_ms"],
-                                        item.get("_audio_done", False))
+                                        item.get("_audio_done", False), read)
         item["_audio_ms"] = min(item["_audio_ms"], end_ms)
         self.emit("conversation.item.truncated", item_id=item["id"], content_index=0,
                   audio_end_ms=int(end_ms))
@@ -608,7 +645,7 @@ class RealtimeSession:
                     if msg is None:
                         msg = self._open_message(r)
                         if "audio" in r.modalities:
-                            tts_stream = self.tts.stream()
+                            tts_stream = msg["_tts"] = self.tts.stream()
                             audio_task = asyncio.create_task(
                                 self._forward_audio(r, msg, tts_stream), name="rt-audio")
                     msg["_text"] += d.content
@@ -691,7 +728,7 @@ class RealtimeSession:
     async def _say(self, r: Response, text: str) -> None:
         """`text` spoken as a message of the response (the filler while a tool runs)."""
         msg = self._open_message(r)
-        stream = self.tts.stream()
+        stream = msg["_tts"] = self.tts.stream()
         try:
             msg["_text"] = text
             stream.push_text(text)
@@ -841,6 +878,7 @@ class RealtimeSession:
         if self._vad is not None:
             with contextlib.suppress(Exception):
                 await self._vad.aclose()
+        await self._close_feed()
         for comp in (self.stt, self.tts, *self._llms.values()):
             with contextlib.suppress(Exception):
                 await comp.aclose()

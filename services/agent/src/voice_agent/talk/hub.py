@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from aiohttp import WSMsgType, web
 from prometheus_client import Counter, Gauge
 from voice_keys import ApiKeys, bearer
+from voice_keys.origins import own_host
 
 from ..agent import PhraseCache, build_pipeline, starter_phrases
 from ..load import MONITOR
@@ -129,24 +130,16 @@ class TalkHub:
         browser (the key, if any, guards those). The agent's own host is a name it knows:
         a loopback name, an IP literal or a host named in AGENT_WS_ORIGINS; any other name
         in Host is the page's own (DNS rebinding: evil.example resolved to 127.0.0.1)."""
-        import ipaddress
-
         origin = request.headers.get("Origin")
         if origin is None:
             return True
         origin = origin.rstrip("/").lower()
         allowed = {o.strip().rstrip("/").lower() for o in self.settings.ws_origins.split(",")}
         host, ours = urlsplit(origin).hostname, (request.url.host or "").lower()
-        if host is None:
+        if "*" in allowed or origin in allowed or host is None:
             return "*" in allowed or origin in allowed
-        try:
-            literal = bool(ipaddress.ip_address(host.strip("[]")))
-        except ValueError:
-            literal = False
-        own = (literal or host in LOOPBACK or host.endswith(".localhost")
-               or host in {urlsplit(o).hostname for o in allowed})
-        return "*" in allowed or origin in allowed or (
-            host == ours and own) or (host in LOOPBACK and ours in LOOPBACK)
+        own = own_host(host, {urlsplit(o).hostname for o in allowed} - {None})
+        return (host == ours and own) or (host in LOOPBACK and ours in LOOPBACK)
 
     async def voices(self, request: web.Request) -> web.Response:
         """GET /v1/voices: the voices a conversation may ask for (the TTS's ListVoices:
