@@ -155,3 +155,38 @@ def test_slots_batch_kv_rows_and_prefills_come_from_the_env() -> None:
     assert engine.runner.max_seq_len == 200
     assert load_engine(TTSSettings(model="preset:tiny", max_sessions=9,
                                    max_batch=4)).settings.max_batch == 4
+
+
+async def test_a_session_logs_one_info_line_at_its_end_with_its_numbers(server) -> None:
+    """Nothing per frame, utterance or session start at INFO (the hot path at hundreds of
+    streams); one line when the session ends: its frames, each utterance's TTFA, its end."""
+    cfg = config(session_id="log-once-ok", frames_per_message=1)
+    async with grpc.aio.insecure_channel(server.addr) as ch:
+        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        await call.write(text("One."))
+        await call.write(tts_pb2.SynthesizeRequest(control=tts_pb2.Control(
+            type=tts_pb2.Control.FLUSH)))
+        await call.write(text("Two."))
+        await call.done_writing()
+        n = len(audio(await drain(call)))
+        cut = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+        await cut.write(tts_pb2.SynthesizeRequest(config=config(session_id="log-once-cut")))
+        await cut.write(text("Cut me off."))
+        await read_until(cut, lambda r: r.HasField("audio"))
+        cut.cancel()
+    lines: list[str] = []
+    for _ in range(200):  # the end line follows the call's end on the server's loop
+        lines = [x for x in server.log_path.read_text().splitlines()
+                 if "log-once-" in x and " INFO " in x]
+        if len(lines) == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert len(lines) == 2, lines
+    [ok] = [x for x in lines if "session=log-once-ok " in x]
+    [cut_line] = [x for x in lines if "session=log-once-cut " in x]
+    assert "session ended protocol=grpc session=log-once-ok" in ok, lines
+    assert f"frames={n} " in ok and "end=ok" in ok
+    ttfas = ok.split("ttfa_ms=[")[1].split("]")[0].split(", ")
+    assert len(ttfas) == 2 and all(float(t) > 0 for t in ttfas), ok  # one per utterance
+    assert "session=log-once-cut" in cut_line and "end=client_cancelled" in cut_line

@@ -168,6 +168,7 @@ class SynthesizeStream:
         self._per_message = cfg.frames_per_message
         self._out: deque[_Entry] = deque()  # framed, not yet written: frames and events
         self.seq = 0
+        self.ttfas_ms: list[float] = []  # each utterance's, in order (the end line says them)
         self.loop = asyncio.get_running_loop()
         self.pacer = Pacer(pace_lead_s, cfg.frame_ms / 1e3, self.loop.time)
         self._ending = False
@@ -490,8 +491,11 @@ class SynthesizeStream:
         u.ttfa_s = time.perf_counter() - (u.first_text_at or time.perf_counter())
         u.timings = timings
         self.metrics.ttfa.observe(u.ttfa_s)
-        log.info("first audio session=%s trace=%s utterance=%d ttfa_ms=%.1f",
-                 self.state.cfg.session_id, self.state.cfg.trace_id, uid, u.ttfa_s * 1e3)
+        self.ttfas_ms.append(round(u.ttfa_s * 1e3, 1))  # for the session's end line
+        if log.isEnabledFor(logging.DEBUG):  # per utterance: not on the hot path at INFO
+            log.debug("first audio session=%s trace=%s utterance=%d ttfa_ms=%.1f",
+                      self.state.cfg.session_id, self.state.cfg.trace_id, uid,
+                      u.ttfa_s * 1e3)
 
     def _first_audio(self, uid: int, u: _Utterance) -> FirstAudio:
         if u.ttfa_s is None:

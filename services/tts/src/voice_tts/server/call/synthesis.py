@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -103,6 +104,7 @@ class Synthesis:
         self.active.add(task)
         m.requests.inc()
         m.active_sessions.inc()
+        t0, outcome = time.perf_counter(), "ok"
         try:
             it = requests.__aiter__()
             try:
@@ -136,23 +138,26 @@ class Synthesis:
                 raise
             session = stream.session
             self.streams[task] = stream
-            log.info("session started protocol=%s session=%s trace=%s voice=%s rate=%d "
-                     "frame_ms=%d", protocol, cfg.session_id, cfg.trace_id, cfg.voice,
-                     cfg.sample_rate, cfg.frame_ms)
+            if log.isEnabledFor(logging.DEBUG):  # one INFO line a session: at its end
+                log.debug("session started protocol=%s session=%s trace=%s voice=%s "
+                          "rate=%d frame_ms=%d", protocol, cfg.session_id, cfg.trace_id,
+                          cfg.voice, cfg.sample_rate, cfg.frame_ms)
             reader = asyncio.create_task(stream.read(it))
             responses = stream.write(SessionStarted(cfg))
             async with contextlib.aclosing(responses):
                 yield responses
         except asyncio.CancelledError:
             if task not in self.cut:
-                log.info("call cancelled by the client protocol=%s", protocol)
+                outcome = "client_cancelled"
                 raise
+            outcome = "unavailable"
             # Cut by the server: tell the client why (else it sees CANCELLED at stop).
             error = CallError("unavailable", self.cut[task])
             m.error(error.status.grpc.name).inc()
             raise error from None
         except Exception as e:  # every failure ends the call with one clear status
             error = status_for(e)
+            outcome = error.kind
             if error.kind == "internal":
                 log.exception("synthesis call failed protocol=%s", protocol)
             m.error(error.status.grpc.name).inc()
@@ -164,6 +169,12 @@ class Synthesis:
                 reader.cancel()
             if stream is not None:
                 stream.close()
+                # the session's one INFO line, at its end, with its numbers
+                log.info("session ended protocol=%s session=%s trace=%s voice=%s "
+                         "frames=%d ttfa_ms=%s seconds=%.2f end=%s", protocol,
+                         stream.state.cfg.session_id, stream.state.cfg.trace_id,
+                         stream.state.cfg.voice, stream.seq, stream.ttfas_ms,
+                         time.perf_counter() - t0, outcome)
             if session is not None:
                 session.close()  # frees the engine slot within one step
             if ticket is not None:
