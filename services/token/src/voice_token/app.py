@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-import ipaddress
 import logging
 import time
 import uuid
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from voice_keys import bearer
+from voice_keys.origins import own_host
 
 from voice_token import __version__
 from voice_token.grants import HOW, GrantPolicy
@@ -151,25 +151,11 @@ def _origin_allowed(request: web.Request, origin: str) -> bool:
     # 127.0.0.1, would be same-origin).
     url = urlsplit(origin)
     hosts = set()
-    if _own_host(url.hostname, {urlsplit(o).hostname for o in allow} - {None}):
+    if own_host(url.hostname, {urlsplit(o).hostname for o in allow} - {None}):
         hosts.add((request.host or "").lower())
     if request.app[SETTINGS_KEY].token_trust_proxy:
         hosts.add(_forwarded(request, "X-Forwarded-Host").lower())
     return url.netloc in hosts - {""}
-
-
-def _own_host(host: str | None, named: set[str]) -> bool:
-    """A loopback name, an IP literal, or a host named in TOKEN_CORS_ORIGINS."""
-    if not host:
-        return False
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost") or host in named:
-        return True
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _cors_headers(origin: str) -> dict[str, str]:

@@ -16,11 +16,11 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from voice_keys.origins import own_host
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CORS_HEADERS = {"Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
@@ -29,22 +29,6 @@ CORS_HEADERS = {"Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
 
 
 ALLOWED_ORIGIN = web.RequestKey("allowed_origin", str)
-
-
-def own_host(host: str | None, named: set[str]) -> bool:
-    """A host name a page's Origin may share with us and be same-origin: a loopback name,
-    an IP literal, or one named in TTS_CORS_ORIGINS. Any other name in Host may be a
-    DNS-rebinding page's own (evil.example resolved to 127.0.0.1): Host is the page's."""
-    if not host:
-        return False
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost") or host in named:
-        return True
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def origin_guard(allowed: list[str], refuse: Callable[[str], web.StreamResponse]
