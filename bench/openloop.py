@@ -192,7 +192,13 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
         base += ["--server-log", a.server_log]
     server = Server(soak_args(base))
     rows: list[dict[str, Any]] = []
-    result = {"date": time.strftime("%Y-%m-%d"), "model": a.model, "device": a.device,
+    # what was served, not what was asked for: the model from the server (ListVoices, via
+    # each soak's report), the log level it was started with when started here
+    log_level = next((kv.split("=", 1)[1] for kv in a.server_env
+                      if kv.startswith("TTS_LOG_LEVEL=")), "INFO" if a.start_server else None)
+    result = {"date": time.strftime("%Y-%m-%d"), "model": None,
+              "model_asked": a.model if a.start_server else None, "device": a.device,
+              "log_level": log_level,
               "max_sessions": a.max_sessions, "stream_text": a.stream_text,
               "piece_interval_ms": a.piece_interval_ms if a.stream_text else None,
               "duration_s": a.duration, "warmup_s": a.warmup, "procs": a.procs,
@@ -226,6 +232,7 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
             s = await Soak(soak_args(soak_argv(a, server, rate, a.duration, a.seed + i,
                                                names, recs))).run()
             rows.append(row(rate, s))
+            result["model"] = result["model"] or s["server"]["model"]  # the server's own
             rows[-1]["voices_used"] = voice_counts(
                 [json.loads(x) for x in recs.read_text().splitlines()] if recs.exists() else [])
             write(a.out, result)  # after each rate: a sweep cut short keeps its rows

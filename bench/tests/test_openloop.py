@@ -52,6 +52,9 @@ def test_sweep_on_cpu_reports_each_rate(tmp_path: Path) -> None:
     assert out.exists(), r.stderr[-4000:]
     result = json.loads(out.read_text())
     assert [row["rate"] for row in result["rows"]] == [0.5, 1.0], r.stderr[-3000:]
+    # what was served, as the server says (ListVoices), beside what was asked for
+    assert "tiny" in result["model"] and result["model_asked"] == "preset:tiny"
+    assert result["log_level"] == "INFO" and result["frames_per_message"] == 1
     for row in result["rows"]:
         assert row["pass"], row["failures"]
         assert row["calls"] >= 1 and sum(row["by_code"].values()) == row["calls"]
