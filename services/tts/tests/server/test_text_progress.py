@@ -42,8 +42,11 @@ async def test_utf8_pieces_count_characters_not_bytes(server) -> None:
             await call.write(tts_pb2.SynthesizeRequest(
                 text=tts_pb2.TextDelta(utf8=raw[i:i + 5])))
         await call.done_writing()
-        frames = audio(await drain(call))
-    check_utterance(frames, len(SENTENCE))
+        resps = await drain(call)
+    check_utterance(audio(resps), len(SENTENCE))
+    # the first audio's timings count characters too (they counted bytes: 46 here)
+    [first] = [r.event for r in resps if is_event(tts_pb2.Event.FIRST_AUDIO)(r)]
+    assert 0 < first.timings.text_chars <= len(SENTENCE) < len(raw)
 
 
 async def test_counts_restart_after_flush(server) -> None:

@@ -244,7 +244,10 @@ class SynthesizeStream:
                     u = st.utt(uid)
                     if u.first_text_at is None:
                         u.first_text_at = time.perf_counter()
-                    u.text_chars += len(piece)
+                    # characters, also of UTF-8 bytes split mid-character: one lead byte
+                    # (any byte but a continuation, 0b10xxxxxx) per character
+                    u.text_chars += len(piece) if isinstance(piece, str) else sum(
+                        1 for b in piece if b & 0xC0 != 0x80)
                     u.has_speech = u.has_speech or bool(piece.strip())
                     self.session.push_text(piece)
                 elif isinstance(req, Control):
