@@ -525,3 +525,31 @@ async def test_invalid_utf8_closes_1007(agent: Agent) -> None:
     async with asyncio.timeout(10):  # its slot is free again
         while agent.hub.talking:
             await asyncio.sleep(0.05)
+
+
+async def test_each_sessions_turn_detection_is_its_own() -> None:
+    """Silero's streams share their VAD's options: a session's silence_duration_ms and
+    threshold go to its own stream, not to the agent's VAD or another session's."""
+    from voice_agent.agent import load_vad
+    from voice_agent.realtime.session import RealtimeSession
+    from voice_agent.settings import AgentSettings
+
+    async def check(_: str) -> str:
+        return "aiden"
+
+    s = AgentSettings(tts_voice="aiden", vad_silence_ms=200)
+    a = RealtimeSession(s, lambda _: None, beta=False, check_voice=check)
+    b = RealtimeSession(s, lambda _: None, beta=False, check_voice=check)
+    a.start()
+    b.start()
+    try:
+        await a.handle(json.dumps({"type": "session.update", "session": {"audio": {"input": {
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": 700,
+                               "threshold": 0.8}}}}}))
+        assert a._vad._opts.min_silence_duration == 0.7
+        assert a._vad._opts.activation_threshold == 0.8
+        assert b._vad._opts.min_silence_duration == 0.2  # the other session: as it was
+        assert load_vad(s).min_silence_duration == 0.2  # the agent's VAD too
+    finally:
+        await a.close()
+        await b.close()

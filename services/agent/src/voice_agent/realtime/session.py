@@ -19,6 +19,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -160,16 +161,20 @@ class RealtimeSession:
 
     def emit(self, ga_name: str, **fields: Any) -> None:
         name = self.dialect.name(ga_name)
-        if name is None:
-            return
-        if self._outbox.qsize() >= MAX_OUTBOX:
-            self.stalled = True  # the client stopped reading: the session ends
-            self._outbox.put_nowait(None)
-            return
-        self._outbox.put_nowait({"type": name, "event_id": new_id("event"), **fields})
+        if name is not None:
+            self._put({"type": name, "event_id": new_id("event"), **fields})
 
     def error(self, e: RealtimeError, event_id: str | None = None) -> None:
-        self._outbox.put_nowait(error_event(e, event_id))
+        self._put(error_event(e, event_id))
+
+    def _put(self, ev: dict[str, Any]) -> None:
+        if self.stalled:
+            return
+        if self._outbox.qsize() >= MAX_OUTBOX:
+            self.stalled = True  # the client stopped reading (or floods unread): it ends
+            self._outbox.put_nowait(None)
+            return
+        self._outbox.put_nowait(ev)
 
     async def sender(self) -> None:
         while (ev := await self._outbox.get()) is not None:
@@ -232,10 +237,15 @@ class RealtimeSession:
         if td is None:
             return
         s = self.settings
-        tuned = s.model_copy(update={
-            "vad_silence_ms": td.silence_duration_ms or s.vad_silence_ms,
-            "vad_activation_threshold": td.threshold or s.vad_activation_threshold})
-        self._vad = load_vad(tuned).stream()
+        # the agent's one Silero model; this session's options on its own stream (silero's
+        # streams share their VAD's options object: a copy, or one session's
+        # turn_detection would tune every other's; and no model loaded per client value)
+        stream = load_vad(s).stream()
+        stream._opts = dataclasses.replace(stream._opts)
+        stream.update_options(
+            min_silence_duration=(td.silence_duration_ms or s.vad_silence_ms) / 1000,
+            activation_threshold=td.threshold or s.vad_activation_threshold)
+        self._vad = stream
         self._vad_task = asyncio.create_task(self._vad_events(self._vad), name="rt-vad")
 
     # -- input audio -------------------------------------------------------------------
