@@ -92,3 +92,18 @@ async def test_a_call_and_its_output_are_sent_and_answered(thinker: Server) -> N
     assert (sent.id, sent.name) == ("call_7", "get_weather")
     assert req.messages[2].tool_call_id == "call_7"  # the orphan result was not sent
     assert req.messages[2].parts[0].text == "sunny, 21 C"
+
+
+async def test_a_call_may_set_its_own_temperature_and_max_tokens(thinker: Server) -> None:
+    """extra_kwargs: one call's sampling instead of the LLM's (a Realtime response's)."""
+    plugin = LLM(addr=thinker.addr, max_tokens=400, temperature=1.0, seed=3)
+    try:
+        await run(plugin, ask(), extra_kwargs={"max_tokens": 3, "temperature": 0.0})
+        req = plugin.last_request
+        assert req is not None and req.max_tokens == 3 and req.temperature == 0.0
+        await run(plugin, ask())
+        assert plugin.last_request.max_tokens == 400  # the LLM's own again
+        with pytest.raises(ValueError, match="temperature and max_tokens"):
+            plugin.chat(chat_ctx=ask(), extra_kwargs={"top_k": 5})
+    finally:
+        await plugin.aclose()

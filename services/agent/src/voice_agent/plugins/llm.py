@@ -21,6 +21,7 @@ gRPC call, which aborts the generation in the thinker.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import weakref
@@ -216,8 +217,14 @@ class LLM(llm.LLM):
         tool_choice: NotGivenOr[object] = NOT_GIVEN,
         extra_kwargs: NotGivenOr[dict[str, object]] = NOT_GIVEN,
     ) -> LLMStream:
+        # extra_kwargs: this call's `temperature` / `max_tokens` instead of the LLM's
+        # (a Realtime session's response.create may set them)
+        extra = extra_kwargs if is_given(extra_kwargs) else {}
+        unknown = set(extra) - {"temperature", "max_tokens"}
+        if unknown:
+            raise ValueError(f"extra_kwargs takes temperature and max_tokens, not {unknown}")
         s = LLMStream(self, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options,
-                      tool_choice=tool_choice)
+                      tool_choice=tool_choice, overrides=extra)
         self._streams.add(s)
         return s
 
@@ -236,10 +243,12 @@ class LLM(llm.LLM):
 class LLMStream(llm.LLMStream):
     def __init__(self, llm_: LLM, *, chat_ctx: ChatContext, tools: list[Tool],
                  conn_options: APIConnectOptions,
-                 tool_choice: NotGivenOr[Any] = NOT_GIVEN) -> None:
+                 tool_choice: NotGivenOr[Any] = NOT_GIVEN,
+                 overrides: dict[str, object] | None = None) -> None:
         super().__init__(llm_, chat_ctx=chat_ctx, tools=tools, conn_options=conn_options)
         self._llm_: LLM = llm_
         self._tool_choice = tool_choice
+        self._overrides = overrides or {}
         self._call: grpc.aio.UnaryStreamCall | None = None
         self.cancelled_by_barge_in = False
         self.text = ""
@@ -254,7 +263,7 @@ class LLMStream(llm.LLMStream):
         return bool(call.cancel())
 
     async def _run(self) -> None:
-        opts = self._llm_._opts
+        opts = dataclasses.replace(self._llm_._opts, **self._overrides)
         tracker = self._llm_._tracker
         request_id = self.request_id = tracker.llm_started() if tracker else utils.shortuuid()
         system, msgs = build_messages(self._chat_ctx, opts.max_messages,

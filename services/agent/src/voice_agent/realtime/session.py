@@ -136,7 +136,9 @@ class RealtimeSession:
         self.tts = TTS(addr=s.tts_addr, voice=s.tts_voice, language=s.tts_language,
                        sample_rate=RATE, frame_ms=s.tts_frame_ms, seed=s.tts_seed,
                        max_frames=s.tts_max_frames, api_key=s.tts_api_key.get_secret_value())
-        self._llms: dict[tuple[float, int], LLM] = {}
+        self.llm = LLM(addr=s.thinker_addr, max_tokens=s.llm_max_tokens,
+                       temperature=s.llm_temperature, max_messages=s.max_context_messages,
+                       seed=s.llm_seed, api_key=s.llm_api_key.get_secret_value())
         # AGENT_TOOLS: offered beside the client's, run here (the client never sees a call
         # it must answer); a reply that called them goes on with their results
         self.server_tools = {schema(t)["name"]: t for t in load_tools(s.tools)}
@@ -581,15 +583,14 @@ class RealtimeSession:
         r.status, r.status_details = "cancelled", {"type": "cancelled", "reason": reason}
         r.task.cancel()
 
-    def _llm(self, temperature: float | None, limit: int | None) -> LLM:
-        s = self.settings
-        key = (s.llm_temperature if temperature is None else temperature,
-               limit or s.llm_max_tokens)
-        if key not in self._llms:
-            self._llms[key] = LLM(addr=s.thinker_addr, max_tokens=key[1], temperature=key[0],
-                                  max_messages=s.max_context_messages, seed=s.llm_seed,
-                                  api_key=s.llm_api_key.get_secret_value())
-        return self._llms[key]
+    def _sampling(self, r: Response) -> dict[str, Any]:
+        """The response's temperature and max tokens, for the thinker call (extra_kwargs)."""
+        out: dict[str, Any] = {}
+        if r.temperature is not None:
+            out["temperature"] = r.temperature
+        if r.max_tokens:
+            out["max_tokens"] = r.max_tokens
+        return out
 
     def _chat_ctx(self, instructions: str) -> llm.ChatContext:
         ctx = llm.ChatContext.empty()
@@ -643,8 +644,8 @@ class RealtimeSession:
             kw: dict[str, Any] = {"tools": tools} if tools else {}
             if choice is not None and tools:
                 kw["tool_choice"] = choice
-            llm_stream = self._llm(r.temperature, r.max_tokens).chat(
-                chat_ctx=self._chat_ctx(r.instructions), **kw)
+            llm_stream = self.llm.chat(chat_ctx=self._chat_ctx(r.instructions),
+                                       extra_kwargs=self._sampling(r), **kw)
             async for chunk in llm_stream:
                 if chunk.usage is not None:
                     r.usage = chunk.usage
@@ -889,7 +890,7 @@ class RealtimeSession:
             with contextlib.suppress(Exception):
                 await self._vad.aclose()
         await self._close_feed()
-        for comp in (self.stt, self.tts, *self._llms.values()):
+        for comp in (self.stt, self.tts, self.llm):
             with contextlib.suppress(Exception):
                 await comp.aclose()
         self._outbox.put_nowait(None)
