@@ -39,8 +39,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -64,8 +62,6 @@ AUDIBLE = 300  # a reply sample above this (abs) is audible
 DOORS = ("talk", "realtime")
 QUESTIONS = PLAIN[:5]
 VOICE, WPM = "en-us", 170
-MESH_PORTS = ("TTS_GRPC_PORT", "TTS_HTTP_PORT", "LLM_GRPC_PORT", "LLM_HTTP_PORT",
-              "TOKEN_HTTP_PORT", "AGENT_HTTP_PORT")
 
 
 def progress(msg: str) -> None:
@@ -344,54 +340,22 @@ async def run(a: argparse.Namespace, agent: str) -> dict[str, Any]:
     return {"rows": rows, "ratio_realtime_over_talk": ratio(rows), "turns": turns}
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def start_mesh(run_dir: Path) -> tuple[subprocess.Popen[str], str, dict[str, str]]:
     """deploy/local/mesh.py up (tts, thinker, agent: the tiny CPU stack) on free ports, no
     greeting; returns the process (its own group), the agent's host:port and the env set."""
-    ports = dict(zip(MESH_PORTS, map(str, free_ports(len(MESH_PORTS))), strict=True))
-    env = {k: v for k, v in os.environ.items() if k not in ("LIVEKIT_URL", "TOKEN_AGENT_WS_URL")}
-    env.update(ports)
-    env.update({"MESH_RUN_DIR": str(run_dir), "MESH_SERVICES": "tts,thinker,agent",
-                "AGENT_GREETING": ""})
-    env.setdefault("AGENT_LLM_MAX_TOKENS", "24")  # short replies: the CPU is free between turns
-    proc = subprocess.Popen([sys.executable, "deploy/local/mesh.py", "up"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    out: list[str] = []
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            break
-        out.append(line)
-        progress(f"mesh: {line.rstrip()}")
-        if "mesh: up" in line:
-            break
-    if not any("mesh: up" in x for x in out):
-        stop_mesh(proc)
-        raise SystemExit("realtime-vs-talk: the mesh did not start:\n" + "".join(out[-30:]))
-    shown = {k: env[k] for k in (*MESH_PORTS, "AGENT_GREETING", "AGENT_LLM_MAX_TOKENS")}
-    return proc, f"127.0.0.1:{ports['AGENT_HTTP_PORT']}", shown
+    from voice_testkit import MESH_PORT_VARS, MeshDidNotStart
+    from voice_testkit import start_mesh as launch
 
-
-def stop_mesh(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    env = {"MESH_SERVICES": "tts,thinker,agent", "AGENT_GREETING": "",
+           # short replies: the CPU is free between turns
+           "AGENT_LLM_MAX_TOKENS": os.environ.get("AGENT_LLM_MAX_TOKENS", "24")}
+    try:
+        proc, full = launch(ROOT, run_dir, env,
+                            on_line=lambda line: progress(f"mesh: {line.rstrip()}"))
+    except MeshDidNotStart as e:
+        raise SystemExit(f"realtime-vs-talk: {e}") from None
+    shown = {k: full[k] for k in (*MESH_PORT_VARS, "AGENT_GREETING", "AGENT_LLM_MAX_TOKENS")}
+    return proc, f"127.0.0.1:{full['AGENT_HTTP_PORT']}", shown
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -442,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         res = asyncio.run(run(a, agent))
     finally:
         if mesh is not None:
+            from voice_testkit import stop_mesh
+
             stop_mesh(mesh)
     doc = {"meta": meta, **res}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,18 +13,17 @@ fallback, PocketSphinx (real recognition, offline), so the transcript is words, 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 import wave
 from pathlib import Path
 
 import pytest
-from test_mesh import PORT_VARS, ROOT
-from voice_testkit import free_ports
+from test_mesh import ROOT
+from voice_testkit import MeshDidNotStart, stop_mesh
+from voice_testkit import start_mesh as testkit_start_mesh
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -68,40 +67,15 @@ def fake_mic_chromium(pw, wav: Path):
 
 
 def start_mesh(tmp: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if k not in ("LIVEKIT_URL", "TOKEN_AGENT_WS_URL")}
-    env.update(zip(PORT_VARS, map(str, free_ports(len(PORT_VARS))), strict=True))
-    env.update({
-        "MESH_RUN_DIR": str(tmp / "run"),
-        # a short reply from the random models (as the agent's own session tests); the
-        # greeting and the TTS as shipped (no frame cap: the phrases take seconds to make)
-        "AGENT_LLM_MAX_TOKENS": "24",
-        "AGENT_LLM_TEMPERATURE": "1.0", "AGENT_LLM_SEED": "3", "AGENT_TTS_VOICE": "aiden",
-    })
-    proc = subprocess.Popen(["python3", "deploy/local/mesh.py", "up"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    out: list[str] = []
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            break
-        out.append(line)
-        if "mesh: up" in line:
-            break
-    if not any("mesh: up" in x for x in out):
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("mesh did not start:\n" + "".join(out))
-    return proc, env
-
-
-def stop_mesh(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        return testkit_start_mesh(ROOT, tmp / "run", {
+            # a short reply from the random models (as the agent's own session tests); the
+            # greeting and the TTS as shipped (no frame cap: the phrases take seconds to make)
+            "AGENT_LLM_MAX_TOKENS": "24",
+            "AGENT_LLM_TEMPERATURE": "1.0", "AGENT_LLM_SEED": "3", "AGENT_TTS_VOICE": "aiden",
+        })
+    except MeshDidNotStart as e:
+        pytest.fail(str(e))
 
 
 def page_conversation(wav: Path, url: str, shot: Path, ws_url: str | None = None) -> dict:

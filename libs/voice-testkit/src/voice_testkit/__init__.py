@@ -1,6 +1,7 @@
 """Helpers the services' test suites share: a free localhost port, waiting for a spawned
 gRPC server to report SERVING, stopping it as an orchestrator would (SIGTERM, then
-SIGKILL), and reading one value off a Prometheus `/metrics` text.
+SIGKILL), reading one value off a Prometheus `/metrics` text, and the local mesh started
+on free ports for a test or a bench (`start_mesh`, `stop_mesh`).
 
 A test-only package: each service declares `voice-testkit` in its `[test]` extra and the
 Makefile installs it from the checkout (libs/voice-testkit); no image ships it.
@@ -8,15 +9,19 @@ Makefile installs it from the checkout (libs/voice-testkit); no image ships it.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["free_port", "free_ports", "metric_value", "stop_process", "wait_grpc_serving"]
+__all__ = ["MESH_PORT_VARS", "MeshDidNotStart", "free_port", "free_ports", "metric_value",
+           "start_mesh", "stop_mesh", "stop_process", "wait_grpc_serving"]
 
 
 def free_port() -> int:
@@ -100,3 +105,57 @@ def metric_value(text: str, selector: str) -> float:
     if not found:
         raise KeyError(selector)
     return total
+
+
+# The local mesh's ports (deploy/local/mesh.py), each set from its env var.
+MESH_PORT_VARS = ("TTS_GRPC_PORT", "TTS_HTTP_PORT", "LLM_GRPC_PORT", "LLM_HTTP_PORT",
+                  "TOKEN_HTTP_PORT", "AGENT_HTTP_PORT")
+
+
+class MeshDidNotStart(RuntimeError):
+    """`deploy/local/mesh.py up` ended or timed out before "mesh: up"; `lines` is its output."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("the mesh did not start:\n" + "".join(lines[-30:]))
+        self.lines = lines
+
+
+def start_mesh(root: Path, run_dir: Path, env: dict[str, str] | None = None,
+               timeout_s: float = 400.0, on_line: Callable[[str], object] | None = None,
+               ) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """`deploy/local/mesh.py up` from `root` on free ports (MESH_PORT_VARS), its state in
+    `run_dir`, `env` over this process's (without LIVEKIT_URL / TOKEN_AGENT_WS_URL: the
+    page talks to the agent's WebSocket), in its own process group, until it says
+    "mesh: up" (each line to `on_line`). Returns the process and the env it runs with;
+    stop it with `stop_mesh`. MeshDidNotStart if it does not come up."""
+    full = {k: v for k, v in os.environ.items() if k not in ("LIVEKIT_URL", "TOKEN_AGENT_WS_URL")}
+    full.update(zip(MESH_PORT_VARS, map(str, free_ports(len(MESH_PORT_VARS))), strict=True))
+    full.update({"MESH_RUN_DIR": str(run_dir), **(env or {})})
+    proc = subprocess.Popen(["python3", "deploy/local/mesh.py", "up"], cwd=root, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            break
+        lines.append(line)
+        if on_line is not None:
+            on_line(line)
+        if "mesh: up" in line:
+            return proc, full
+    stop_mesh(proc)
+    raise MeshDidNotStart(lines)
+
+
+def stop_mesh(proc: subprocess.Popen[str], timeout_s: float = 60.0) -> None:
+    """SIGTERM to the mesh's process group (it stops its services), SIGKILL if it hangs."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
