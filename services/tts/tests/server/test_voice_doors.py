@@ -73,8 +73,10 @@ async def test_a_chunk_bomb_is_refused_and_a_paced_stream_keeps_its_cadence(
             await reader
     assert status == 400 and "chunks" in body["error"]["message"], body
     assert took < 1.5, f"the refusal took {took:.2f} s"
+    # decoded on the loop, the upload stalled every stream ~2.1 s (2.37 s gap); a busy
+    # CI host's own jitter (the tiny model near real time, two suites beside) stays < 1 s
     gaps = [b - a for a, b in itertools.pairwise(arrivals[50:])]
-    assert len(arrivals) >= 150 and max(gaps) < 0.5, \
+    assert len(arrivals) >= 150 and max(gaps) < 1.0, \
         f"{len(arrivals)} frames; the longest gap during the upload: {max(gaps):.2f} s"
 
 
