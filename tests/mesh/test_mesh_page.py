@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from test_mesh import ROOT
 from voice_testkit import MeshDidNotStart, stop_mesh
-from voice_testkit import start_mesh as testkit_start_mesh
+from voice_testkit import start_mesh as launch_mesh
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -68,7 +68,7 @@ def fake_mic_chromium(pw, wav: Path):
 
 def start_mesh(tmp: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
     try:
-        return testkit_start_mesh(ROOT, tmp / "run", {
+        return launch_mesh(ROOT, tmp / "run", {
             # a short reply from the random models (as the agent's own session tests); the
             # greeting and the TTS as shipped (no frame cap: the phrases take seconds to make)
             "AGENT_LLM_MAX_TOKENS": "24",
