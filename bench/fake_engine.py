@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 from voice_tts.engine import AudioPacket, EngineFull, StepStats, UtteranceEnd, Voice
 from voice_tts.engine.api import packet_ramp
+from voice_tts.engine.config import PRESETS
+from voice_tts.engine.voices.table import VoiceTable
 
 FRAME_SAMPLES = 1920
 
@@ -109,6 +111,9 @@ class FakeFastEngine:
         self.model_name = "fake-fast-engine (stand-in, noise)"
         self.sample_rate, self.frame_samples = 24000, FRAME_SAMPLES
         self.device = SimpleNamespace(type="cpu")
+        # the tiny preset's voice names and languages (the server resolves against them)
+        tiny = PRESETS["tiny"]
+        self.voice_table = VoiceTable(tiny.talker, tiny.tts_model_type)
         self.on_step = None
         self.fatal = None  # the real engine's fault surface (server.py): never set here
         self.on_fatal = None
@@ -133,10 +138,10 @@ class FakeFastEngine:
         return self.base_ms + self.per_row_ms * batch
 
     def voices(self) -> list[Voice]:
-        return [Voice("vivian", ("english", "chinese")), Voice("ryan", ("english",))]
+        return self.voice_table.voices()
 
     def languages(self) -> list[str]:
-        return ["auto", "english", "chinese"]
+        return self.voice_table.languages()
 
     def open_session(self, params: Any, sink: Any) -> FakeSession:
         with self.lock:

@@ -147,11 +147,20 @@ def client_proc(job: dict, out: Any) -> None:
     out.put(asyncio.run(_client(job)))
 
 
+def _frames(raw: bytes) -> int:
+    """An AudioFrame message's frame count (field 6; absent: 1), read off the raw bytes."""
+    from voice.tts.v1 import tts_pb2
+
+    msg = tts_pb2.SynthesizeResponse.FromString(raw)
+    return msg.audio.frames or 1
+
+
 async def _one_call(ch: Any, job: dict, i: int) -> dict:
     import grpc
     from voice.tts.v1 import tts_pb2
 
-    cfg = tts_pb2.SessionConfig(voice="vivian", seed=i, frame_ms=FRAME_MS)
+    cfg = tts_pb2.SessionConfig(voice="vivian", seed=i, frame_ms=FRAME_MS,
+                                frames_per_message=job["frames_per_message"])
     cfg.sampling.max_frames = job["frames"]
     call = ch.stream_stream(SYNTH, request_serializer=tts_pb2.SynthesizeRequest
                             .SerializeToString, response_deserializer=None)()
@@ -179,7 +188,7 @@ async def _one_call(ch: Any, job: dict, i: int) -> dict:
             lateness = now - (first + k * frame_s)
             max_late = max(max_late, lateness)
             late += lateness > 0.0
-            k += 1
+            k += 1 if job["frames_per_message"] == 1 else _frames(raw)
         r.update(frames=k, max_late_ms=max_late * 1e3, late_frames=late,
                  e2e_s=time.perf_counter() - t0)
     except grpc.aio.AioRpcError as e:
@@ -260,7 +269,8 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
             job = {"addr": f"127.0.0.1:{port}", "mode": args.mode, "frames": args.frames,
                    "streams": streams // n + (j < streams % n), "first_id": j * 1_000_000,
                    "rate": args.rate / n, "seconds": args.seconds, "start_at": start_at,
-                   "cpus": client_cpus, "per_channel": args.per_channel}
+                   "cpus": client_cpus, "per_channel": args.per_channel,
+                   "frames_per_message": args.frames_per_message}
             p = ctx.Process(target=client_proc, args=(job, out))
             p.start()
             procs.append(p)
@@ -291,7 +301,7 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
     summary = {
         "mode": args.mode, "streams" if args.mode == "closed" else "rate": (
             streams if args.mode == "closed" else args.rate),
-        "pace_lead_s": server["pace_lead_s"],
+        "pace_lead_s": server["pace_lead_s"], "frames_per_message": args.frames_per_message,
         "calls": len(results), "ok": len(ok), "rejected": len(rej), "other": other,
         "frames_per_s": round(server["frames_per_s"]),
         "client_cpu_share": round(client_cpu / server["window_s"], 3),
@@ -352,6 +362,9 @@ def main() -> None:
     p.add_argument("--max-sessions", type=int, default=0, help="TTS_MAX_SESSIONS (0: "
                    "streams + 16 closed, 4096 open)")
     p.add_argument("--client-procs", type=int, default=4)
+    p.add_argument("--frames-per-message", type=int, default=1,
+                   help="SessionConfig.frames_per_message (1, the contract's default: a "
+                        "message per 20 ms frame)")
     p.add_argument("--per-channel", type=int, default=16, help="streams per gRPC channel "
                    "(HTTP/2 connection) in a client process")
     p.add_argument("--port", type=int, default=0, help="0: a free port")
