@@ -22,6 +22,8 @@ class TTSSettings(BaseSettings):
 
     # Checkpoint directory in the official Hugging Face layout, or `preset:<name>` for
     # random weights at a named shape (tiny, tiny-1.7b, 0.6b, 1.7b): noise, for tests/demos.
+    # Several, comma-separated (one of each kind: CustomVoice, Base, VoiceDesign): one
+    # server, one voice namespace, each call routed by its voice (engine/engine_set.py).
     model: str = "preset:tiny"
     # Torch device: cpu, cuda, cuda:1 ...
     device: str = "cpu"

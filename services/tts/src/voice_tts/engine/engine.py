@@ -150,6 +150,19 @@ class Engine:
         a CustomVoice shape that clones too)."""
         return self.cfg.can_clone
 
+    def makes(self, kind: str) -> bool:
+        """Whether it makes (and speaks) library voices of `kind`: "clone", "design"."""
+        return self.can_clone if kind == "clone" else self.model_type == "voice_design"
+
+    def maker_for(self, kind: str) -> Engine | None:
+        """The engine that makes voices of `kind` (this one or none; `EngineSet`: several)."""
+        return self if self.makes(kind) else None
+
+    @property
+    def members(self) -> list[Engine]:
+        """The engines behind this one (`EngineSet` has several)."""
+        return [self]
+
     def voices(self) -> list[Voice]:
         """Presets (CustomVoice) and the library voices added with `add_voice`."""
         return self.voice_table.voices()

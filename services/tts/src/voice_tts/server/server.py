@@ -26,6 +26,7 @@ from voice_keys import ApiKeys
 from voice_keys.grpc_check import GrpcKeyCheck
 
 from voice_tts.engine import Engine, EngineSettings
+from voice_tts.engine.engine_set import EngineSet
 from voice_tts.server.call.synthesis import Synthesis, until_client_stops_writing
 from voice_tts.server.fronts.http import KEY_HOW, start_http
 from voice_tts.server.fronts.service import SERVICE_NAME, TextToSpeechServicer
@@ -38,8 +39,18 @@ log = logging.getLogger("voice_tts.server")
 EXIT_ENGINE_FAULT = 3
 
 
-def load_engine(settings: TTSSettings) -> Engine:
-    """The engine the settings name: a checkpoint directory or a random-weight preset."""
+def load_engine(settings: TTSSettings) -> Engine | EngineSet:
+    """The engine the settings name: a checkpoint directory or a random-weight preset; or
+    several, comma-separated (one of each kind: presets, clones, designs), as one."""
+    models = [m.strip() for m in settings.model.split(",") if m.strip()]
+    if len(models) > 1:
+        engines = []
+        for m in models:
+            t0 = time.monotonic()
+            engines.append(load_engine(settings.model_copy(update={"model": m})))
+            log.info("loaded %s (%s) in %.1f s", engines[-1].model_name,
+                     engines[-1].model_type, time.monotonic() - t0)
+        return EngineSet(engines)
     es = EngineSettings(max_sessions=settings.max_sessions,
                         max_batch=min(settings.max_batch, settings.max_sessions),
                         max_seq_len=settings.max_seq_len,
@@ -118,7 +129,8 @@ class RunningServer:
         self.calls.engine.shutdown()
 
 
-async def start_server(settings: TTSSettings, engine: Engine | None = None) -> RunningServer:
+async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None = None
+                       ) -> RunningServer:
     engine = engine or load_engine(settings)
     metrics = TTSMetrics()
 

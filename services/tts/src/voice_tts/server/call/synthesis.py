@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from voice_tts.engine import Engine, EngineFull, SessionParams, VoiceNames, VoicePrompt
+from voice_tts.engine.engine_set import EngineSet
 from voice_tts.engine.session import Sink
 from voice_tts.server.admission.admission import (
     Admission,
@@ -60,7 +61,8 @@ class Synthesis:
     """The synthesis calls of one server and what they share: the engine, admission,
     metrics, and the server's state (draining, failed)."""
 
-    def __init__(self, engine: Engine, settings: TTSSettings, metrics: TTSMetrics) -> None:
+    def __init__(self, engine: Engine | EngineSet, settings: TTSSettings,
+                 metrics: TTSMetrics) -> None:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics

@@ -34,6 +34,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from voice_tts.engine import Engine
+from voice_tts.engine.engine_set import EngineSet
 from voice_tts.server.call.messages import (
     AudioFrame,
     FirstAudio,
@@ -250,7 +251,8 @@ def _base64_audio(value: str) -> bytes:
 class _Body:
     """The response of one speech request, fed the call's output in order."""
 
-    def __init__(self, request: web.Request, req: SpeechRequest, engine: Engine) -> None:
+    def __init__(self, request: web.Request, req: SpeechRequest,
+                 engine: Engine | EngineSet) -> None:
         self.request, self.req, self.engine = request, req, engine
         self.resp: web.StreamResponse | None = None
         self.rate = req.sample_rate

@@ -5,7 +5,8 @@ description (VoiceDesign: `engine.design_voice_prompt`) and stored as one file,
 `<TTS_VOICE_DIR>/<name>.voice.npz`: its prompt (x-vector, reference codes, transcript,
 description), the reference audio itself (mono s16 at its own rate: a voice can be made
 again for another checkpoint) and its metadata (JSON). At start-up every stored voice
-made for this server's model type and size is registered with the engine; the others
+made for one of this server's model types and sizes is registered with the engine that
+speaks it (`TTS_MODEL` may name several: `engine_set.py`); the others
 are skipped with a log line.
 
 Rules that keep the library safe:
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from voice_tts.engine import Engine
+from voice_tts.engine.engine_set import EngineSet
 from voice_tts.engine.voices import VoicePrompt
 from voice_tts.server.errors import VoiceError
 from voice_tts.server.metrics import TTSMetrics
@@ -144,7 +146,7 @@ class VoiceLibrary:
     slow part (the prompt, the file) runs in a worker thread, the engine's voice table
     is changed on the event loop (where sessions open)."""
 
-    def __init__(self, engine: Engine, directory: Path | None, max_upload_bytes: int,
+    def __init__(self, engine: Engine | EngineSet, directory: Path | None, max_upload_bytes: int,
                  metrics: TTSMetrics | None = None) -> None:
         self.engine = engine
         self.metrics = metrics
@@ -162,12 +164,23 @@ class VoiceLibrary:
         if self.metrics is not None:
             self.metrics.library_voices.set(len(self.voices))
 
-    @property
-    def model_type(self) -> str:
-        return str(getattr(self.engine, "model_type", "custom_voice"))
+    def _kinds(self) -> str:
+        return ", ".join(e.model_type for e in self.engine.members)
 
-    def _model_size(self) -> tuple[str, int]:
-        cfg = self.engine.cfg
+    def _maker(self, kind: str) -> Engine:
+        """The engine that makes voices of `kind` ("clone", "design"), or VoiceError."""
+        e = self.engine.maker_for(kind)
+        if e is None:
+            ask = ("cannot clone a voice: run a Base checkpoint (Qwen3-TTS-12Hz-*-Base) for "
+                   "that" if kind == "clone" else "cannot design a voice from a description:"
+                   " run a VoiceDesign checkpoint (Qwen3-TTS-12Hz-1.7B-VoiceDesign) for that")
+            raise VoiceError("unsupported", f"this server's checkpoint ({self._kinds()}) {ask}"
+                             " (TTS_MODEL takes several, comma-separated)")
+        return e
+
+    @staticmethod
+    def _model_size(engine: Engine) -> tuple[str, int]:
+        cfg = engine.cfg
         return str(getattr(cfg, "tts_model_size", "")), int(cfg.talker.hidden_size)
 
     # --- start-up ------------------------------------------------------------------------
@@ -265,11 +278,12 @@ class VoiceLibrary:
             log.error("voice library: skipping %s, unreadable (%s: %s)", path.name,
                       type(e).__name__, str(e)[:200])
             return None
-        size, hidden = self._model_size()
-        if (v.model_type, v.hidden_size) != (self.model_type, hidden):
+        served = {(e.model_type, self._model_size(e)[1]) for e in self.engine.members}
+        if (v.model_type, v.hidden_size) not in served:
+            here = ", ".join(f"{self._model_size(e)[0]} {e.model_type}"
+                             for e in self.engine.members)
             log.warning("voice library: skipping %r, made for a %s %s model (this server: "
-                        "%s %s); create it again here", name, v.model_size, v.model_type,
-                        size, self.model_type)
+                        "%s); create it again here", name, v.model_size, v.model_type, here)
             return None
         v.name = name
         return v
@@ -296,10 +310,7 @@ class VoiceLibrary:
         """Reference audio checked for a clone: (mono float32, rate, warnings). The decode
         runs in a worker thread, at most `DECODERS` at once: on the event loop a big
         upload would stall every open stream for as long as it takes."""
-        if not getattr(self.engine, "can_clone", self.model_type == "base"):
-            raise VoiceError("unsupported", f"this server's checkpoint ({self.model_type}) "
-                             "cannot clone a voice: run a Base checkpoint "
-                             "(Qwen3-TTS-12Hz-*-Base) for that")
+        self._maker("clone")
         if len(ref.data) > self.max_upload_bytes:
             raise VoiceError("too_large", f"the audio is {len(ref.data)} bytes; the limit is "
                              f"{self.max_upload_bytes} (TTS_VOICE_MAX_UPLOAD_BYTES)")
@@ -338,9 +349,10 @@ class VoiceLibrary:
         key = check_name(name)
         audio, rate, warnings = await self._reference(ref, ref_text)
         ref_text = ref_text.strip()
-        size, hidden = self._model_size()
+        maker = self._maker("clone")
+        size, hidden = self._model_size(maker)
         voice = StoredVoice(
-            name=key, kind="clone", created_at=int(time.time()), model_type=self.model_type,
+            name=key, kind="clone", created_at=int(time.time()), model_type=maker.model_type,
             model_size=size, hidden_size=hidden, duration_s=round(len(audio) / rate, 3),
             source_rate=rate, ref_text=ref_text, x_vector_only=x_vector_only or not ref_text,
             consent=consent[:200], file_size=len(ref.data), warnings=warnings,
@@ -354,18 +366,15 @@ class VoiceLibrary:
 
     async def create_from_description(self, name: str, description: str) -> StoredVoice:
         self._writable()
-        if self.model_type != "voice_design":
-            raise VoiceError("unsupported", f"this server's checkpoint ({self.model_type}) "
-                             "cannot design a voice from a description: run a VoiceDesign "
-                             "checkpoint (Qwen3-TTS-12Hz-1.7B-VoiceDesign) for that")
+        maker = self._maker("design")
         description = description.strip()
         if not description or len(description) > MAX_DESCRIPTION_CHARS:
             raise VoiceError("invalid", f"the description must be 1 to {MAX_DESCRIPTION_CHARS}"
                              f" characters, got {len(description)}")
         key = check_name(name)
-        size, hidden = self._model_size()
+        size, hidden = self._model_size(maker)
         voice = StoredVoice(name=key, kind="design", created_at=int(time.time()),
-                            model_type=self.model_type, model_size=size, hidden_size=hidden,
+                            model_type=maker.model_type, model_size=size, hidden_size=hidden,
                             description=description)
         return await self._create(voice,
                                   lambda: self.engine.design_voice_prompt(description))
