@@ -1,12 +1,21 @@
 """The model-download job: fetch each repo once into $MODELS_DIR/<name>, then exit.
 
+Usage: python deploy/models/download.py (no arguments; -h prints this).
+
 compose.yaml runs it before tts and llm (`service_completed_successfully`), so the GPU
 services never touch the network: they read /models read-only. A marker file
 (`.voice-complete`, holding the repo id) makes a second run a no-op and a changed repo
 id a fresh download; an interrupted download has no marker and resumes.
 
-Env: TTS_HF_REPO -> /models/tts, LLM_HF_REPO -> /models/thinker (empty = skip),
+Env (each empty = skip; compose.yaml and deploy/k8s/models.yaml set the defaults):
+  TTS_HF_REPO         -> /models/tts         a CustomVoice checkpoint (the preset voices)
+  TTS_BASE_HF_REPO    -> /models/tts-base    a Base checkpoint (clones)
+  TTS_DESIGN_HF_REPO  -> /models/tts-design  a VoiceDesign checkpoint (voices made from a
+                         description; the only one: Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign)
+  LLM_HF_REPO         -> /models/thinker
 HF_TOKEN for gated repos (read by huggingface_hub itself), MODELS_DIR (default /models).
+The TTS server loads the directories its TTS_MODEL names (comma-separated), one of each
+kind, and routes each call by its voice.
 """
 
 from __future__ import annotations
@@ -17,7 +26,8 @@ import sys
 from pathlib import Path
 
 MARKER = ".voice-complete"
-TARGETS = {"tts": "TTS_HF_REPO", "thinker": "LLM_HF_REPO"}
+TARGETS = {"tts": "TTS_HF_REPO", "tts-base": "TTS_BASE_HF_REPO",
+           "tts-design": "TTS_DESIGN_HF_REPO", "thinker": "LLM_HF_REPO"}
 # owner/name, optionally @revision
 REPO_RE = re.compile(r"^[\w.-]+/[\w.-]+(@[\w./-]+)?$")
 
@@ -42,6 +52,9 @@ def plan(env: dict[str, str], models_dir: Path) -> list[tuple[str, str | None, P
 
 
 def main() -> int:
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(__doc__)
+        return 0
     models_dir = Path(os.environ.get("MODELS_DIR", "/models"))
     try:
         todo = plan(dict(os.environ), models_dir)

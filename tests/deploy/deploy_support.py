@@ -6,6 +6,7 @@ Kept free of pytest so each helper can be tested on its own (test_promql.py).
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -126,6 +127,20 @@ def env_example() -> dict[str, str]:
         out[key.strip()] = value
     return out
 
+
+
+# --- weights: the models job (deploy/models/download.py) and what the servers load -----------
+
+
+def unfetched_model_dirs(model: str, job_env: dict[str, str]) -> list[str]:
+    """The directories a server's comma-separated TTS_MODEL / LLM_MODEL names that the models
+    job, run with job_env, leaves empty (no target of download.py, or its repo unset)."""
+    spec = importlib.util.spec_from_file_location("download", DEPLOY / "models" / "download.py")
+    download = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(download)
+    by_dir = {f"/models/{name}": var for name, var in download.TARGETS.items()}
+    return [d for d in (p.strip() for p in model.split(","))
+            if not job_env.get(by_dir.get(d, ""), "").strip()]
 
 # --- compose rendering with the real Compose v2 binary ------------------------------------------
 

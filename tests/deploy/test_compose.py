@@ -26,6 +26,7 @@ from deploy_support import (
     env_example,
     interpolated_vars,
     settings_env_names,
+    unfetched_model_dirs,
 )
 
 GPU_SERVICES = {"tts", "llm"}
@@ -139,7 +140,18 @@ def test_gpu_services_share_the_mps_daemon():
         assert any(v["target"] == "/models" and v.get("read_only") for v in svc["volumes"])
     models = cfg["models"]
     assert any(v["target"] == "/models" and not v.get("read_only") for v in models["volumes"])
-    assert {"TTS_HF_REPO", "LLM_HF_REPO", "HF_TOKEN"} <= set(models["environment"])
+    fetch = models["environment"]
+    assert {"TTS_HF_REPO", "TTS_BASE_HF_REPO", "TTS_DESIGN_HF_REPO", "LLM_HF_REPO",
+            "HF_TOKEN"} <= set(fetch)
+    # One TTS server, one voice namespace: the presets (CustomVoice) and the clones (Base),
+    # each from the directory the job fills; designed voices are opt-in (1.7B only).
+    assert fetch["TTS_HF_REPO"].endswith("-CustomVoice")
+    assert fetch["TTS_BASE_HF_REPO"].endswith("-Base")
+    assert fetch["TTS_DESIGN_HF_REPO"] == ""
+    assert cfg["tts"]["environment"]["TTS_MODEL"].split(",") == ["/models/tts", "/models/tts-base"]
+    for name, var in (("tts", "TTS_MODEL"), ("llm", "LLM_MODEL")):
+        model = cfg[name]["environment"][var]
+        assert not unfetched_model_dirs(model, fetch), f"{name}: the models job leaves them empty"
 
 
 @needs_compose

@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deploy_support import K8S, KNOWN_METRICS, ROOT, SETTINGS, settings_env_names
+from deploy_support import (
+    K8S,
+    KNOWN_METRICS,
+    ROOT,
+    SETTINGS,
+    settings_env_names,
+    unfetched_model_dirs,
+)
 
 VALIDATOR = Path(sys.executable).parent / "kubernetes-validate"
 # Not Kubernetes resources: the kustomization and a Helm values file.
@@ -161,6 +168,21 @@ def test_deployment_env_names_are_settings_the_service_reads(resources, service)
     assert ours, f"{service}: no env"
     unknown = sorted(ours - known)
     assert not unknown, f"{service}: {unknown} are not read by {rel}"
+
+
+def test_the_models_job_fills_every_directory_the_gpu_servers_load(resources):
+    job = resources[("Job", "voice-models-download")]
+    fetch = {e["name"]: e.get("value", "") for c in containers(job) for e in c["env"]}
+    deps = by_kind(resources, "Deployment")
+    env = {n: {e["name"]: e.get("value") for c in containers(deps[n]) for e in c["env"]}
+           for n in GPU_WORKLOADS}
+    # Presets (CustomVoice) and clones (Base) from one TTS server; designed voices opt-in.
+    assert env["tts"]["TTS_MODEL"].split(",") == ["/models/tts", "/models/tts-base"]
+    assert fetch["TTS_HF_REPO"].endswith("-CustomVoice")
+    assert fetch["TTS_BASE_HF_REPO"].endswith("-Base")
+    assert fetch["TTS_DESIGN_HF_REPO"] == ""
+    for name, var in (("tts", "TTS_MODEL"), ("llm", "LLM_MODEL")):
+        assert not unfetched_model_dirs(env[name][var], fetch), f"{name}: the job leaves them empty"
 
 
 def test_agents_and_token_service_agree_on_livekit_dispatch(resources):
