@@ -56,6 +56,10 @@ def _port(var: str, default: int) -> int:
     return int(raw)
 
 
+# The tiny CustomVoice, Base and VoiceDesign shapes, random weights (TTS_MODEL takes several)
+TINY_TTS = "preset:tiny,preset:tiny-base,preset:tiny-1.7b-design"
+
+
 def services() -> list[Service]:
     tts_g, tts_h = _port("TTS_GRPC_PORT", 50051), _port("TTS_HTTP_PORT", 8001)
     llm_g, llm_h = _port("LLM_GRPC_PORT", 50052), _port("LLM_HTTP_PORT", 8002)
@@ -65,9 +69,10 @@ def services() -> list[Service]:
     llm_weights = os.environ.get("VOICE_LLM_WEIGHTS", "")
     out = [
         Service("tts", "tts", ["-m", "voice_tts.server"], {
-            # random weights: tiny-mix serves the preset voices (the agent's, `make demo`'s)
-            # and clones (the README's own voice) at once; a real checkpoint does one kind
-            "TTS_MODEL": weights or "preset:tiny-mix", "TTS_GRPC_HOST": "127.0.0.1",
+            # one server, one voice namespace: presets (the agent's, `make demo`'s), clones
+            # (the README's own voice) and designed voices, each from its own checkpoint
+            # (random weights here; VOICE_TTS_WEIGHTS names real ones, comma-separated)
+            "TTS_MODEL": weights or TINY_TTS, "TTS_GRPC_HOST": "127.0.0.1",
             # the tiny model on a laptop's CPU steps slower than admission's real-time
             # budget: admit by open streams, so two browser tabs both get (slower) replies
             **({} if weights else {"TTS_ADMIT_MARGIN": os.environ.get("TTS_ADMIT_MARGIN", "0")}),
@@ -247,7 +252,8 @@ def _box(lines: list[str]) -> str:
 BANNER = _box([
     "RANDOM WEIGHTS: the TTS speaks noise and the thinker babbles.",
     "For real speech set VOICE_TTS_WEIGHTS=/path/to/Qwen3-TTS-12Hz-0.6B-CustomVoice",
-    "(the Hugging Face folder) and VOICE_LLM_WEIGHTS=/path/to/a/chat/model.",
+    "(the Hugging Face folder; add ,/path/to/Qwen3-TTS-12Hz-0.6B-Base for clones)",
+    "and VOICE_LLM_WEIGHTS=/path/to/a/chat/model.",
 ])
 
 
