@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from voice_tts.engine import Engine, EngineSettings, SamplingParams, SessionParams, UnknownVoice
+from voice_tts.engine.engine_set import EngineSet
 from voice_tts.engine.scheduler import Need
 from voice_tts.engine.voices import VoicePrompt
 
@@ -136,27 +137,35 @@ def test_make_voice_prompt_from_audio(base: Engine) -> None:
     assert len(audio) % base.frame_samples == 0 and len(audio) > 0
 
 
-def test_tiny_mix_speaks_presets_and_clones() -> None:
-    """The stack's CPU default (`make up`, compose cpu): tiny's presets and a Base model's
-    speaker encoder in one random model, so the agent's preset and a clone both speak."""
-    mix = Engine.from_preset("tiny-mix", seed=0, settings=EngineSettings(max_sessions=2))
+def test_an_engine_set_speaks_presets_clones_and_designs() -> None:
+    """The stack's TTS (`TTS_MODEL=a,b,c`): a CustomVoice, a Base and a VoiceDesign engine
+    as one; each voice goes to the engine that owns it, one name is one voice."""
+    es = EngineSet([Engine.from_preset(n, seed=0, settings=EngineSettings(max_sessions=2))
+                    for n in ("tiny", "tiny-base", "tiny-1.7b-design")])
     try:
-        assert mix.model_type == "custom_voice" and mix.can_clone
-        presets = {v.name for v in mix.voices()}
-        assert {"vivian", "serena"} <= presets
+        assert es.can_clone and es.maker_for("design").model_type == "voice_design"
         t = np.arange(24000 * 3) / 24000
-        p = mix.make_voice_prompt((0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32),
-                                  24000, "Three seconds of a tone.")
-        mix.add_voice("alice", p)
-        with pytest.raises(ValueError, match="needs a voice_design"):
-            mix.add_voice("d", VoicePrompt(instruct="A calm voice."))
-        assert ("alice", "clone") in [(v.name, v.kind) for v in mix.voices()]
-        for voice in ("vivian", "alice"):
-            audio = mix.synthesize("Hello there.", voice, sampling=SamplingParams.greedy(),
-                                   max_frames=3)
-            assert len(audio) == 3 * mix.frame_samples
+        clone = es.make_voice_prompt((0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32),
+                                     24000, "Three seconds of a tone.")
+        es.add_voice("alice", clone)
+        es.add_voice("calm", es.design_voice_prompt("A calm voice."))
+        with pytest.raises(ValueError, match="already a voice of preset:tiny"):
+            es.add_voice("Vivian", clone)
+        assert {("vivian", "preset"), ("alice", "clone"), ("calm", "design")} <= {
+            (v.name, v.kind) for v in es.voices()}
+        owners = {name: es.voice_table.owner(name).model_type
+                  for name in ("vivian", "alice", "calm")}
+        assert owners == {"vivian": "custom_voice", "alice": "base", "calm": "voice_design"}
+        for voice in ("vivian", "alice", "calm"):
+            engine = es.voice_table.owner(voice)
+            audio = engine.synthesize("Hello there.", voice, sampling=SamplingParams.greedy(),
+                                      max_frames=3)
+            assert len(audio) == 3 * es.frame_samples
+        es.remove_voice("alice")
+        with pytest.raises(UnknownVoice):
+            es.voice_table.names("alice", "auto")
     finally:
-        mix.shutdown()
+        es.shutdown()
     assert not Engine.from_preset("tiny", seed=0,
                                   settings=EngineSettings(max_sessions=1)).can_clone
 

@@ -238,15 +238,10 @@ class ModelConfig:
     tts_bos_token_id: int = 151672
     tts_eos_token_id: int = 151673
     name: str = "custom"
-    # A CustomVoice shape that also builds the Base model's speaker and speech encoders:
-    # presets and clones from one model. Random-weight presets only (`tiny-mix`): no
-    # official checkpoint is both (CustomVoice has the speakers, Base the encoders).
-    clones_too: bool = False
-
     @property
     def can_clone(self) -> bool:
         """Builds the speaker (and speech) encoder: voices from reference audio."""
-        return self.tts_model_type == "base" or self.clones_too
+        return self.tts_model_type == "base"
 
     @property
     def supports_instruct(self) -> bool:
@@ -406,6 +401,3 @@ PRESETS |= {
 # and tiny-base's encoders in one random-weight model, so the agent's preset voice and the
 # README's cloned voice both work on the stack `make up` starts. No real checkpoint does
 # both: a CustomVoice checkpoint serves presets, a Base one clones.
-PRESETS["tiny-mix"] = dataclasses.replace(
-    PRESETS["tiny"], speaker_encoder=PRESETS["tiny-base"].speaker_encoder, clones_too=True,
-    name="tiny-mix")

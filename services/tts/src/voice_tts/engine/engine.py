@@ -64,8 +64,7 @@ class Engine:
         self.scheduler = Scheduler(self.settings, self.cfg)
         self.output = Output(self.settings, self._fail,
                              self.cfg.speech_decoder.codebook_size)
-        self.voice_table = VoiceTable(self.cfg.talker, self.cfg.tts_model_type,
-                                      self.cfg.clones_too)
+        self.voice_table = VoiceTable(self.cfg.talker, self.cfg.tts_model_type)
         self.voice_maker = VoiceMaker(model, tokenizer, self.runner.dtype,
                                       self.settings.max_seq_len)
         self._fault = FaultInjection(self.settings.fault) if self.settings.fault else None
@@ -146,8 +145,7 @@ class Engine:
 
     @property
     def can_clone(self) -> bool:
-        """Makes voices from reference audio: a Base checkpoint (or the `tiny-mix` preset,
-        a CustomVoice shape that clones too)."""
+        """Makes voices from reference audio: a Base checkpoint."""
         return self.cfg.can_clone
 
     def makes(self, kind: str) -> bool:

@@ -21,7 +21,7 @@ class Qwen3TTS(nn.Module):
         self.talker = Talker(cfg.talker, CodePredictor(cfg.code_predictor,
                                                        cfg.talker.hidden_size))
         self.speech_decoder = SpeechDecoder(cfg.speech_decoder)
-        # Base (voice clone) only, as the official model (and the `tiny-mix` preset): the
+        # Base (voice clone) only, as the official model: the
         # x-vector of a reference voice.
         self.speaker_encoder: SpeakerEncoder | None = (
             SpeakerEncoder(cfg.speaker_encoder) if cfg.can_clone else None)

@@ -55,14 +55,14 @@ class VoiceMaker:
             raise ValueError(f"voice design needs a voice_design checkpoint; this one is "
                              f"{self.model_type}")
         prompt = VoicePrompt(instruct=description)
-        prompt.check(self.model_type, self.cfg.clones_too)
+        prompt.check(self.model_type)
         return prompt
 
     @torch.no_grad()
     def library_voice(self, prompt: VoicePrompt) -> LibraryVoice:
         """The prompt on the device, ready for sessions. ValueError: a prompt of another
         model type, an x-vector of another size, reference codes that do not fit."""
-        prompt.check(self.model_type, self.cfg.clones_too)
+        prompt.check(self.model_type)
         if prompt.x_vector is None:
             voice = LibraryVoice(prompt, instruct_ids=self.tokenizer.instruct_ids(
                 prompt.instruct))

@@ -38,10 +38,9 @@ class VoicePrompt:
     def kind(self) -> str:
         return "design" if self.x_vector is None else "clone"
 
-    def check(self, model_type: str, clones_too: bool = False) -> None:
+    def check(self, model_type: str) -> None:
         """ValueError unless this prompt is whole and fits a checkpoint of `model_type`
-        (clones need Base, designs VoiceDesign; `clones_too`: a model that clones besides,
-        the `tiny-mix` preset)."""
+        (clones need Base, designs VoiceDesign)."""
         if self.x_vector is None and not self.instruct.strip():
             raise ValueError("a voice prompt needs an x-vector (clone) or an instruct (design)")
         if self.x_vector is not None and self.instruct:
@@ -52,7 +51,7 @@ class VoicePrompt:
             raise ValueError("an in-context clone needs (T_ref, 16) reference codes and "
                              "their transcript")
         need = "base" if self.kind == "clone" else "voice_design"
-        if model_type != need and not (self.kind == "clone" and clones_too):
+        if model_type != need:
             raise ValueError(f"a {self.kind} voice needs a {need} checkpoint; this one is "
                              f"{model_type}")
 

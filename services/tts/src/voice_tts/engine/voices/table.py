@@ -48,9 +48,8 @@ class VoiceNames:
 class VoiceTable:
     """Presets (CustomVoice checkpoints only) and library voices, by lower-case name."""
 
-    def __init__(self, cfg: TalkerConfig, model_type: str = "custom_voice",
-                 clones_too: bool = False) -> None:
-        self.cfg, self.model_type, self.clones_too = cfg, model_type, clones_too
+    def __init__(self, cfg: TalkerConfig, model_type: str = "custom_voice") -> None:
+        self.cfg, self.model_type = cfg, model_type
         presets = cfg.spk_id if model_type == "custom_voice" else {}
         self.speakers = {k.lower(): v for k, v in presets.items()}
         self.dialects = {k.lower(): v for k, v in cfg.spk_is_dialect.items()}
@@ -86,7 +85,7 @@ class VoiceTable:
             raise ValueError("a voice needs a name")
         if key in self.speakers:
             raise ValueError(f"{name!r} is a preset voice's name")
-        voice.prompt.check(self.model_type, self.clones_too)
+        voice.prompt.check(self.model_type)
         with self._lock:
             self._library[key] = voice
             self._rename()
