@@ -88,3 +88,31 @@ def test_clipping_warns_and_silence_refuses() -> None:
         check_audio(X * 1e-4, RATE)
     with pytest.raises(AudioError, match="3 to 30 s"):
         check_audio(X[:RATE], RATE)
+
+
+async def test_a_decode_past_its_time_is_refused_at_once_and_keeps_its_slot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait for a decode is capped (DECODE_TIMEOUT_S): a 400 at once, while the slow
+    thread keeps its decoder slot until it ends (the cap on decodes at once holds)."""
+    import asyncio
+    import time
+
+    from voice_tts.engine import Engine, EngineSettings
+    from voice_tts.server.errors import VoiceError
+    from voice_tts.server.voices import voice_library as vl
+
+    def slow_decode(ref: ReferenceAudio) -> tuple[np.ndarray, int]:
+        time.sleep(0.6)
+        return np.zeros(16000 * 4, np.float32), 16000
+
+    monkeypatch.setattr(vl, "decode_audio", slow_decode)
+    monkeypatch.setattr(vl, "DECODE_TIMEOUT_S", 0.1)
+    engine = Engine.from_preset("tiny-base", settings=EngineSettings(max_sessions=1))
+    lib = vl.VoiceLibrary(engine, None, max_upload_bytes=1 << 20)
+    t0 = time.perf_counter()
+    with pytest.raises(VoiceError, match=r"took over 0\.1 s"):
+        await lib.inline_prompt(ReferenceAudio(b"RIFF"))
+    assert time.perf_counter() - t0 < 0.4  # not the decode's 0.6 s
+    assert lib._decoders._value == vl.DECODERS - 1  # the thread still holds its slot
+    await asyncio.sleep(0.8)
+    assert lib._decoders._value == vl.DECODERS

@@ -66,6 +66,10 @@ FORMAT_VERSION = 1
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 # Reference audio decoded at once (worker threads); more wait their turn.
 DECODERS = 2
+# A decode that takes longer is answered 400 at once (its thread finishes in the
+# background and only then frees its decoder slot): the chunk cap and the upload limit
+# bound the work, this bounds the wait whatever the host's load.
+DECODE_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -325,8 +329,20 @@ class VoiceLibrary:
             except AudioError as e:
                 raise VoiceError("invalid", str(e)) from None
 
-        async with self._decoders:
-            return await asyncio.to_thread(decode)
+        await self._decoders.acquire()
+        work = asyncio.ensure_future(asyncio.to_thread(decode))
+
+        def done(t: asyncio.Future) -> None:
+            self._decoders.release()
+            if not t.cancelled():
+                t.exception()  # retrieved: a late failure is no news after the timeout
+
+        work.add_done_callback(done)
+        try:
+            return await asyncio.wait_for(asyncio.shield(work), DECODE_TIMEOUT_S)
+        except TimeoutError:
+            raise VoiceError("invalid", f"decoding the audio took over {DECODE_TIMEOUT_S:g}"
+                             " s; send a plain WAV (fmt, then data) or raw PCM") from None
 
     async def inline_prompt(self, ref: ReferenceAudio, ref_text: str = "",
                             x_vector_only: bool = False) -> VoicePrompt:
