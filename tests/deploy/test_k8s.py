@@ -185,6 +185,53 @@ def test_the_models_job_fills_every_directory_the_gpu_servers_load(resources):
         assert not unfetched_model_dirs(env[name][var], fetch), f"{name}: the job leaves them empty"
 
 
+VOICES_CLAIM = "tts-voices"
+
+
+def tts_pods(resources: dict) -> dict[str, tuple[dict, dict]]:
+    """Every pod template that runs the TTS server (the voice-tts image), whatever the
+    workload kind: "kind/name" -> (pod spec, its TTS container)."""
+    out = {}
+    for (kind, name), r in resources.items():
+        spec = r.get("spec", {}).get("template", {}).get("spec", {})
+        for c in spec.get("containers", []):
+            if c.get("image", "").split(":")[0].rsplit("/", 1)[-1] == "voice-tts":
+                out[f"{kind}/{name}"] = (spec, c)
+    return out
+
+
+def test_every_tts_pod_shares_one_voice_library_on_a_readwritemany_claim(resources):
+    """Envoy spreads sessions over the TTS pods: a voice cloned through one must be on a
+    volume every pod mounts (RWX) at its TTS_VOICE_DIR, and the others must follow the
+    directory (TTS_VOICE_RESCAN_S, set here, not left to the code's default), or it
+    exists on one pod only, or nowhere (no TTS_VOICE_DIR: a create answers 501)."""
+    pods = tts_pods(resources)
+    assert "Deployment/tts" in pods
+    claims = by_kind(resources, "PersistentVolumeClaim")
+    assert VOICES_CLAIM in claims, f"no PersistentVolumeClaim {VOICES_CLAIM}"
+    assert claims[VOICES_CLAIM]["spec"]["accessModes"] == ["ReadWriteMany"], \
+        f"{VOICES_CLAIM}: pods on several nodes need ReadWriteMany"
+    for name, (spec, c) in pods.items():
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        voice_dir = env.get("TTS_VOICE_DIR")
+        assert voice_dir, f"{name}: no TTS_VOICE_DIR, so no voice library"
+        mounts = [m for m in c.get("volumeMounts", [])
+                  if m["mountPath"].rstrip("/") == voice_dir.rstrip("/")]
+        assert len(mounts) == 1, f"{name}: nothing mounted at TTS_VOICE_DIR={voice_dir}"
+        [mount] = mounts
+        assert not mount.get("readOnly"), f"{name}: the voice library is mounted read-only"
+        volume = {v["name"]: v for v in spec.get("volumes", [])}[mount["name"]]
+        claim = volume.get("persistentVolumeClaim", {})
+        assert claim.get("claimName") == VOICES_CLAIM, f"{name}: {voice_dir} is not the claim"
+        assert not claim.get("readOnly"), f"{name}: the claim is read-only"
+        rescan = env.get("TTS_VOICE_RESCAN_S")
+        assert rescan is not None and 0 < float(rescan) <= 10, \
+            f"{name}: TTS_VOICE_RESCAN_S={rescan!r}: the directory watch must be on (0-10 s)"
+        # The server runs as a non-root user: the claim's files are its group's.
+        sc = spec.get("securityContext", {})
+        assert sc.get("fsGroup") == sc.get("runAsUser"), f"{name}: the library is not writable"
+
+
 def test_agents_and_token_service_agree_on_livekit_dispatch(resources):
     deps = by_kind(resources, "Deployment")
     env = {n: {e["name"]: e for c in containers(deps[n]) for e in c["env"]}
