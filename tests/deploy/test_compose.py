@@ -161,7 +161,7 @@ def test_cpu_profile_needs_no_gpu_and_runs_tiny_models():
         devices = svc.get("deploy", {}).get("resources", {}).get("reservations", {})
         assert not devices.get("devices"), f"{name} reserves a GPU in the cpu profile"
         assert "CUDA_MPS_PIPE_DIRECTORY" not in svc.get("environment", {})
-    # presets and clones on one random model (the README's own-voice lines work here too)
+    # presets, clones and designs from one server (the README's own-voice lines work here too)
     assert cfg["tts-cpu"]["environment"]["TTS_MODEL"].split(",") == [
         "preset:tiny", "preset:tiny-base", "preset:tiny-1.7b-design"]
     assert cfg["tts-cpu"]["environment"]["TTS_DEVICE"] == "cpu"
