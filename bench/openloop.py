@@ -19,9 +19,17 @@ Per rate: client TTFA p50/p95/p99, E2E, underruns, errors by status, rejections,
 flight, audio seconds per wall second. The sweep stops after a rate whose p95 TTFA is over
 `--stop-above-ms` or that had errors. `--start-server` starts one server for the sweep.
 
+`--protocol` (default grpc): http makes each call a streamed `POST /v1/audio/speech`
+(response_format pcm, the same voice, language, seed and max_frames; TTFA = first audio
+bytes; HTTP 429/503 are the rejections; the server sends it unpaced, gRPC and ws paced);
+ws the WebSocket `/v1/audio/speech/stream` (config, text, flush, end; TTFA = first binary
+frame; close 1013/1012 are the rejections); all runs the three in turn at each rate, the
+same arrivals, a fresh warm-up each, a row per (rate, protocol) (bench/soak/fronts.py).
+
   python -m bench.openloop --start-server --model preset:1.7b --device cuda \\
       --max-sessions 256 --rates 1,10,20,40,60 --duration 120 --procs 4 --out ol.json
   python -m bench.openloop --rates 1,2 --duration 10 --warmup 2   # a running server
+  python -m bench.openloop --start-server --protocol all --rates 1,10 --duration 60
 
 Cloned voices (`--clone-voices N`, a Base checkpoint's server): before the sweep, N
 library voices are made through gRPC `CreateVoice` from `--clone-seconds` of reference
@@ -55,12 +63,20 @@ from bench.soak.run import Soak
 from bench.soak.server import Server
 
 PROMPTS = Path(__file__).with_name("prompts") / "en_read_1088.txt"
+PROTOCOLS = ("grpc", "http", "ws")  # --protocol all: this order at each rate
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.openloop", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="1,10,20", help="arrival rates (req/s), comma list")
+    p.add_argument("--protocol", choices=(*PROTOCOLS, "all"), default="grpc",
+                   help="grpc (Synthesize), http (streamed POST /v1/audio/speech, pcm), ws "
+                   "(the WebSocket /v1/audio/speech/stream), or all: the three in turn at "
+                   "each rate. Every option applies to all three but --stream-text and "
+                   "--piece-interval-ms (grpc, ws: HTTP takes the text whole) and "
+                   "--frames-per-message (grpc: the WS front sends a frame per message, "
+                   "HTTP a packet per write)")
     p.add_argument("--duration", type=float, default=120.0,
                    help="seconds of counted arrivals per rate (default %(default)s)")
     p.add_argument("--warmup", type=float, default=15.0,
@@ -73,7 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="--stream-text: ms between pieces (50 = 20 pieces/s)")
     p.add_argument("--procs", type=int, default=4, help="client processes")
     p.add_argument("--frames-per-message", type=int, default=1,
-                   help="SessionConfig.frames_per_message (1: a message per 20 ms frame)")
+                   help="SessionConfig.frames_per_message (1: a message per 20 ms frame; "
+                   "gRPC only)")
     p.add_argument("--stop-above-ms", type=float, default=500.0,
                    help="stop the sweep after a rate whose p95 TTFA is above this")
     p.add_argument("--seed", type=int, default=0)
@@ -110,14 +127,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--rates: give rates > 0")
     if a.clone_voices < 0 or (a.clone_voices and not 3 <= a.clone_seconds <= 30):
         p.error("--clone-voices >= 0, --clone-seconds 3-30")
+    if a.stream_text and a.protocol in ("http", "all"):
+        p.error(f"--protocol {a.protocol}: HTTP takes the text whole; --stream-text is for "
+                "grpc and ws")
+    a.protocols = list(PROTOCOLS) if a.protocol == "all" else [a.protocol]
     return a
 
 
-def soak_argv(a: argparse.Namespace, server: Server, rate: float, duration: float,
-              seed: int, voices: list[str] | None = None, records: Path | None = None
-              ) -> list[str]:
+def soak_argv(a: argparse.Namespace, server: Server, protocol: str, rate: float,
+              duration: float, seed: int, voices: list[str] | None = None,
+              records: Path | None = None) -> list[str]:
     """The soak's arguments for one run against the sweep's server."""
-    argv = ["--addr", server.addr, "--http-port", str(server.http_port or 0),
+    argv = ["--protocol", protocol, "--addr", server.addr,
+            "--http-port", str(server.http_port or 0),
             "--rate", f"{rate:g}", "--duration", f"{duration:g}", "--seed", str(seed),
             "--prompts", a.prompts, "--stop-share", "0", "--reset-share", "0",
             "--cancel-share", "0", "--procs", str(a.procs),
@@ -136,11 +158,13 @@ def soak_argv(a: argparse.Namespace, server: Server, rate: float, duration: floa
     return argv
 
 
-def row(rate: float, s: dict[str, Any]) -> dict[str, Any]:
-    """The numbers of one rate, as the table reports them."""
-    u = s["underruns"]
+def row(rate: float, protocol: str, s: dict[str, Any]) -> dict[str, Any]:
+    """The numbers of one rate and protocol, as the table reports them."""
+    u, c = s["underruns"], s["counts"]
     return {
-        "rate": rate, "achieved_rate": s["achieved_rate"], "calls": s["arrivals"],
+        "rate": rate, "protocol": protocol, "achieved_rate": s["achieved_rate"],
+        "calls": s["arrivals"],
+        "errors": c.get("error", 0) + c.get("timeout", 0) + c.get("hung", 0),
         "ttfa_ms": s["ttfa_ms"], "server_ttfa_ms": s["server_ttfa_ms"], "e2e_ms": s["e2e_ms"],
         # where the server's TTFA went: queue (text in -> its prompt runs: the step in
         # flight), prefill, first_packet (text in -> the engine's packet); the session's
@@ -166,8 +190,9 @@ def row(rate: float, s: dict[str, Any]) -> dict[str, Any]:
 
 def line(r: dict[str, Any]) -> str:
     t, u = r["ttfa_ms"], r["underruns"]
-    return (f"rate {r['rate']:g}/s ({r['calls']} calls): TTFA p50/p95/p99 {t['p50']}/{t['p95']}/"
-            f"{t['p99']} ms; underruns {u['late_frames']} frames (>20 ms {u['over_20ms']}, "
+    return (f"rate {r['rate']:g}/s {r['protocol']} ({r['calls']} calls): TTFA p50/p95/p99 "
+            f"{t['p50']}/{t['p95']}/{t['p99']} ms; errors {r['errors']}; underruns "
+            f"{u['late_frames']} frames (>20 ms {u['over_20ms']}, "
             f">100 ms {u['over_100ms']}) of {u['frames']}; codes {r['by_code']}; peak in "
             f"flight {r['peak_inflight']}; audio {r['audio_s_per_wall_s']} s/s; client CPU "
             f"{r['client_cpu_share']}{' LAGGING' if r['client_lagging'] else ''}")
@@ -201,6 +226,7 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
               "log_level": log_level,
               "max_sessions": a.max_sessions, "stream_text": a.stream_text,
               "piece_interval_ms": a.piece_interval_ms if a.stream_text else None,
+              "protocols": a.protocols,
               "duration_s": a.duration, "warmup_s": a.warmup, "procs": a.procs,
               "frames_per_message": a.frames_per_message,
               "prompts": a.prompts, "server_env": a.server_env, "rows": rows}
@@ -224,22 +250,27 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
             write(a.out, result)
         names = clones.names if clones else None
         for i, rate in enumerate(a.rates):
-            if a.warmup > 0:
-                warm = soak_args(soak_argv(a, server, rate, a.warmup, a.seed + 1000 + i,
-                                           names))
-                await Soak(warm).run()
-            recs = tmp / f"rate{i}.jsonl"
-            s = await Soak(soak_args(soak_argv(a, server, rate, a.duration, a.seed + i,
-                                               names, recs))).run()
-            rows.append(row(rate, s))
-            result["model"] = result["model"] or s["server"]["model"]  # the server's own
-            rows[-1]["voices_used"] = voice_counts(
-                [json.loads(x) for x in recs.read_text().splitlines()] if recs.exists() else [])
-            write(a.out, result)  # after each rate: a sweep cut short keeps its rows
-            print("openloop: " + line(rows[-1]), file=sys.stderr, flush=True)
-            p95 = rows[-1]["ttfa_ms"]["p95"]
-            if p95 is None or p95 > a.stop_above_ms or not s["pass"]:
-                print(f"openloop: stopping after {rate:g}/s (p95 {p95} ms, pass {s['pass']})",
+            stop = []
+            for protocol in a.protocols:  # the same arrivals (seed) for each protocol
+                if a.warmup > 0:
+                    warm = soak_args(soak_argv(a, server, protocol, rate, a.warmup,
+                                               a.seed + 1000 + i, names))
+                    await Soak(warm).run()
+                recs = tmp / f"rate{i}-{protocol}.jsonl"
+                s = await Soak(soak_args(soak_argv(a, server, protocol, rate, a.duration,
+                                                   a.seed + i, names, recs))).run()
+                rows.append(row(rate, protocol, s))
+                result["model"] = result["model"] or s["server"]["model"]  # the server's own
+                rows[-1]["voices_used"] = voice_counts(
+                    [json.loads(x) for x in recs.read_text().splitlines()]
+                    if recs.exists() else [])
+                write(a.out, result)  # after each row: a sweep cut short keeps its rows
+                print("openloop: " + line(rows[-1]), file=sys.stderr, flush=True)
+                p95 = rows[-1]["ttfa_ms"]["p95"]
+                if p95 is None or p95 > a.stop_above_ms or not s["pass"]:
+                    stop.append(f"{protocol} p95 {p95} ms, pass {s['pass']}")
+            if stop:  # the rate's other protocols still ran: its rows compare
+                print(f"openloop: stopping after {rate:g}/s ({'; '.join(stop)})",
                       file=sys.stderr, flush=True)
                 break
     finally:
@@ -257,6 +288,18 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows side by side: one line per (rate, protocol)."""
+    out = [f"{'rate':>6} {'protocol':<8} {'calls':>6} {'TTFA p50':>9} {'p95':>8} {'p99':>8} "
+           f"{'late':>6} {'>100ms':>6} {'rejected':>8} {'errors':>6}"]
+    for r in rows:
+        t, u = r["ttfa_ms"], r["underruns"]
+        out.append(f"{r['rate']:>6g} {r['protocol']:<8} {r['calls']:>6} {t['p50']!s:>9} "
+                   f"{t['p95']!s:>8} {t['p99']!s:>8} {u['late_frames']:>6} "
+                   f"{u['over_100ms']:>6} {r['rejected']:>8} {r['errors']:>6}")
+    return "\n".join(out)
+
+
 def write(path: str | None, result: dict[str, Any]) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -268,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     result = asyncio.run(sweep(a))
     write(a.out, result)
     print(json.dumps(result, indent=1), flush=True)
+    print(table(result["rows"]), file=sys.stderr, flush=True)
     sys.exit(0 if result["rows"] and all(r["pass"] for r in result["rows"]) else 1)
 
 

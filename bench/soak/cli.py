@@ -30,6 +30,9 @@ a JSON summary (also `--out`) and exits 1 if a check failed.
       --rate 100 --duration 240 --procs 4 --out soak.json --server-log soak_server.log
   # CPU, tiny random model:
   python -m bench.soak --start-server --rate 2 --duration 10 --max-sessions 8
+  # the same load over the OpenAI HTTP front (or ws: the WebSocket; bench/soak/fronts.py):
+  python -m bench.soak --start-server --protocol http --stop-share 0 --reset-share 0 \
+      --cancel-share 0 --rate 2 --duration 10
 """
 
 from __future__ import annotations
@@ -71,6 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--startup-timeout", type=float, default=600.0,
                    help="seconds for the server to report SERVING")
     g = p.add_argument_group("load")
+    g.add_argument("--protocol", choices=("grpc", "http", "ws"), default="grpc",
+                   help="grpc: Synthesize streams; http: streamed POST /v1/audio/speech "
+                   "(pcm; the text whole; no STOP/RESET/cancel); ws: the WebSocket "
+                   "/v1/audio/speech/stream (no STOP/RESET/cancel here). http and ws need "
+                   "the server's HTTP port (--http-port) and honour --frame-ms, "
+                   "--sample-rate; --frames-per-message and --channels are gRPC's")
     g.add_argument("--rate", type=float, default=10.0, help="arrivals per second")
     g.add_argument("--duration", type=float, default=60.0, help="seconds of arrivals")
     g.add_argument("--seed", type=int, default=0)
@@ -149,6 +158,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("need 1 <= --min-chars <= --max-chars")
     if a.stop_share + a.reset_share + a.cancel_share > 1:
         p.error("--stop-share + --reset-share + --cancel-share must be <= 1")
+    if a.protocol != "grpc":
+        if a.stop_share or a.reset_share or a.cancel_share:
+            p.error(f"--protocol {a.protocol}: STOP/RESET/cancel are gRPC's here; pass "
+                    "--stop-share 0 --reset-share 0 --cancel-share 0")
+        if a.protocol == "http" and a.stream_text:
+            p.error("--protocol http takes the text whole: --stream-text is gRPC's and ws's")
+        if not a.http_port and not a.start_server:  # a started server gets a free one
+            p.error(f"--protocol {a.protocol} needs the server's HTTP port (--http-port)")
     return a
 
 

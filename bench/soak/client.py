@@ -1,4 +1,5 @@
-"""The load: one process's arrivals on grpc.aio, each call's stream, its actions."""
+"""The load: one process's arrivals on grpc.aio (or, `protocol` http / ws, the server's
+HTTP fronts: `fronts.py`), each call's stream, its actions."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import contextlib
 import random
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 import grpc
 from voice.tts.v1 import tts_pb2, tts_pb2_grpc
 
 from bench.soak.checker import Record, StreamChecker
+from bench.soak.fronts import Front
 from bench.soak.grpc_fix import patch_grpc_write_status
 from bench.soak.plan import Plan, pieces, words
 
@@ -65,11 +69,17 @@ class Load:
         self._abort = asyncio.Event()
         if self.aborted:
             self._abort.set()
-        n_ch = max(1, int(self.o["channels"]))
+        protocol = self.o.get("protocol", "grpc")
+        n_ch = max(1, int(self.o["channels"])) if protocol == "grpc" else 0
         channels = [grpc.aio.insecure_channel(self.o["addr"], options=[
             ("grpc.use_local_subchannel_pool", 1), ("grpc.channel_id", i)])
             for i in range(n_ch)]
-        stubs = [tts_pb2_grpc.TextToSpeechStub(ch) for ch in channels]
+        calls: list[Callable[[Plan, Record, float], Awaitable[None]]] = [
+            partial(self._call, tts_pb2_grpc.TextToSpeechStub(ch)) for ch in channels]
+        front = Front(protocol, self.o) if protocol != "grpc" else None
+        if front is not None:
+            await front.open()
+            calls = [front.call]
         probe = asyncio.create_task(self._lag_probe())
         aborted = asyncio.create_task(self._abort.wait())
         tasks: set[asyncio.Task[None]] = set()
@@ -87,7 +97,8 @@ class Load:
                 if self.aborted:
                     break
                 self.arrivals += 1
-                t = asyncio.create_task(self._one(stubs[p.index % n_ch], p, start + p.at))
+                t = asyncio.create_task(self._one(calls[p.index % len(calls)], p,
+                                                  start + p.at))
                 tasks.add(t)
                 t.add_done_callback(tasks.discard)
             deadline = time.monotonic() + self.o["drain_timeout"]
@@ -105,6 +116,8 @@ class Load:
             aborted.cancel()
             for ch in channels:
                 await ch.close()
+            if front is not None:
+                await front.close()
         return {"records": [asdict(r) for r in self.records],
                 "loop_lag_ms": self.loop_lag_ms, "planned": len(self.plans),
                 "grpc_write_fix": patched,
@@ -120,8 +133,8 @@ class Load:
         cfg.sampling.max_frames = p.max_frames
         return tts_pb2.SynthesizeRequest(config=cfg)
 
-    async def _one(self, stub: tts_pb2_grpc.TextToSpeechStub, p: Plan, scheduled: float
-                   ) -> None:
+    async def _one(self, call: Callable[[Plan, Record, float], Awaitable[None]], p: Plan,
+                   scheduled: float) -> None:
         now = time.monotonic()
         rec = Record(p.index, p.kind, len(p.text), p.max_frames,
                      dispatch_late_ms=(now - scheduled) * 1e3, dispatch_at=now,
@@ -130,7 +143,7 @@ class Load:
         self.inflight += 1
         try:
             async with asyncio.timeout(self.o["call_timeout"]):
-                await self._call(stub, p, rec, t_dispatch)
+                await call(p, rec, t_dispatch)
         except TimeoutError:
             rec.outcome, rec.code = "timeout", "CLIENT_TIMEOUT"
         except asyncio.CancelledError:  # still open when the drain ended (or aborted)

@@ -160,7 +160,7 @@ def summarize(soak: SoakState, load: dict[str, Any], model: str, planned: int,
     return {
         "pass": not failures,
         "failures": failures,
-        "rate": a.rate, "duration_s": round(a.duration, 1),
+        "protocol": a.protocol, "rate": a.rate, "duration_s": round(a.duration, 1),
         "duration_requested_s": a.duration_requested, "seed": a.seed, "procs": a.procs,
         "server": {"addr": soak.server.addr, "model": model,
                    "started_here": a.start_server,
@@ -241,7 +241,8 @@ def headline(s: dict[str, Any]) -> str:
     t, u, c = s["ttfa_ms"], s["underruns"], s["client"]
     rj = s["rejections"]["latency_ms"]
     gate = s["checks"]["gpu_memory_flat"]
-    return (f"rate {s['rate']:g}/s for {s['duration_s']:g} s: {s['arrivals']} calls "
+    return (f"{s['protocol']} rate {s['rate']:g}/s for {s['duration_s']:g} s: "
+            f"{s['arrivals']} calls "
             f"{json.dumps(s['counts'])}; client TTFA p50/p95/p99 {t['p50']}/{t['p95']}/"
             f"{t['p99']} ms; underruns {u['late_frames']}/{u['frames']} frames, "
             f"{u['utterances_with_underrun']}/{u['utterances']} utterances (max "

@@ -171,7 +171,9 @@ class Soak:
 
     async def _load(self, plans: list[Plan]) -> dict[str, Any]:
         a = self.a
-        opts = {"addr": self.server.addr, "channels": a.channels, "frame_ms": a.frame_ms,
+        opts = {"addr": self.server.addr, "protocol": a.protocol,
+                "http_port": self.server.http_port,
+                "channels": a.channels, "frame_ms": a.frame_ms,
                 "frames_per_message": a.frames_per_message,
                 "sample_rate": a.sample_rate, "stream_text": a.stream_text,
                 "piece_interval_ms": a.piece_interval_ms, "call_timeout": a.call_timeout,
