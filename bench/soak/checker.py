@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 from voice.tts.v1 import tts_pb2
@@ -197,3 +198,15 @@ class StreamChecker:
 
     def finish(self) -> None:
         self._close_utterance()
+
+
+async def settle(chk: StreamChecker, driver: asyncio.Task) -> None:
+    """A call's end: the checker finishes; a driver task still running is cancelled, one
+    that failed is the stream's fault."""
+    chk.finish()
+    if not driver.done():
+        driver.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await driver
+    elif not driver.cancelled() and driver.exception() is not None:
+        chk.bad(f"client driver failed: {driver.exception()!r}"[:200])

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 from voice.tts.v1 import tts_pb2, tts_pb2_grpc
 
-from bench.soak.checker import Record, StreamChecker
+from bench.soak.checker import Record, StreamChecker, settle
 from bench.soak.fronts import Front
 from bench.soak.grpc_fix import patch_grpc_write_status
 from bench.soak.plan import Plan, pieces, words
@@ -284,14 +284,7 @@ class Load:
                 rec.outcome = ("rejected" if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                                else "error")
         finally:
-            chk.finish()
-            if not driver.done():
-                driver.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await driver
-            elif not driver.cancelled() and driver.exception() is not None:
-                exc = driver.exception()
-                chk.bad(f"client driver failed: {exc!r}"[:200])
+            await settle(chk, driver)
             if not call.done():
                 call.cancel()
 

@@ -29,7 +29,7 @@ from typing import Any
 import aiohttp
 from voice.tts.v1 import tts_pb2
 
-from bench.soak.checker import TRUNCATED, Record, StreamChecker
+from bench.soak.checker import TRUNCATED, Record, StreamChecker, settle
 from bench.soak.plan import Plan, pieces, words
 
 SPEECH_PATH = "/v1/audio/speech"
@@ -202,13 +202,7 @@ class Front:
                 if 0 not in chk.flushed:
                     chk.bad("no flushed for the utterance")
         finally:
-            chk.finish()
-            if not driver.done():
-                driver.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await driver
-            elif not driver.cancelled() and driver.exception() is not None:
-                chk.bad(f"client driver failed: {driver.exception()!r}"[:200])
+            await settle(chk, driver)
             await ws.close()
 
 

@@ -23,7 +23,8 @@ import numpy as np
 from .api import SessionParams
 from .engine import Engine
 from .session import Session, Sink
-from .voices import UnknownVoice, Voice, VoiceNames, VoicePrompt
+from .voices import Voice, VoiceNames, VoicePrompt
+from .voices.table import voice_named
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +48,7 @@ class MergedVoiceTable:
         return sorted(seen.values(), key=lambda v: (v.kind != "preset", v.name))
 
     def voice(self, name: str) -> Voice:
-        key = (name or "").strip().lower()
-        for v in self.voices():
-            if v.name == key:
-                return v
-        raise UnknownVoice(f"unknown voice {(name or '')[:64]!r}")
+        return voice_named(self.voices(), name)
 
     def languages(self) -> list[str]:
         return _languages(self._engines)

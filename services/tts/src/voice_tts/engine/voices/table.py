@@ -45,6 +45,15 @@ class VoiceNames:
         return lang
 
 
+def voice_named(voices: Iterable[Voice], name: str) -> Voice:
+    """The voice of that name (the naming rule's spelling), or UnknownVoice."""
+    key = (name or "").strip().lower()
+    for v in voices:
+        if v.name == key:
+            return v
+    raise UnknownVoice(f"unknown voice {(name or '')[:64]!r}")
+
+
 class VoiceTable:
     """Presets (CustomVoice checkpoints only) and library voices, by lower-case name."""
 
@@ -71,12 +80,7 @@ class VoiceTable:
                 + [Voice(name, langs, None, v.prompt.kind) for name, v in library])
 
     def voice(self, name: str) -> Voice:
-        """The voice of that name (the naming rule's spelling), or UnknownVoice."""
-        key = (name or "").strip().lower()
-        for v in self.voices():
-            if v.name == key:
-                return v
-        raise UnknownVoice(f"unknown voice {(name or '')[:64]!r}")
+        return voice_named(self.voices(), name)
 
     def add(self, name: str, voice: LibraryVoice) -> None:
         """Add or replace a library voice; a preset's name is refused (ValueError)."""
