@@ -72,10 +72,15 @@ async def _serve(args: argparse.Namespace) -> None:
     first, later = (int(x) for x in args.admit_packets.split(","))
     pace = {} if args.pace_lead is None else {"pace_lead_s": args.pace_lead}
     settings = TTSSettings(grpc_host="127.0.0.1", grpc_port=args.port, http_port=0,
+                           front_procs=args.front_procs,
                            max_sessions=args.max_sessions, admit_margin=args.margin,
                            first_packet_frames=first, packet_frames=later,
                            log_level="WARNING", **pace)
     running = await start_server(settings, engine=engine)  # type: ignore[arg-type]
+    if running.fronts is not None:  # one CPU each after the engine process's CPU 0
+        ncpu = os.cpu_count() or 2
+        for i, p in enumerate(running.fronts.procs):
+            os.sched_setaffinity(p.pid, {1 + i % max(1, ncpu - 1)})
     loop = asyncio.get_running_loop()
     lags: list[float] = []
 
@@ -136,6 +141,8 @@ async def _serve(args: argparse.Namespace) -> None:
             break
     monitor.cancel()
     running.calls.draining = True
+    if running.fronts is not None:
+        await running.fronts.stop()
     await running.server.stop(0)
     engine.shutdown()
 
@@ -241,7 +248,7 @@ def pct(xs: list[float], q: float) -> float | None:
 def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
     ncpu = os.cpu_count() or 2
     server_cpus = "0"
-    client_cpus = list(range(1, ncpu)) or [0]
+    client_cpus = list(range(1 + args.front_procs, ncpu)) or list(range(1, ncpu)) or [0]
     max_sessions = args.max_sessions or (streams + 16 if args.mode == "closed" else 4096)
     base = args.period_ms if args.mode == "closed" else args.base_ms
     per_row = 0.0 if args.mode == "closed" else args.per_row_ms
@@ -254,6 +261,7 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
     cmd += ["--loop", args.loop, "--admit-packets", args.admit_packets]
     if args.pace_lead is not None:
         cmd += ["--pace-lead", str(args.pace_lead)]
+    cmd += ["--front-procs", str(args.front_procs)]
     srv = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert srv.stdout is not None and srv.stdin is not None
@@ -302,6 +310,7 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
         "mode": args.mode, "streams" if args.mode == "closed" else "rate": (
             streams if args.mode == "closed" else args.rate),
         "pace_lead_s": server["pace_lead_s"], "frames_per_message": args.frames_per_message,
+        "front_procs": args.front_procs,
         "calls": len(results), "ok": len(ok), "rejected": len(rej), "other": other,
         "frames_per_s": round(server["frames_per_s"]),
         "client_cpu_share": round(client_cpu / server["window_s"], 3),
@@ -340,6 +349,7 @@ def main() -> None:
         p.add_argument("--loop", default="uvloop")
         p.add_argument("--admit-packets", default="1,4")
         p.add_argument("--pace-lead", type=float, default=None)
+        p.add_argument("--front-procs", type=int, default=0)
         serve(p.parse_args(sys.argv[2:]))
         return
     p = argparse.ArgumentParser(prog="python -m bench.front_bench", description=__doc__,
@@ -362,6 +372,9 @@ def main() -> None:
     p.add_argument("--max-sessions", type=int, default=0, help="TTS_MAX_SESSIONS (0: "
                    "streams + 16 closed, 4096 open)")
     p.add_argument("--client-procs", type=int, default=4)
+    p.add_argument("--front-procs", type=int, default=0,
+                   help="TTS_FRONT_PROCS: gRPC front processes (their CPU is not the "
+                        "front's here: `front_cpu` is the engine's process, the rest)")
     p.add_argument("--frames-per-message", type=int, default=1,
                    help="SessionConfig.frames_per_message (1, the contract's default: a "
                         "message per 20 ms frame)")

@@ -17,6 +17,11 @@ SUPPORTED_RATES = (16000, 24000, 48000)
 SUPPORTED_FRAME_MS = (10, 20, 40)
 
 
+# How a client sends its key (every door's 401 says it).
+KEY_HOW = ("send `authorization: Bearer <key>` (gRPC metadata; the HTTP header; or "
+           "?api_key=<key> on the WebSocket)")
+
+
 class TTSSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TTS_", extra="ignore")
 
@@ -33,6 +38,10 @@ class TTSSettings(BaseSettings):
     preset_seed: int = 0
     grpc_host: str = "0.0.0.0"
     grpc_port: int = Field(50051, ge=0, le=65535)
+    # gRPC front processes on grpc_port (fronts/front_link.py): the protocol's per-message
+    # work off the engine's process, which keeps admission, pacing and the engine. 0: the
+    # engine's process serves gRPC itself. Needs a fixed grpc_port.
+    front_procs: int = Field(0, ge=0, le=64)
     # /metrics (Prometheus) and /healthz; 0 disables the HTTP side.
     http_port: int = Field(8001, ge=0, le=65535)
     # Open streams at once (the engine's slots, idle ones included); the next call gets

@@ -27,12 +27,14 @@ from voice_keys.grpc_check import GrpcKeyCheck
 
 from voice_tts.engine import Engine, EngineSettings
 from voice_tts.engine.engine_set import EngineSet
-from voice_tts.server.call.synthesis import Synthesis, until_client_stops_writing
-from voice_tts.server.fronts.http import KEY_HOW, start_http
+from voice_tts.server.call.refusal import until_client_stops_writing
+from voice_tts.server.call.synthesis import Synthesis
+from voice_tts.server.fronts.front_link import FrontProcs
+from voice_tts.server.fronts.http import start_http
 from voice_tts.server.fronts.service import SERVICE_NAME, TextToSpeechServicer
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.voices.voice_library import VoiceLibrary
-from voice_tts.settings import TTSSettings
+from voice_tts.settings import KEY_HOW, TTSSettings
 
 log = logging.getLogger("voice_tts.server")
 # The exit status after a fatal engine fault (the orchestrator restarts the process).
@@ -81,6 +83,15 @@ class RunningServer:
     serving: bool = False
     failed: asyncio.Event = field(default_factory=asyncio.Event)  # fatal engine fault
     watchdog: asyncio.Task | None = None
+    fronts: FrontProcs | None = None  # TTS_FRONT_PROCS: the processes serving gRPC
+
+    async def set_health(self, serving: bool) -> None:
+        status = (health_pb2.HealthCheckResponse.SERVING if serving
+                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+        if self.fronts is not None:
+            self.fronts.set_serving(serving)
 
     async def fail(self, message: str) -> None:
         """The engine cannot go on (faults.py): NOT_SERVING at once, every call ends
@@ -91,8 +102,7 @@ class RunningServer:
         self.serving = False  # /healthz: 503
         n = self.calls.fail(message)
         log.critical("%s; %d call(s) end with UNAVAILABLE", message, n)
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.set_health(False)
 
     async def exit_after_fault(self) -> None:
         """Let the calls' UNAVAILABLE go out (briefly), then end the process, non-zero.
@@ -102,7 +112,7 @@ class RunningServer:
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)  # the statuses leave the transport (stop cancels calls)
         await self.server.stop(grace=1.0)
-        log.critical("exiting with status %d after a fatal engine fault", EXIT_ENGINE_FAULT)
+        log.critical("exiting with status %d after a fatal fault", EXIT_ENGINE_FAULT)
         logging.shutdown()
         os._exit(EXIT_ENGINE_FAULT)
 
@@ -111,8 +121,7 @@ class RunningServer:
         self.calls.draining = True
         self.calls.hurry()  # paced audio goes out now: utterances end within the timeout
         self.serving = False
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.set_health(False)
         deadline = time.monotonic() + timeout
         while self.calls.active and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -123,6 +132,8 @@ class RunningServer:
             while self.calls.active and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
         log.info("drained")
+        if self.fronts is not None:
+            await self.fronts.stop()
         await self.server.stop(grace=0.5)
         if self.http_runner is not None:
             await self.http_runner.cleanup()  # type: ignore[attr-defined]
@@ -170,24 +181,38 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
                                       ("grpc.max_receive_message_length", max_message)],
                              interceptors=[check] if keys.enabled else [])
-    server.add_generic_rpc_handlers([TextToSpeechServicer(calls, library).handler()])
+    servicer = TextToSpeechServicer(calls, library)
+    server.add_generic_rpc_handlers([servicer.handler()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         [SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
          reflection.SERVICE_NAME], server)
     _ = tts_pb2.DESCRIPTOR  # registers the file descriptor that reflection serves
-    port = server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
+    fronts = None
+    if settings.front_procs:
+        if not settings.grpc_port:
+            raise RuntimeError("TTS_FRONT_PROCS needs a fixed TTS_GRPC_PORT, not 0")
+        loop = asyncio.get_running_loop()
+        fronts = FrontProcs(settings, servicer.handler(),
+                            lambda msg: loop.create_task(running.fail(msg)))
+        # this process's own gRPC server: private (its handlers run the fronts' calls)
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
     if port == 0:
         raise RuntimeError(f"cannot bind gRPC port {settings.grpc_port} (TTS_GRPC_PORT): "
                            "is it taken?")
     await server.start()
+    if fronts is not None:
+        await fronts.start()
+        port = settings.grpc_port
     # The heap holds torch and the model's objects for the process's life: out of the
     # collector's way, so a full collection (triggered by the front's per-message garbage)
     # no longer walks it (7% of the front's time at 128 streams, bench/front_bench.py).
     gc.collect()
     gc.freeze()
-    running = RunningServer(server, calls, health_servicer, port, None)
+    running = RunningServer(server, calls, health_servicer, port, None, fronts=fronts)
     if settings.http_port:
         running.http_runner = await start_http(settings.grpc_host, settings.http_port,
                                                metrics.registry, lambda: running.serving,
@@ -209,8 +234,7 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
         on_fatal(engine.fatal)
     running.watchdog = loop.create_task(_watch_engine(running, settings.engine_stall_s))
     running.serving = True
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await running.set_health(True)
     log.info("TTS serving on :%d (gRPC), :%d (HTTP) model=%s device=%s max_sessions=%d "
              "api_keys=%s", port, settings.http_port, engine.model_name, settings.device,
              settings.max_sessions, "required" if keys.enabled else "off")

@@ -42,6 +42,7 @@ from voice_tts.server.call.messages import (
     Text,
 )
 from voice_tts.server.call.protocol import resolve_config
+from voice_tts.server.call.refusal import until_client_stops_writing
 from voice_tts.server.call.stream import Codec, SynthesizeStream
 from voice_tts.server.errors import CallError, VoiceError, invalid, status_for
 from voice_tts.server.metrics import TTSMetrics
@@ -49,10 +50,6 @@ from voice_tts.server.voices.voice_library import VoiceLibrary
 from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.synthesis")
-# A call turned away before its stream starts is answered once the client has stopped
-# writing: at its half-close, after this long without a message, or at most this long.
-REFUSAL_QUIET_S = 0.15
-REFUSAL_MAX_WAIT_S = 0.5
 DRAINED = ("server drained: the call was still open when the drain timeout "
            "(TTS_DRAIN_TIMEOUT_S) ended; retry on another replica")
 
@@ -244,18 +241,3 @@ class Synthesis:
         cfg = dataclasses.replace(config, reference=None,
                                   voice=f"~inline-{uuid.uuid4().hex[:12]}")
         return resolve_config(cfg, VoiceNames([cfg.voice], self.engine.languages())), prompt
-
-
-async def until_client_stops_writing(it: AsyncIterator[object]) -> None:
-    """Reads and drops the client's messages until it half-closes or goes quiet
-    (`REFUSAL_QUIET_S`), at most `REFUSAL_MAX_WAIT_S`. A call turned away before its
-    stream starts is answered only then: a status that races a client's write in flight
-    reaches a grpc.aio client as INTERNAL "Internal error from Core" instead (its failed
-    write overwrites the status, grpc/grpc#36066), and it would not retry elsewhere. Most
-    clients write config, text, FLUSH and half-close at once: they get the status right
-    after."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + REFUSAL_MAX_WAIT_S
-    with contextlib.suppress(Exception):  # the end, a timeout, garbage: all mean stop
-        while (left := deadline - loop.time()) > 0:
-            await asyncio.wait_for(anext(it), min(REFUSAL_QUIET_S, left))

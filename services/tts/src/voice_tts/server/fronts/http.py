@@ -53,8 +53,6 @@ async def error_bodies(request: web.Request,
 # header `authorization: Bearer <key>` (the `openai` SDK's `api_key`), or `?api_key=` on
 # the WebSocket (a browser cannot set its headers). Health and metrics stay open.
 OPEN_HTTP = ("/healthz", "/metrics")
-KEY_HOW = ("send `authorization: Bearer <key>` (gRPC metadata; the HTTP header; or "
-           "?api_key=<key> on the WebSocket)")
 
 
 def key_check(keys: ApiKeys) -> Callable[..., Awaitable[web.StreamResponse]]:

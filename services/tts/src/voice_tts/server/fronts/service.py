@@ -18,7 +18,8 @@ from voice.tts.v1 import tts_pb2
 from voice_tts.engine import UnknownVoice, Voice
 from voice_tts.server.call import messages as m
 from voice_tts.server.call.messages import AudioFrame, SessionStarted
-from voice_tts.server.call.synthesis import Synthesis, until_client_stops_writing
+from voice_tts.server.call.refusal import until_client_stops_writing
+from voice_tts.server.call.synthesis import Synthesis
 from voice_tts.server.errors import CallError, VoiceError, invalid
 from voice_tts.server.voices.reference_audio import ReferenceAudio
 from voice_tts.server.voices.voice_library import VoiceLibrary
