@@ -22,19 +22,17 @@ import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from voice.tts.v1 import tts_pb2
-from voice_keys import ApiKeys
-from voice_keys.grpc_check import GrpcKeyCheck
 
 from voice_tts.engine import Engine, EngineSettings
 from voice_tts.engine.engine_set import EngineSet
-from voice_tts.server.call.refusal import until_client_stops_writing
 from voice_tts.server.call.synthesis import Synthesis
 from voice_tts.server.fronts.front_link import FrontProcs
+from voice_tts.server.fronts.grpc_front import grpc_server
 from voice_tts.server.fronts.http import start_http
 from voice_tts.server.fronts.service import SERVICE_NAME, TextToSpeechServicer
 from voice_tts.server.metrics import TTSMetrics
 from voice_tts.server.voices.voice_library import VoiceLibrary
-from voice_tts.settings import KEY_HOW, TTSSettings
+from voice_tts.settings import TTSSettings
 
 log = logging.getLogger("voice_tts.server")
 # The exit status after a fatal engine fault (the orchestrator restarts the process).
@@ -171,16 +169,7 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
     engine.on_step = on_step
     sample_gpu_memory()
     engine.start()
-    keys = ApiKeys(settings.api_keys.get_secret_value(), settings.api_keys_file,
-                   file_setting="TTS_API_KEYS_FILE", how=KEY_HOW)
-    # Streaming calls are answered once their writes end, as admission does (see there).
-    check = GrpcKeyCheck(keys, drain=until_client_stops_writing)
-    # A CreateVoice message holds the reference audio: up to the upload limit (the
-    # server refuses larger audio with its own message, not grpc's generic one).
-    max_message = max(4 << 20, settings.voice_max_upload_bytes + (1 << 20))
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0),
-                                      ("grpc.max_receive_message_length", max_message)],
-                             interceptors=[check] if keys.enabled else [])
+    server, keys = grpc_server(settings, reuseport=False)
     servicer = TextToSpeechServicer(calls, library)
     server.add_generic_rpc_handlers([servicer.handler()])
     health_servicer = health.aio.HealthServicer()

@@ -132,17 +132,26 @@ class Front:
                     await health_servicer.set(name, status)
 
 
+def grpc_server(settings: TTSSettings, reuseport: bool) -> tuple[grpc.aio.Server, ApiKeys]:
+    """The TTS's gRPC server, keys checked (the engine's process and every front alike)."""
+    keys = ApiKeys(settings.api_keys.get_secret_value(), settings.api_keys_file,
+                   file_setting="TTS_API_KEYS_FILE", how=KEY_HOW)
+    # Streaming calls are answered once their writes end, as admission does (see there).
+    check = GrpcKeyCheck(keys, drain=until_client_stops_writing)
+    # A CreateVoice message holds the reference audio: up to the upload limit (the
+    # server refuses larger audio with its own message, not grpc's generic one).
+    max_message = max(4 << 20, settings.voice_max_upload_bytes + (1 << 20))
+    server = grpc.aio.server(options=[("grpc.so_reuseport", int(reuseport)),
+                                      ("grpc.max_receive_message_length", max_message)],
+                             interceptors=[check] if keys.enabled else [])
+    return server, keys
+
+
 async def main(path: str, index: int) -> None:
     settings = TTSSettings()
     reader, writer = await asyncio.open_unix_connection(path)
     front = Front(Link(reader, writer))
-    keys = ApiKeys(settings.api_keys.get_secret_value(), settings.api_keys_file,
-                   file_setting="TTS_API_KEYS_FILE", how=KEY_HOW)
-    check = GrpcKeyCheck(keys, drain=until_client_stops_writing)
-    max_message = max(4 << 20, settings.voice_max_upload_bytes + (1 << 20))
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 1),
-                                      ("grpc.max_receive_message_length", max_message)],
-                             interceptors=[check] if keys.enabled else [])
+    server, _ = grpc_server(settings, reuseport=True)
     server.add_generic_rpc_handlers([front.handler()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
