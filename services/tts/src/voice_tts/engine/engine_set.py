@@ -69,6 +69,20 @@ def _languages(engines: Iterable[Engine]) -> list[str]:
     return out
 
 
+class _OnEvery:
+    """A hook of the set is the same hook on every engine."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: EngineSet | None, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj.engines[0], self.name)
+
+    def __set__(self, obj: EngineSet, hook: Callable[..., None] | None) -> None:
+        for e in obj.engines:
+            setattr(e, self.name, hook)
+
+
 class EngineSet:
     """One engine per checkpoint kind, routed by voice (module docstring)."""
 
@@ -86,8 +100,6 @@ class EngineSet:
                                  "rate, frame size or device")
         self.engines = engines
         self.voice_table = MergedVoiceTable(engines)
-        self._on_step: Callable[[Any], None] | None = None
-        self._on_fatal: Callable[[BaseException], None] | None = None
 
     # --- what the server reads ---------------------------------------------------------------
     @property
@@ -112,25 +124,8 @@ class EngineSet:
                 out[b] = max(ms, out.get(b, 0.0))
         return out
 
-    @property
-    def on_step(self) -> Callable[[Any], None] | None:
-        return self._on_step
-
-    @on_step.setter
-    def on_step(self, hook: Callable[[Any], None] | None) -> None:
-        self._on_step = hook
-        for e in self.engines:
-            e.on_step = hook
-
-    @property
-    def on_fatal(self) -> Callable[[BaseException], None] | None:
-        return self._on_fatal
-
-    @on_fatal.setter
-    def on_fatal(self, hook: Callable[[BaseException], None] | None) -> None:
-        self._on_fatal = hook
-        for e in self.engines:
-            e.on_fatal = hook
+    on_step = _OnEvery()  # called from each engine's thread with its StepStats
+    on_fatal = _OnEvery()
 
     @property
     def fatal(self) -> BaseException | None:
