@@ -7,7 +7,6 @@ part with a garbage header line is a 400, not a 500."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import struct
 import time
@@ -43,25 +42,33 @@ def junk_wav(chunks: int = 2_000_000) -> bytes:
     return b"RIFF" + struct.pack("<I", 4 + len(body)) + b"WAVE" + body
 
 
-async def test_a_chunk_bomb_is_refused_and_a_paced_stream_keeps_its_cadence(
+async def test_a_chunk_bomb_is_refused_at_once_and_the_loop_never_waits_for_it(
         base: ServerProc) -> None:
+    """A paced stream is open while the bomb uploads; `/healthz`, answered by the same event
+    loop that paces every stream, is probed all the while. Decoded on the loop (the bug), the
+    walk held it ~2.1 s (a paced stream's 2.37 s gap). The stream's own gaps are not the
+    measure: on a busy 2-core host the tiny engine falls behind real time by itself."""
     bomb = junk_wav()
-    ws_url = f"http://127.0.0.1:{base.http_port}/v1/audio/speech/stream"
-    arrivals: list[float] = []
-    async with aiohttp.ClientSession() as s, s.ws_connect(ws_url) as ws:
+    http = f"http://127.0.0.1:{base.http_port}"
+    probes: list[float] = []
+    async with aiohttp.ClientSession() as s, s.ws_connect(f"{http}/v1/audio/speech/stream") as ws:
         await ws.send_json({"type": "config", "voice": "alice", "seed": 7,
                             "sampling": {"greedy": True, "max_frames": 50}})  # 4 s
         await ws.send_json({"type": "text", "text": "Hello there, how are you today? " * 4})
         await ws.send_json({"type": "end"})
+        async with asyncio.timeout(60):
+            while (await ws.receive()).type != aiohttp.WSMsgType.BINARY:
+                pass  # `started`, `first_audio`: then the audio, paced
 
-        async def read() -> None:
-            async for m in ws:
-                if m.type == aiohttp.WSMsgType.BINARY:
-                    arrivals.append(time.perf_counter())
+        async def probe() -> None:
+            while True:
+                t = time.perf_counter()
+                async with s.get(f"{http}/healthz") as r:
+                    assert r.status == 200
+                probes.append(time.perf_counter() - t)
+                await asyncio.sleep(0.02)
 
-        reader = asyncio.create_task(read())
-        while len(arrivals) < 50:  # 1 s of audio out: the stream is being paced
-            await asyncio.sleep(0.01)
+        prober = asyncio.create_task(probe())
         t0 = time.perf_counter()
         form = aiohttp.FormData()
         form.add_field("name", "bomb")
@@ -69,15 +76,14 @@ async def test_a_chunk_bomb_is_refused_and_a_paced_stream_keeps_its_cadence(
         async with s.post(url(base), data=form) as r:
             status, body = r.status, await r.json()
         took = time.perf_counter() - t0
-        async with asyncio.timeout(60):
-            await reader
+        await asyncio.sleep(0.1)  # a probe in flight when the answer came finishes
+        prober.cancel()
+        events = [json.loads(m.data)["type"] async for m in ws if m.type == aiohttp.WSMsgType.TEXT]
+    assert events[-1:] == ["flushed"] and ws.close_code == 1000, (events, ws.close_code)
     assert status == 400 and "chunks" in body["error"]["message"], body
     assert took < 1.5, f"the refusal took {took:.2f} s"
-    # decoded on the loop, the upload stalled every stream ~2.1 s (2.37 s gap); a busy
-    # CI host's own jitter (the tiny model near real time, two suites beside) stays < 1 s
-    gaps = [b - a for a, b in itertools.pairwise(arrivals[50:])]
-    assert len(arrivals) >= 150 and max(gaps) < 1.0, \
-        f"{len(arrivals)} frames; the longest gap during the upload: {max(gaps):.2f} s"
+    assert probes and max(probes) < 0.75, \
+        f"the server's loop answered /healthz in up to {max(probes):.2f} s during the upload"
 
 
 FORMATS = ("FORMAT_UNSPECIFIED", "FORMAT_WAV", "FORMAT_PCM_S16LE", "FORMAT_PCM_F32LE")
