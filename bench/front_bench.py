@@ -91,6 +91,11 @@ async def _serve(args: argparse.Namespace) -> None:
             lags.append((loop.time() - t - 0.01) * 1e3)
 
     monitor = asyncio.create_task(lag_monitor())
+    stalls = None
+    if args.stall_stacks:
+        from bench.loop_stalls import LoopStalls
+
+        stalls = LoopStalls(loop)
     metrics = running.calls.metrics
     prof = None
     if args.profile:
@@ -113,6 +118,8 @@ async def _serve(args: argparse.Namespace) -> None:
         if line == "mark":
             mark = snapshot()
             lags.clear()
+            if stalls is not None:
+                stalls.clear()
             if prof is not None:
                 prof.enable()
         elif line == "report":
@@ -136,6 +143,7 @@ async def _serve(args: argparse.Namespace) -> None:
                 "rejected": rej, "pace_lead_s": settings.pace_lead_s,
                 "model_points": [(round(b, 1), round(p, 2)) for b, p in
                                  running.calls.admission.model.points()],
+                **({"stalls": stalls.report()} if stalls is not None else {}),
             }), flush=True)
         else:
             break
@@ -258,6 +266,8 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
            "--cpus", server_cpus]
     if args.profile:
         cmd += ["--profile", args.profile]
+    if args.stall_stacks:
+        cmd += ["--stall-stacks"]
     cmd += ["--loop", args.loop, "--admit-packets", args.admit_packets]
     if args.pace_lead is not None:
         cmd += ["--pace-lead", str(args.pace_lead)]
@@ -350,6 +360,7 @@ def main() -> None:
         p.add_argument("--admit-packets", default="1,4")
         p.add_argument("--pace-lead", type=float, default=None)
         p.add_argument("--front-procs", type=int, default=0)
+        p.add_argument("--stall-stacks", action="store_true")
         serve(p.parse_args(sys.argv[2:]))
         return
     p = argparse.ArgumentParser(prog="python -m bench.front_bench", description=__doc__,
@@ -391,6 +402,9 @@ def main() -> None:
                    "server's)")
     p.add_argument("--profile", default="", help="cProfile the server's event loop thread "
                    "over the measured window into this file")
+    p.add_argument("--stall-stacks", action="store_true", help="sample the server loop's "
+                   "stack while it stalls (> 20 ms late) and time GC pauses "
+                   "(bench/loop_stalls.py); in each level's JSON as `stalls`")
     p.add_argument("--out", default="", help="also append each level's JSON here")
     args = p.parse_args()
     if args.margin is None:
