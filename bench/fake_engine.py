@@ -28,7 +28,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from voice_tts.engine import AudioPacket, EngineFull, StepStats, UtteranceEnd, Voice
+from voice_tts.engine import AudioPacket, EngineFull, StepStats, UtteranceEnd, Voice, to_s16
 from voice_tts.engine.api import packet_ramp
 from voice_tts.engine.config import PRESETS
 from voice_tts.engine.voices.table import VoiceTable
@@ -130,6 +130,7 @@ class FakeFastEngine:
         self._noise = (rng.standard_normal(FRAME_SAMPLES * max(packet_frames,
                                                                 first_packet_frames))
                        * 0.1).astype(np.float32)
+        self._noise16 = to_s16(self._noise).tobytes()  # as the engine: s16 made off the loop
 
     def stalled_for(self) -> float:
         return 0.0
@@ -193,7 +194,8 @@ class FakeFastEngine:
                                     "first_packet_ms": period * 1e3} if u.emitted == 0
                                    else None)
                         s.sink(AudioPacket(u.id, self._noise[: n * FRAME_SAMPLES], u.emitted,
-                                           n, timings, None, final=final))
+                                           n, timings, None, final=final,
+                                           pcm16=self._noise16[: n * FRAME_SAMPLES * 2]))
                         u.emitted = u.done
                     if final:
                         s.utts.pop(0)

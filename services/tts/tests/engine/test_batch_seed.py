@@ -8,25 +8,26 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from voice_tts.engine import Engine, EngineSettings, SessionParams
+from voice_tts.engine import Engine, EngineSettings, SessionParams, to_s16
 
 TEXT = "Hello there, this is a test of batching."
 
 
 def s16(pcm: np.ndarray) -> np.ndarray:
     """As the server frames it (server/call/framing.py)."""
-    return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype(np.int64)
+    return to_s16(pcm).astype(np.int64)
 
 
 def speak(engine: Engine, seeds: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
     """One session per seed, all pushed before the first step: one batch."""
-    outs = [{"pcm": [], "codes": [], "done": False} for _ in seeds]
+    outs = [{"pcm": [], "codes": [], "pcm16": [], "done": False} for _ in seeds]
     sessions = []
     for seed, out in zip(seeds, outs, strict=True):
         def sink(ev, out=out) -> None:
             if hasattr(ev, "pcm"):
                 out["pcm"].append(np.asarray(ev.pcm))
                 out["codes"].append(np.asarray(ev.codes))
+                out["pcm16"].append(ev.pcm16)
             elif hasattr(ev, "reason"):
                 out["done"] = True
         s = engine.open_session(SessionParams(voice="vivian", language="auto", seed=seed,
@@ -41,6 +42,8 @@ def speak(engine: Engine, seeds: list[int]) -> list[tuple[np.ndarray, np.ndarray
     for s in sessions:
         s.close()
     assert all(o["done"] for o in outs)
+    for o in outs:  # the s16 the server frames, made once a step for the batch
+        assert [to_s16(p).tobytes() for p in o["pcm"]] == o["pcm16"]
     return [(np.concatenate(o["pcm"]), np.concatenate(o["codes"])) for o in outs]
 
 

@@ -16,6 +16,7 @@ from .api import (
     SessionParams,
     StepStats,
     UtteranceEnd,
+    to_s16,
 )
 from .engine import Engine
 from .faults import EngineFailed
@@ -38,4 +39,5 @@ __all__ = [
     "Voice",
     "VoiceNames",
     "VoicePrompt",
+    "to_s16",
 ]

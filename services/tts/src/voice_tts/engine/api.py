@@ -122,6 +122,17 @@ class AudioPacket:
     # packet's last frame (scheduler.text_chars_read); the last packet of an utterance
     # that ended by EOS: all of it. Offline (non_streaming_mode): all of it.
     text_chars: int = 0
+    # `pcm` as s16le (`to_s16`), converted for a whole step's batch at once on the engine
+    # thread; None where a packet was made without it (the server then converts).
+    pcm16: bytes | None = None
+
+
+def to_s16(pcm: np.ndarray) -> np.ndarray:
+    """float32 in [-1, 1] -> little-endian int16, clipped and rounded (any shape). One call
+    a step for the whole batch: per packet on the server's event loop, ~400 numpy calls at
+    once each gave up the GIL to the engine thread and the loop stalled 40-90 ms
+    (bench/results/2026-11-27-front-cost, `--stall-stacks`)."""
+    return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2")
 
 
 @dataclass

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .api import AudioPacket, EngineSettings, StepStats, UtteranceEnd
+from .api import AudioPacket, EngineSettings, StepStats, UtteranceEnd, to_s16
 from .faults import EngineFailed, poisons_device
 from .runner import Step
 from .scheduler import Row, text_chars_read
@@ -98,12 +98,13 @@ class Output:
             codes, pcm = flight.step.audio()
             tokens = flight.step.tokens()
             t0 = time.perf_counter()
+            pcm16 = to_s16(pcm)
             for i, row in enumerate(flight.rows):
                 utt = row.utt
                 if utt.cancelled or utt.ended:
                     continue
                 if tokens[i] < self.codebook_size:
-                    utt.pending.append((codes[i], pcm[i]))
+                    utt.pending.append((codes[i], pcm[i], pcm16[i]))
                 self._packets(row, final=utt.ending is not None)
                 if utt.ending is not None:
                     self.end(row, utt.ending)
@@ -130,9 +131,10 @@ class Output:
             last = final and not utt.pending
             chars = (utt.stream.chars if last and utt.ending == "eos" else
                      text_chars_read(row, utt.emitted + len(chunk)))
-            packet = AudioPacket(utt.id, np.concatenate([pcm for _, pcm in chunk]),
+            packet = AudioPacket(utt.id, np.concatenate([pcm for _, pcm, _ in chunk]),
                                  utt.emitted, len(chunk), timings,
-                                 np.stack([codes for codes, _ in chunk]),
-                                 final=last, text_chars=chars)
+                                 np.stack([codes for codes, _, _ in chunk]),
+                                 final=last, text_chars=chars,
+                                 pcm16=b"".join(s16.tobytes() for *_, s16 in chunk))
             if s.emit(utt, packet):
                 utt.emitted += len(chunk)

@@ -47,8 +47,8 @@ class Utterance:
     steps: int = 0  # decode steps (the first: frame 0, no talker) == frames made
     ending: str | None = None  # why it ends ("eos", "max_frames") once its last audio is out
     ended: bool = False  # its UtteranceEnd is out
-    # decoded frames not yet sent: (codes (16,), pcm (frame_samples,)) each
-    pending: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    # decoded frames not yet sent: (codes (16,), pcm (frame_samples,), its s16) each
+    pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
     emitted: int = 0  # frames sent as audio
     timings: dict[str, float] = field(default_factory=dict)
     last_active: float = 0.0

@@ -419,10 +419,10 @@ class SynthesizeStream:
         before, before_chars = len(frames), u.held_chars
         u.held = None
         if p.final:  # the last packet: drain the resampler, pad, flag the last frame
-            frames += u.framer.push(p.pcm) + u.framer.finish()
+            frames += u.framer.push(p.pcm, p.pcm16) + u.framer.finish()
             u.framer = None  # drained: UtteranceEnd has nothing left to flush
         else:
-            frames += u.framer.push(p.pcm)
+            frames += u.framer.push(p.pcm, p.pcm16)
             if frames:  # the packet's other frames go out now, this one with what follows
                 u.held = frames.pop()
                 if len(frames) >= before:  # it is this packet's
