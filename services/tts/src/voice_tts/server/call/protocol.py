@@ -8,7 +8,7 @@ protocol's status). Messages say what to fix, never echo more than a short prefi
 
 from __future__ import annotations
 
-import uuid
+import random
 from collections.abc import Callable
 
 from voice_tts.engine import EngineSettings, SamplingParams, UnknownVoice
@@ -110,7 +110,9 @@ def resolve_config(
         seed=cfg.seed,
         sampling=sampling,
         max_frames=cfg.sampling.max_frames,
-        session_id=cfg.session_id or uuid.uuid4().hex[:16],
+        # a label for logs and traces, not a secret: no urandom syscall (it gives up the
+        # GIL on the loop; 512 calls at once sampled there: bench/loop_stalls.py)
+        session_id=cfg.session_id or f"{random.getrandbits(64):016x}",
         trace_id=cfg.trace_id,
         requested_sampling=cfg.sampling,
     )
