@@ -171,8 +171,13 @@ async def test_a_session_logs_one_info_line_at_its_end_with_its_numbers(server) 
         await call.done_writing()
         n = len(audio(await drain(call)))
         cut = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await cut.write(tts_pb2.SynthesizeRequest(config=config(session_id="log-once-cut")))
-        await cut.write(text("Cut me off."))
+        # 4 s of audio (greedy speaks this text to the cap), still being paced when cut: a
+        # session whose audio is all out when the cancel comes may see it as the end of
+        # its input first (grpc.aio), and end ok
+        cut_cfg = config(session_id="log-once-cut")
+        cut_cfg.sampling.max_frames = 50
+        await cut.write(tts_pb2.SynthesizeRequest(config=cut_cfg))
+        await cut.write(text("Hello there, how are you today? " * 4))
         await read_until(cut, lambda r: r.HasField("audio"))
         cut.cancel()
     lines: list[str] = []

@@ -145,6 +145,9 @@ class Synthesis:
             responses = stream.write(SessionStarted(cfg))
             async with contextlib.aclosing(responses):
                 yield responses
+        except GeneratorExit:  # the protocol closed its response generator: the client left
+            outcome = "client_cancelled"
+            raise
         except asyncio.CancelledError:
             if task not in self.cut:
                 outcome = "client_cancelled"
