@@ -105,6 +105,14 @@ class SessionParams:
     # the table where other sessions could name it.
     voice_prompt: VoicePrompt | None = None
 
+    def validate(self) -> None:
+        """ValueError naming the first parameter out of range (sampling's included)."""
+        self.sampling.validate()
+        if self.max_text_chars < 1:
+            raise ValueError("max_text_chars must be >= 1")
+        if self.max_frames is not None and self.max_frames < 1:
+            raise ValueError("max_frames must be >= 1")
+
 
 @dataclass
 class AudioPacket:

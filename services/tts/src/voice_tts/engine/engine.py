@@ -23,11 +23,10 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from . import offline
-from .api import EngineFull, EngineSettings, SessionParams, StepStats
+from .api import EngineSettings, SessionParams, StepStats
 from .checkpoint import load_model, prepare, random_model
 from .config import ModelConfig
 from .faults import EngineFailed, FaultInjection, poisons_device
@@ -37,12 +36,13 @@ from .runner import Runner, Step
 from .scheduler import Row, Scheduler, SchedulerOutput
 from .session import Session, Sink
 from .text import TextTokenizer, load_text_tokenizer
-from .voices import UnknownVoice, Voice, VoiceMaker, VoicePrompt, VoiceTable
+from .voices import VoiceMaker, VoiceTable
+from .voices.engine_voices import EngineVoices
 
 log = logging.getLogger(__name__)
 
 
-class Engine:
+class Engine(EngineVoices):
     def __init__(self, model: Qwen3TTS, tokenizer: TextTokenizer,
                  settings: EngineSettings | None = None, name: str | None = None) -> None:
         self.settings = settings or EngineSettings()
@@ -138,56 +138,6 @@ class Engine:
         """Its thread is stepping (else `run_once` steps it)."""
         return self._thread is not None and self._thread.is_alive()
 
-    @property
-    def model_type(self) -> str:
-        """"base" (cloned voices), "custom_voice" (presets) or "voice_design"."""
-        return self.cfg.tts_model_type
-
-    @property
-    def can_clone(self) -> bool:
-        """Makes voices from reference audio: a Base checkpoint."""
-        return self.cfg.can_clone
-
-    def makes(self, kind: str) -> bool:
-        """Whether it makes (and speaks) library voices of `kind`: "clone", "design"."""
-        return self.can_clone if kind == "clone" else self.model_type == "voice_design"
-
-    def maker_for(self, kind: str) -> Engine | None:
-        """The engine that makes voices of `kind` (this one or none; `EngineSet`: several)."""
-        return self if self.makes(kind) else None
-
-    @property
-    def members(self) -> list[Engine]:
-        """The engines behind this one (`EngineSet` has several)."""
-        return [self]
-
-    def voices(self) -> list[Voice]:
-        """Presets (CustomVoice) and the library voices added with `add_voice`."""
-        return self.voice_table.voices()
-
-    # --- library voices -------------------------------------------------------------------
-
-    def make_voice_prompt(self, audio: np.ndarray, sample_rate: int, ref_text: str = "",
-                          x_vector_only: bool = False) -> VoicePrompt:
-        """A clone of a reference recording (Base checkpoints): `VoiceMaker.from_audio`."""
-        return self.voice_maker.from_audio(audio, sample_rate, ref_text, x_vector_only)
-
-    def design_voice_prompt(self, description: str) -> VoicePrompt:
-        """A designed voice (VoiceDesign checkpoints): the description is its instruct."""
-        return self.voice_maker.from_description(description)
-
-    def add_voice(self, name: str, prompt: VoicePrompt) -> None:
-        """Add (or replace) a library voice; sessions name it like a preset. ValueError:
-        a preset's name, or a prompt of another model type."""
-        self.voice_table.add(name, self.voice_maker.library_voice(prompt))
-
-    def remove_voice(self, name: str) -> None:
-        """Remove a library voice (UnknownVoice if none); open sessions keep theirs."""
-        self.voice_table.remove(name)
-
-    def languages(self) -> list[str]:
-        return self.voice_table.languages()
-
     # --- sessions ---------------------------------------------------------------------------
 
     def open_session(self, params: SessionParams, sink: Sink) -> Session:
@@ -196,11 +146,7 @@ class Engine:
         else:
             voice = self.voice_table.resolve_prompt(
                 self.voice_maker.library_voice(params.voice_prompt), params.language)
-        params.sampling.validate()
-        if params.max_text_chars < 1:
-            raise ValueError("max_text_chars must be >= 1")
-        if params.max_frames is not None and params.max_frames < 1:
-            raise ValueError("max_frames must be >= 1")
+        params.validate()
         if not callable(sink):
             raise ValueError("sink must be callable")
         # A designed voice's description is its instruct (the session's replaces it); a
@@ -343,5 +289,3 @@ class Engine:
         """Whole text in, whole utterance out: `offline.synthesize` (same arguments)."""
         return offline.synthesize(self, text, voice, *args, **kw)
 
-
-__all__ = ["Engine", "EngineFull", "UnknownVoice"]
