@@ -7,10 +7,11 @@ passed through from here so that one table in README.md documents all of them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 SUPPORTED_RATES = (16000, 24000, 48000)
@@ -20,6 +21,29 @@ SUPPORTED_FRAME_MS = (10, 20, 40)
 # How a client sends its key (every door's 401 says it).
 KEY_HOW = ("send `authorization: Bearer <key>` (gRPC metadata; the HTTP header; or "
            "?api_key=<key> on the WebSocket)")
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity, capped by a cgroup v2 quota (a
+    container's `--cpus`), which affinity does not show."""
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every CPU
+    n = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            n = min(n, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return n
+
+
+def auto_fronts(grpc_port: int, cpus: int) -> int:
+    """TTS_FRONT_PROCS=auto: 2 where 8 or more CPUs are there, else 0 (one process). On the
+    H100 host's CPUs at 1 frame a message, the engine's process alone spends ~60 us a frame
+    (~330 streams a core); with 2 fronts ~18 us, and 384 streams went out on time (4 fronts
+    did no better at 512: the engine's process is then the limit; bench/results/
+    2026-11-27-front-cost). A small host keeps its cores for the engine and the clients."""
+    return 2 if grpc_port and cpus >= 8 else 0
 
 
 class TTSSettings(BaseSettings):
@@ -40,8 +64,8 @@ class TTSSettings(BaseSettings):
     grpc_port: int = Field(50051, ge=0, le=65535)
     # gRPC front processes on grpc_port (fronts/front_link.py): the protocol's per-message
     # work off the engine's process, which keeps admission, pacing and the engine. 0: the
-    # engine's process serves gRPC itself. Needs a fixed grpc_port.
-    front_procs: int = Field(0, ge=0, le=64)
+    # engine's process serves gRPC itself. Needs a fixed grpc_port. "auto": `auto_fronts`.
+    front_procs: int = Field("auto", ge=0, le=64, validate_default=True)  # type: ignore[assignment]
     # /metrics (Prometheus) and /healthz; 0 disables the HTTP side.
     http_port: int = Field(8001, ge=0, le=65535)
     # Open streams at once (the engine's slots, idle ones included); the next call gets
@@ -127,6 +151,15 @@ class TTSSettings(BaseSettings):
     # Tests only: the engine's n-th decode step fails, `<cuda|bug|hang>@<n>[:launch|tokens]`
     # (engine/faults.py `FaultInjection`; checked when the engine is built). Empty: none.
     test_fault: str = ""
+
+    @field_validator("front_procs", mode="before")
+    @classmethod
+    def _front_procs(cls, v: object, info: ValidationInfo) -> object:
+        if isinstance(v, str) and v.strip().lower() == "auto":
+            return auto_fronts(int(info.data.get("grpc_port") or 0), usable_cpus())
+        if isinstance(v, str) and not v.strip().isdigit():
+            raise ValueError(f"{v[:16]!r}: a number of processes (0-64), or auto")
+        return v
 
     @field_validator("dtype")
     @classmethod

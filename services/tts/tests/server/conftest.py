@@ -29,6 +29,9 @@ class ServerProc:
             # The tiny model on a shared CPU is real time for a few streams only: the
             # protocol tests admit by the open-stream cap; test_admission.py sets it.
             "TTS_ADMIT_MARGIN": "0",
+            # one process on any host (auto gives 8+ CPU hosts 2 fronts): the fronts have
+            # their own tests (test_front_procs.py)
+            "TTS_FRONT_PROCS": "0",
             **env,
         }
         self.log = open(self.log_path, "w")  # noqa: SIM115

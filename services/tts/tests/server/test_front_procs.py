@@ -87,3 +87,23 @@ def test_a_front_that_dies_takes_the_server_down(tmp_path: Path) -> None:
     time.sleep(0.5)
     assert not Path(f"/proc/{fronts[1]}").exists() or \
         Path(f"/proc/{fronts[1]}/status").read_text().find("zombie") >= 0
+
+
+def test_auto_sizes_the_fronts_from_the_cpus_the_process_may_use(monkeypatch) -> None:
+    import voice_tts.settings as settings_mod
+    from voice_tts.settings import TTSSettings, auto_fronts
+
+    assert auto_fronts(50051, 16) == 2 and auto_fronts(50051, 8) == 2
+    assert auto_fronts(50051, 7) == 0 and auto_fronts(0, 64) == 0  # small host; port 0
+    monkeypatch.delenv("TTS_FRONT_PROCS", raising=False)
+    monkeypatch.setattr(settings_mod, "usable_cpus", lambda: 16)
+    assert TTSSettings().front_procs == 2  # the default is auto
+    assert TTSSettings(grpc_port=0).front_procs == 0
+    monkeypatch.setenv("TTS_FRONT_PROCS", "3")
+    assert TTSSettings().front_procs == 3
+    monkeypatch.setattr(settings_mod, "usable_cpus", lambda: 4)
+    monkeypatch.setenv("TTS_FRONT_PROCS", "AUTO")
+    assert TTSSettings().front_procs == 0
+    monkeypatch.setenv("TTS_FRONT_PROCS", "many")
+    with pytest.raises(ValueError, match="or auto"):
+        TTSSettings()
