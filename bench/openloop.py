@@ -221,9 +221,15 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
     # each soak's report), the log level it was started with when started here
     log_level = next((kv.split("=", 1)[1] for kv in a.server_env
                       if kv.startswith("TTS_LOG_LEVEL=")), "INFO" if a.start_server else None)
+    fronts: Any = next((kv.split("=", 1)[1] for kv in a.server_env
+                        if kv.startswith("TTS_FRONT_PROCS=")), "auto" if a.start_server else None)
+    if fronts == "auto":  # started here, on this host: what auto gives it
+        from voice_tts.settings import auto_fronts, usable_cpus
+
+        fronts = auto_fronts(1, usable_cpus())
     result = {"date": time.strftime("%Y-%m-%d"), "model": None,
               "model_asked": a.model if a.start_server else None, "device": a.device,
-              "log_level": log_level,
+              "log_level": log_level, "front_procs": fronts,
               "max_sessions": a.max_sessions, "stream_text": a.stream_text,
               "piece_interval_ms": a.piece_interval_ms if a.stream_text else None,
               "protocols": a.protocols,
