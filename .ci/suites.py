@@ -10,9 +10,11 @@ within its 35 minutes on a 2-core machine, and a suite that grows is seen the da
 Each suite's log is .run/ci/<name>.log; the table lists each suite's wall time, its budget
 and its slowest tests (from pytest's junit XML).
 
-Lanes: suites are dealt longest budget first to CI_LANES lanes (default 2, one per core).
-Most suites wait on clocks (real-time audio, servers starting) more than they compute, so
-two lanes finish in about half the time of one. VOICE_REQUIRE_ORACLE=1: the TTS engine is
+Lanes: CI_LANES lanes (default 2, one per core) take the suites from one queue, longest
+expected first (`expect_s`, the wall time of the last fresh-clone run), each lane the next
+one when its last ends: the lanes end within a short suite of each other. Most suites
+wait on clocks (real-time audio, servers starting) more than they compute, so two lanes
+finish in about half the time of one. VOICE_REQUIRE_ORACLE=1: the TTS engine is
 proved against the official code, never silently skipped.
 """
 from __future__ import annotations
@@ -39,32 +41,34 @@ class Suite:
     python: str  # the venv's interpreter, relative to the root unless absolute
     paths: list[str]
     budget_s: int  # wall time on the 2-core CI machine, two lanes busy
+    expect_s: int  # what it took in the last fresh-clone `.ci/run`: the queue's order
     args: list[str] = field(default_factory=list)
     setup: list[str] | None = None  # a command run first, inside the budget
     command: list[str] | None = None  # instead of pytest (e.g. `make test-compose`)
 
 
 # Budgets: about 1.5x what the suite took in a fresh-clone `.ci/run` with two lanes busy;
-# lanes are dealt by budget, so a budget is also the suite's expected share of a lane.
+# `expect_s`: that time (2026-11-27), which orders the queue.
 SUITES = [
     # The TTS's two halves run as two suites, so that the lanes can balance (21 min whole).
-    Suite("tts-engine", ".venv/tts/bin/python", ["services/tts/tests/engine"], 900),
-    Suite("tts-server", ".venv/tts/bin/python", ["services/tts/tests/server"], 950),
-    Suite("agent", ".venv/agent/bin/python", ["services/agent/tests"], 1100),  # +Realtime, tools
-    Suite("autortc", ".venv/autortc/bin/python", ["services/autortc/tests"], 600),
-    Suite("llm", ".venv/llm/bin/python", ["services/llm/tests"], 150),
-    Suite("vllm", f"{VLLM_VENV}/bin/python", ["services/llm/tests"], 300, ["-m", "vllm"],
+    Suite("tts-engine", ".venv/tts/bin/python", ["services/tts/tests/engine"], 900, 740),
+    Suite("tts-server", ".venv/tts/bin/python", ["services/tts/tests/server"], 950, 650),
+    Suite("agent", ".venv/agent/bin/python", ["services/agent/tests"], 1100, 780),
+    Suite("autortc", ".venv/autortc/bin/python", ["services/autortc/tests"], 600, 415),
+    Suite("llm", ".venv/llm/bin/python", ["services/llm/tests"], 150, 95),
+    Suite("vllm", f"{VLLM_VENV}/bin/python", ["services/llm/tests"], 300, 140, ["-m", "vllm"],
           setup=["bash", "services/llm/vllm_venv.sh"]),
-    Suite("token", ".venv/token/bin/python", ["services/token/tests"], 150),
-    Suite("bench", ".venv/tts/bin/python", ["bench/tests"], 280),
-    Suite("tests", ".venv/tools/bin/python", ["tests"], 340),  # 257 s with the own-voice checks
-    Suite("voice-testkit", ".venv/tts/bin/python", ["libs/voice-testkit/tests"], 30),
-    Suite("voice-keys", ".venv/tts/bin/python", ["libs/voice-keys/tests"], 30),
+    Suite("token", ".venv/token/bin/python", ["services/token/tests"], 150, 65),
+    Suite("bench", ".venv/tts/bin/python", ["bench/tests"], 280, 205),
+    Suite("tests", ".venv/tools/bin/python", ["tests"], 340, 230),
+    Suite("voice-testkit", ".venv/tts/bin/python", ["libs/voice-testkit/tests"], 30, 4),
+    Suite("voice-keys", ".venv/tts/bin/python", ["libs/voice-keys/tests"], 30, 2),
 ]
 # `--compose` (.ci/run, where a Docker engine runs): the cpu profile built and run by the
 # real Compose (`make test-compose`) as one more suite in a lane. Its core services take
 # free ports (tests/compose/test_stack.py), so it runs beside the others.
-COMPOSE = Suite("compose", "", [], 700, command=["make", "--no-print-directory", "test-compose"])
+COMPOSE = Suite("compose", "", [], 700, 250,
+                command=["make", "--no-print-directory", "test-compose"])
 
 
 @dataclass
@@ -123,14 +127,6 @@ def run_suite(s: Suite, say) -> Result:
     return r
 
 
-def lanes(suites: list[Suite], n: int) -> list[list[Suite]]:
-    """Longest budget first, each to the lane with the least budget so far."""
-    out: list[list[Suite]] = [[] for _ in range(n)]
-    for s in sorted(suites, key=lambda s: -s.budget_s):
-        min(out, key=lambda lane: sum(x.budget_s for x in lane)).append(s)
-    return [lane for lane in out if lane]
-
-
 def table(results: list[dict]) -> str:
     rows = [f"{'suite':<14} {'rc':>3} {'wall s':>7} {'CPU s':>6} {'budget s':>8}  slowest tests"]
     for r in results:
@@ -170,14 +166,20 @@ def main() -> int:
         with lock:
             print(text, flush=True)
 
-    def lane(suites: list[Suite]) -> None:
-        for s in suites:
+    queue = sorted(chosen, key=lambda s: -s.expect_s)
+
+    def lane() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                s = queue.pop(0)
             r = run_suite(s, say)
             with lock:
                 results.append(r)
 
     t0 = time.monotonic()
-    threads = [threading.Thread(target=lane, args=(ln,)) for ln in lanes(chosen, a.lanes)]
+    threads = [threading.Thread(target=lane) for _ in range(min(a.lanes, len(chosen)))]
     for t in threads:
         t.start()
     for t in threads:
