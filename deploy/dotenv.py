@@ -4,6 +4,9 @@
   is public: anyone could sign LiveKit tokens with it) and a random VOICE_API_KEY.
 - A `.env` without some variable a newer `.env.example` has: append those lines (its
   default), so an update never leaves compose a variable unset; the others are kept.
+- A `.env` that still holds a set of defaults an older `.env.example` shipped together
+  (`RETIRED`), never edited: that set moves to today's values as a whole; one edited keeps
+  its values, with a note on stderr of what it misses.
 - A `.env` that still holds the example's secret: a warning on stderr, nothing changed.
 """
 
@@ -17,6 +20,14 @@ from pathlib import Path
 SECRET_VAR = "LIVEKIT_API_SECRET"
 KEY_VAR = "VOICE_API_KEY"  # the TTS's and the thinker's API key (compose)
 _VAR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+# Defaults that older .env.examples shipped together, and what keeping them means. A set
+# moves only whole: the TTS's second checkpoint alone, at the old 32 sessions and 12G,
+# would not fit its memory cap (services/tts/README.md, "Several checkpoints").
+RETIRED = [
+    ({"TTS_MODEL": "/models/tts", "TTS_MAX_SESSIONS": "32",
+      "TTS_MPS_PINNED_DEVICE_MEM_LIMIT": "0=12G"},
+     "the gpu stack's TTS serves presets only, no cloned voices"),
+]
 
 
 def variables(text: str) -> dict[str, str]:
@@ -37,7 +48,7 @@ def sync(root: Path) -> list[str]:
         env.chmod(0o600)
         return [f"wrote .env (from .env.example, with a random {SECRET_VAR} and {KEY_VAR})"]
     have = variables(env.read_text())
-    done = []
+    done = _retired(env, have, example)
     missing = [k for k in example if k not in have]
     if missing:
         with env.open("a") as f:
@@ -48,6 +59,27 @@ def sync(root: Path) -> list[str]:
         print(f"up: warning: .env has .env.example's public {SECRET_VAR}; anyone who can "
               "reach LiveKit or the token service can sign tokens with it. Set your own "
               "(openssl rand -hex 32).", file=sys.stderr)
+    return done
+
+
+def _retired(env: Path, have: dict[str, str], example: dict[str, str]) -> list[str]:
+    done = []
+    for old, meaning in RETIRED:
+        new = {k: example[k] for k in old if k in example}
+        if new == old or len(new) < len(old):
+            continue
+        if all(have.get(k) == v for k, v in old.items()):
+            text = env.read_text()
+            for k, v in new.items():
+                text = re.sub(rf"^{k}=.*$", lambda _m, k=k, v=v: f"{k}={v}", text, flags=re.M)
+            env.write_text(text)
+            done.append("updated .env's older defaults to .env.example's: " + ", ".join(
+                f"{k}={new[k]} (was {v})" for k, v in old.items()))
+        elif sum(have.get(k) == v for k, v in old.items()) >= 2:  # an old .env, edited
+            kept = ", ".join(f"{k}={have.get(k)}" for k in old)
+            print(f"up: note: .env keeps {kept}, edited from an older default: {meaning}. "
+                  f".env.example has {', '.join(f'{k}={v}' for k, v in new.items())}.",
+                  file=sys.stderr)
     return done
 
 

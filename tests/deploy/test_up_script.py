@@ -11,6 +11,7 @@ gets no .env).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -403,3 +404,46 @@ def test_a_second_up_while_compose_runs_shows_the_page_and_leaves_the_stack(layo
     assert "already running" in proc.stdout
     assert f"web page http://127.0.0.1:{env['TOKEN_HTTP_PORT']}/" in proc.stdout
     assert not [c for c in calls(log, "docker compose") if " up" in c], calls(log)
+
+
+def _env_with(root: Path, **values: str) -> None:
+    text = (root / ".env.example").read_text()
+    for k, v in values.items():
+        text = re.sub(rf"^{k}=.*$", f"{k}={v}", text, flags=re.M)
+    (root / ".env").write_text(text)
+
+
+OLD_TTS = {"TTS_MODEL": "/models/tts", "TTS_MAX_SESSIONS": "32",
+           "TTS_MPS_PINNED_DEVICE_MEM_LIMIT": "0=12G"}
+
+
+def test_an_old_env_moves_to_the_tts_that_clones_as_a_whole(layout):
+    """s39 noticed: an .env from before the one voice namespace kept TTS_MODEL=/models/tts
+    (`make up` only added missing variables), so the gpu stack could not clone. Its three
+    TTS defaults move together (the second checkpoint alone at 32 sessions would not fit
+    12G); an .env with any of them edited keeps them all and says what it misses."""
+    root, _, env = layout
+    example = dotenv_vars(root / ".env.example")
+    _env_with(root, **OLD_TTS)
+    proc = run(root, "up.sh", env)
+    assert proc.returncode == 0, proc.stderr
+    have = dotenv_vars(root / ".env")
+    assert {k: have[k] for k in OLD_TTS} == {k: example[k] for k in OLD_TTS}
+    assert "/models/tts-base" in have["TTS_MODEL"]
+    assert "updated .env's older defaults" in proc.stdout and "(was /models/tts)" in proc.stdout
+    # edited: kept, and a note
+    _env_with(root, **{**OLD_TTS, "TTS_MAX_SESSIONS": "24"})
+    proc = run(root, "up.sh", env)
+    have = dotenv_vars(root / ".env")
+    assert (have["TTS_MODEL"], have["TTS_MAX_SESSIONS"]) == ("/models/tts", "24")
+    assert "presets only, no cloned voices" in proc.stderr and "updated" not in proc.stdout
+    # presets only by choice, sized as today: nothing said
+    _env_with(root, TTS_MODEL="/models/tts")
+    proc = run(root, "up.sh", env)
+    assert dotenv_vars(root / ".env")["TTS_MODEL"] == "/models/tts"
+    assert "presets only" not in proc.stderr and "updated" not in proc.stdout
+
+
+def dotenv_vars(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines()
+                if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", line))
