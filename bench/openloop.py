@@ -226,7 +226,7 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
     if fronts == "auto":  # started here, on this host: what auto gives it
         from voice_tts.settings import auto_fronts, usable_cpus
 
-        fronts = auto_fronts(1, usable_cpus())
+        fronts = auto_fronts(grpc_port=50051, cpus=usable_cpus())  # a fixed port, as here
     result = {"date": time.strftime("%Y-%m-%d"), "model": None,
               "model_asked": a.model if a.start_server else None, "device": a.device,
               "log_level": log_level, "front_procs": fronts,

@@ -170,8 +170,8 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
     sample_gpu_memory()
     engine.start()
     server, keys = grpc_server(settings, reuseport=False)
-    servicer = TextToSpeechServicer(calls, library)
-    server.add_generic_rpc_handlers([servicer.handler()])
+    handler = TextToSpeechServicer(calls, library).handler()  # this server's and the fronts'
+    server.add_generic_rpc_handlers([handler])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -183,7 +183,7 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
         if not settings.grpc_port:
             raise RuntimeError("TTS_FRONT_PROCS needs a fixed TTS_GRPC_PORT, not 0")
         loop = asyncio.get_running_loop()
-        fronts = FrontProcs(settings, servicer.handler(),
+        fronts = FrontProcs(settings, handler,
                             lambda msg: loop.create_task(running.fail(msg)))
         # this process's own gRPC server: private (its handlers run the fronts' calls)
         port = server.add_insecure_port("127.0.0.1:0")
