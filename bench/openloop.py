@@ -217,20 +217,11 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
         base += ["--server-log", a.server_log]
     server = Server(soak_args(base))
     rows: list[dict[str, Any]] = []
-    # what was served, not what was asked for: the model from the server (ListVoices, via
-    # each soak's report), the log level it was started with when started here
-    log_level = next((kv.split("=", 1)[1] for kv in a.server_env
-                      if kv.startswith("TTS_LOG_LEVEL=")), "INFO" if a.start_server else None)
-    fronts: Any = next((kv.split("=", 1)[1] for kv in a.server_env
-                        if kv.startswith("TTS_FRONT_PROCS=")), "auto" if a.start_server else None)
-    if fronts == "auto":  # started here, on this host: what auto gives it
-        from voice_tts.settings import auto_fronts, usable_cpus
-
-        fronts = auto_fronts(grpc_port=50051, cpus=usable_cpus())  # a fixed port, as here
+    # what was served, not what was asked for: the server's tts_server_info (model, device,
+    # slots, front processes, log level ...), read with each row's metrics
     result = {"date": time.strftime("%Y-%m-%d"), "model": None,
-              "model_asked": a.model if a.start_server else None, "device": a.device,
-              "log_level": log_level, "front_procs": fronts,
-              "max_sessions": a.max_sessions, "stream_text": a.stream_text,
+              "model_asked": a.model if a.start_server else None, "served": None,
+              "stream_text": a.stream_text,
               "piece_interval_ms": a.piece_interval_ms if a.stream_text else None,
               "protocols": a.protocols,
               "duration_s": a.duration, "warmup_s": a.warmup, "procs": a.procs,
@@ -267,6 +258,7 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
                                                    a.seed + i, names, recs))).run()
                 rows.append(row(rate, protocol, s))
                 result["model"] = result["model"] or s["server"]["model"]  # the server's own
+                result["served"] = result["served"] or s["server"]["info"]
                 rows[-1]["voices_used"] = voice_counts(
                     [json.loads(x) for x in recs.read_text().splitlines()]
                     if recs.exists() else [])

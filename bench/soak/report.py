@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any, Protocol
 
-from bench.soak.server import Server
+from bench.soak.server import Server, server_info
 from bench.stats import pct
 
 
@@ -163,7 +163,7 @@ def summarize(soak: SoakState, load: dict[str, Any], model: str, planned: int,
         "protocol": a.protocol, "rate": a.rate, "duration_s": round(a.duration, 1),
         "duration_requested_s": a.duration_requested, "seed": a.seed, "procs": a.procs,
         "server": {"addr": soak.server.addr, "model": model,
-                   "started_here": a.start_server,
+                   "started_here": a.start_server, "info": server_info(metrics_end),
                    **({"device": a.device, "max_sessions": a.max_sessions}
                       if a.start_server else {})},
         "load": {"stream_text": a.stream_text, "frames_per_char": a.frames_per_char,

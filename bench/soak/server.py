@@ -62,6 +62,15 @@ def parse_metrics(text: str) -> dict[str, float]:
     return {**sums, **out}
 
 
+def server_info(metrics: dict[str, float]) -> dict[str, str] | None:
+    """The server's `tts_server_info` labels (model, device, front_procs, log_level, ...)
+    from parsed /metrics; None for a server that does not export it."""
+    for key in metrics:
+        if key.startswith("tts_server_info{"):
+            return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', key))
+    return None
+
+
 def nvidia_smi_mb() -> float | None:
     if not shutil.which("nvidia-smi"):
         return None

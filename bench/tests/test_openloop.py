@@ -54,8 +54,12 @@ def test_sweep_on_cpu_reports_each_rate(tmp_path: Path) -> None:
     assert [row["rate"] for row in result["rows"]] == [0.5, 1.0], r.stderr[-3000:]
     # what was served, as the server says (ListVoices), beside what was asked for
     assert "tiny" in result["model"] and result["model_asked"] == "preset:tiny"
-    assert result["log_level"] == "INFO" and result["frames_per_message"] == 1
-    assert isinstance(result["front_procs"], int)  # auto, as resolved on this host
+    assert result["frames_per_message"] == 1
+    # and how it was set up, as the server says (tts_server_info on /metrics)
+    served = result["served"]
+    assert served["model"] == result["model"] and served["device"] == "cpu"
+    assert served["max_sessions"] == "8" and served["log_level"] == "INFO"
+    assert int(served["front_procs"]) >= 0  # auto, as the server resolved it on this host
     for row in result["rows"]:
         assert row["pass"], row["failures"]
         assert row["calls"] >= 1 and sum(row["by_code"].values()) == row["calls"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 # TTFA targets sit around 25-100 ms on a GPU and ~1 s on a CPU: cover both.
 _LATENCY_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2,
@@ -75,6 +75,10 @@ class TTSMetrics:
         self.gpu_memory = Gauge("tts_gpu_memory_bytes", "CUDA memory of the engine's device "
                                 "(torch allocator: allocated, reserved), sampled after steps",
                                 ["kind"], registry=r)
+
+        # What is served and how (a benchmark against a running server names it from here).
+        self.server_info = Info("tts_server", "The model served and the settings that set "
+                                "its capacity", registry=r)
 
         # The voice library (voice_library.py).
         self.library_voices = Gauge("tts_library_voices", "Library voices this server "

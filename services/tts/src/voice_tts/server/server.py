@@ -142,6 +142,11 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
                        ) -> RunningServer:
     engine = engine or load_engine(settings)
     metrics = TTSMetrics()
+    metrics.server_info.info({
+        "model": engine.model_name, "device": str(engine.device),
+        "max_sessions": str(settings.max_sessions), "max_seq_len": str(settings.max_seq_len),
+        "front_procs": str(settings.front_procs), "log_level": settings.log_level,
+        "pace_lead_s": f"{settings.pace_lead_s:g}"})
 
     gpu_sampled = [0.0]  # last tts_gpu_memory_bytes update (monotonic s)
 
