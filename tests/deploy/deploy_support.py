@@ -115,15 +115,16 @@ def interpolated_vars(doc: object) -> set[str]:
     return set()
 
 
-def env_example() -> dict[str, str]:
-    """KEY=value lines of .env.example (comments and blanks skipped)."""
+def env_example(path: Path = ENV_EXAMPLE) -> dict[str, str]:
+    """KEY=value lines of .env.example, or of an .env made from it (comments and blanks
+    skipped)."""
     out = {}
-    for line in ENV_EXAMPLE.read_text().splitlines():
+    for line in path.read_text().splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
-        assert sep, f".env.example: not KEY=value: {line!r}"
+        assert sep, f"{path.name}: not KEY=value: {line!r}"
         out[key.strip()] = value
     return out
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from deploy_support import COMPOSE, DEPLOY, ENV_EXAMPLE, compose_binary
+from deploy_support import COMPOSE, DEPLOY, ENV_EXAMPLE, compose_binary, env_example
 from voice_testkit import free_ports
 
 FAKE_DOCKER = """#!/bin/sh
@@ -423,27 +423,23 @@ def test_an_old_env_moves_to_the_tts_that_clones_as_a_whole(layout):
     TTS defaults move together (the second checkpoint alone at 32 sessions would not fit
     12G); an .env with any of them edited keeps them all and says what it misses."""
     root, _, env = layout
-    example = dotenv_vars(root / ".env.example")
+    example = env_example(root / ".env.example")
     _env_with(root, **OLD_TTS)
     proc = run(root, "up.sh", env)
     assert proc.returncode == 0, proc.stderr
-    have = dotenv_vars(root / ".env")
+    have = env_example(root / ".env")
     assert {k: have[k] for k in OLD_TTS} == {k: example[k] for k in OLD_TTS}
     assert "/models/tts-base" in have["TTS_MODEL"]
     assert "updated .env's older defaults" in proc.stdout and "(was /models/tts)" in proc.stdout
     # edited: kept, and a note
     _env_with(root, **{**OLD_TTS, "TTS_MAX_SESSIONS": "24"})
     proc = run(root, "up.sh", env)
-    have = dotenv_vars(root / ".env")
+    have = env_example(root / ".env")
     assert (have["TTS_MODEL"], have["TTS_MAX_SESSIONS"]) == ("/models/tts", "24")
     assert "presets only, no cloned voices" in proc.stderr and "updated" not in proc.stdout
     # presets only by choice, sized as today: nothing said
     _env_with(root, TTS_MODEL="/models/tts")
     proc = run(root, "up.sh", env)
-    assert dotenv_vars(root / ".env")["TTS_MODEL"] == "/models/tts"
+    assert env_example(root / ".env")["TTS_MODEL"] == "/models/tts"
     assert "presets only" not in proc.stderr and "updated" not in proc.stdout
 
-
-def dotenv_vars(path: Path) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in path.read_text().splitlines()
-                if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", line))
