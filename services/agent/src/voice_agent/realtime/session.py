@@ -8,7 +8,9 @@ AgentSession here, because the Realtime client, not the agent, owns the conversa
 
 Barge-in: on server VAD with `interrupt_response`, speech over a reply cancels it and the
 reply's item keeps only what the caller heard. The client plays audio as it arrives, so
-"heard" is the time since the reply's first audio delta, at most the audio sent; the
+"heard" is the time since the reply's first audio delta, at most the audio sent. A reply
+all made (response.done sent; the TTS runs ahead of real time) may still be playing: speech
+then truncates its item the same way, and the response stays completed. The
 transcript is cut at the last whole word that audio covered (by the reply's measured
 characters per second of audio once it is all made, by SPEECH_CHARS_PER_S before).
 """
@@ -156,6 +158,8 @@ class RealtimeSession:
         self._vad: vad.VADStream | None = None
         self._vad_task: asyncio.Task[None] | None = None
         self._speech_item: str | None = None  # the user item server VAD is hearing
+        # the last reply all made, with the item whose audio may still be playing
+        self._playing: tuple[Response, dict[str, Any]] | None = None
         self._feed: RecogniserFeed | None = None  # the offline ear, fed as it is heard
         self.stalled = False
 
@@ -337,8 +341,8 @@ class RealtimeSession:
                 start = max(0.0, pos - ev.speech_duration * 1000 - td.prefix_padding_ms)
                 self.emit("input_audio_buffer.speech_started", audio_start_ms=int(start),
                           item_id=self._speech_item)
-                if td.interrupt_response and self.response is not None:
-                    self._cancel_response("turn_detected")
+                if td.interrupt_response:
+                    self._interrupt()
             elif ev.type == vad.VADEventType.END_OF_SPEECH and self._speech_item:
                 item_id, self._speech_item = self._speech_item, None
                 self.emit("input_audio_buffer.speech_stopped",
@@ -575,6 +579,20 @@ class RealtimeSession:
         self.response = r
         self.emit("response.created", response=self._response_json(r))
         r.task = self._spawn(self._respond(r))
+
+    def _interrupt(self) -> None:
+        """The caller speaks: a reply in progress is cancelled (its item cut when it
+        closes); one all made but still playing is cut to what was heard now."""
+        if self.response is not None:
+            self._cancel_response("turn_detected")
+            return
+        playing, self._playing = self._playing, None
+        if playing is None:
+            return
+        r, item = playing
+        heard = r.heard_ms()
+        if heard < item["_audio_ms"] and any(i is item for i in self.items):
+            self._truncate(item, heard)
 
     def _cancel_response(self, reason: str) -> None:
         r = self.response
@@ -816,7 +834,10 @@ class RealtimeSession:
             part["text"] = msg["_text"]
             self.emit("response.output_text.done", **where, content_index=0,
                       text=part["text"])
-        msg["status"] = "completed" if r.status == "completed" else "incomplete"
+        # closed in the response's course (still in_progress) or at its end
+        msg["status"] = "completed" if r.status in ("in_progress", "completed") else "incomplete"
+        if audio and msg["status"] == "completed":
+            self._playing = (r, msg)
         self.emit("response.content_part.done", **where, content_index=0,
                   part={**part, "type": self.dialect.part(part["type"].removeprefix("output_"))})
         self.emit("response.output_item.done", response_id=r.id,
