@@ -482,6 +482,14 @@ class SynthesizeStream:
         (made of an earlier packet's audio)."""
         n, k = len(frames), self._per_message
         out = self._out
+        if k == 1:  # the contract's default: a frame a message, no slicing
+            made = u.made
+            for i, pcm in enumerate(frames):
+                out.append(AudioFrame(uid, made + i, pcm, last and i == n - 1, 1,
+                                      chars if i >= before else before_chars))
+            u.made = made + n
+            self.state.pending_frames += n
+            return
         for i in range(0, n, k):
             chunk = frames[i:i + k]
             out.append(AudioFrame(uid, u.made, chunk[0] if k == 1 else b"".join(chunk),

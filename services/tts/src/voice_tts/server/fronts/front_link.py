@@ -55,9 +55,7 @@ class Link:
     def send(self, kind: int, call: int = 0, payload: bytes = b"") -> None:
         if not self._out:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(HEADER.pack(len(payload), kind, call))
-        if payload:
-            self._out.append(payload)
+        self._out.append(HEADER.pack(len(payload), kind, call) + payload)
 
     def _flush(self) -> None:
         if self._out and not self.writer.is_closing():
@@ -119,10 +117,12 @@ class _Call:
         while (raw := await self.requests.get()) is not _END:
             yield parse(raw) if parse is not None else raw
 
-    async def _send(self, response: Any) -> None:
+    def _send(self, response: Any) -> None:
         ser = self.handler.response_serializer
         self.link.send(MSG, self.cid, ser(response) if ser is not None else response)
         self.unacked += 1
+
+    async def _window(self) -> None:
         while self.unacked >= WINDOW:  # the client reads no faster: wait for its acks
             self._credit.clear()
             await self._credit.wait()
@@ -137,15 +137,17 @@ class _Call:
                     stream = h.unary_stream(requests, ctx)
                 else:
                     stream = h.stream_stream(requests, ctx)
-                async for response in stream:
-                    await self._send(response)
+                async for response in stream:  # per frame: no await unless it must
+                    self._send(response)
+                    if self.unacked >= WINDOW:
+                        await self._window()
             else:
                 requests = self._requests()
                 if h.request_streaming:
                     response = await h.stream_unary(requests, ctx)
                 else:
                     response = await h.unary_unary(await anext(requests), ctx)
-                await self._send(response)
+                self._send(response)
             self.link.send(END, self.cid, end_payload(grpc.StatusCode.OK))
         except _Abort as a:
             self.link.send(END, self.cid, end_payload(a.code, a.details))

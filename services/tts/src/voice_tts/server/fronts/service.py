@@ -138,11 +138,19 @@ class TextToSpeechServicer:
                 frame_ms, several = 0, False  # the session's (SESSION_STARTED comes first)
                 async for out in outputs:
                     if type(out) is AudioFrame:  # the hot path: one message, no other hop
-                        seq = out.seq
-                        yield tts_pb2.SynthesizeResponse(audio=tts_pb2.AudioFrame(
-                            seq=seq, pcm=out.pcm, utterance_id=out.utterance_id,
-                            start_ms=seq * frame_ms, last_in_utterance=out.last_in_utterance,
-                            frames=out.frames if several else 0, text_chars=out.text_chars))
+                        # fields set one by one: a third of the cost of keyword arguments
+                        # (upb builds a nested message from kwargs slowly)
+                        r = tts_pb2.SynthesizeResponse()
+                        a = r.audio
+                        a.seq = seq = out.seq
+                        a.pcm = out.pcm
+                        a.utterance_id = out.utterance_id
+                        a.start_ms = seq * frame_ms
+                        a.last_in_utterance = out.last_in_utterance
+                        if several:
+                            a.frames = out.frames
+                        a.text_chars = out.text_chars
+                        yield r
                         continue
                     if type(out) is SessionStarted:
                         frame_ms = out.config.frame_ms
