@@ -23,6 +23,11 @@ open: Poisson arrivals at --rate req/s for --seconds, each one utterance of --fr
   python -m bench.front_bench --mode open --rate 50 --per-row-ms 0.32 --margin 0  # no admission
   python -m bench.front_bench --streams 128 --profile front.prof         # cProfile, loop
   python -m bench.front_bench --streams 128,256 --pace-lead 0             # no pacing
+  python -m bench.front_bench --streams 128 --protocol ws                 # WebSocket
+
+--protocol ws: the same calls over the WebSocket `/v1/audio/speech/stream` (aiohttp clients;
+one binary message a 20 ms frame; the gRPC front processes do not serve it, so its whole
+protocol cost is in the engine's process, which `cpu_us_per_frame` measures).
 
 The server paces frames to real time plus TTS_PACE_LEAD_S (`--pace-lead`, the server's
 default unless given): with it a closed level lasts the audio's length, not the stand-in's.
@@ -71,7 +76,8 @@ async def _serve(args: argparse.Namespace) -> None:
                             per_row_ms=args.per_row_ms, default_frames=args.frames)
     first, later = (int(x) for x in args.admit_packets.split(","))
     pace = {} if args.pace_lead is None else {"pace_lead_s": args.pace_lead}
-    settings = TTSSettings(grpc_host="127.0.0.1", grpc_port=args.port, http_port=0,
+    settings = TTSSettings(grpc_host="127.0.0.1", grpc_port=args.port,
+                           http_port=args.http_port,
                            front_procs=args.front_procs,
                            max_sessions=args.max_sessions, admit_margin=args.margin,
                            first_packet_frames=first, packet_frames=later,
@@ -212,7 +218,53 @@ async def _one_call(ch: Any, job: dict, i: int) -> dict:
     return r
 
 
+async def _one_ws_call(http: Any, job: dict, i: int) -> dict:
+    """`_one_call` over the WebSocket: config, `started`, the text and `end`, then binary
+    frames until the server closes; a refusal is an `error` event and close 1013."""
+    import aiohttp
+
+    r: dict[str, Any] = {"status": "OK"}
+    t0 = time.perf_counter()
+    frame_s = FRAME_MS / 1e3
+    async with http.ws_connect(f"{job['http']}/v1/audio/speech/stream") as ws:
+        await ws.send_json({"type": "config", "voice": "vivian", "seed": i,
+                            "frame_ms": FRAME_MS, "sampling": {"max_frames": job["frames"]}})
+        k, first, max_late, late, t_text = 0, 0.0, -1e9, 0, 0.0
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                ev = json.loads(msg.data)
+                if ev["type"] == "started":
+                    t_text = time.perf_counter()
+                    await ws.send_json({"type": "text", "text": TEXT})
+                    await ws.send_json({"type": "end"})
+                elif ev["type"] == "error":
+                    r.update(status=ev.get("code", "error").upper(), details=ev.get("message"),
+                             reject_ms=(time.perf_counter() - t0) * 1e3)
+            elif msg.type == aiohttp.WSMsgType.BINARY:
+                now = time.perf_counter()
+                if k == 0:
+                    first = now
+                    r["ttfa_ms"] = (now - t_text) * 1e3
+                lateness = now - (first + k * frame_s)
+                max_late = max(max_late, lateness)
+                late += lateness > 0.0
+                k += 1
+    if ws.close_code == 1013:
+        r["status"] = "RESOURCE_EXHAUSTED"
+    elif ws.close_code != 1000 and r["status"] == "OK":
+        r["status"] = f"close {ws.close_code}"
+    if r["status"] == "OK":
+        r.update(frames=k, max_late_ms=max_late * 1e3, late_frames=late,
+                 e2e_s=time.perf_counter() - t0)
+    return r
+
+
 async def _client(job: dict) -> list[dict]:
+    if job["protocol"] == "ws":
+        import aiohttp
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            return await _calls(job, [http], _one_ws_call)
     import grpc
 
     per_channel = job["per_channel"]
@@ -221,10 +273,21 @@ async def _client(job: dict) -> list[dict]:
     channels = [grpc.aio.insecure_channel(job["addr"]) for _ in range(n_ch)]
     for ch in channels:
         await ch.channel_ready()
+    try:
+        return await _calls(job, channels, _one_call)
+    finally:
+        for ch in channels:
+            await ch.close()
+
+
+async def _calls(job: dict, conns: list[Any], one: Any) -> dict:
+    """The job's calls (closed: all at once; open: Poisson arrivals), over `conns` in
+    turn."""
+    n_ch = len(conns)
     await asyncio.sleep(max(0.0, job["start_at"] - time.time()))
     t0, cpu0 = time.perf_counter(), time.process_time()
     if job["mode"] == "closed":
-        tasks = [asyncio.create_task(_one_call(channels[i % n_ch], job, job["first_id"] + i))
+        tasks = [asyncio.create_task(one(conns[i % n_ch], job, job["first_id"] + i))
                  for i in range(job["streams"])]
     else:
         rng = random.Random(job["first_id"])
@@ -236,13 +299,11 @@ async def _client(job: dict) -> list[dict]:
                 break
             await asyncio.sleep(max(0.0, t - time.time()))
             tasks.append(asyncio.create_task(
-                _one_call(channels[i % n_ch], job, job["first_id"] + i)))
+                one(conns[i % n_ch], job, job["first_id"] + i)))
             i += 1
     res = await asyncio.gather(*tasks)
-    cpu = {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - t0}
-    for ch in channels:
-        await ch.close()
-    return {"calls": res, **cpu}
+    return {"calls": res, "cpu_s": time.process_time() - cpu0,
+            "wall_s": time.perf_counter() - t0}
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -271,7 +332,8 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
     cmd += ["--loop", args.loop, "--admit-packets", args.admit_packets]
     if args.pace_lead is not None:
         cmd += ["--pace-lead", str(args.pace_lead)]
-    cmd += ["--front-procs", str(args.front_procs)]
+    http_port = _free_port() if args.protocol == "ws" else 0
+    cmd += ["--front-procs", str(args.front_procs), "--http-port", str(http_port)]
     srv = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert srv.stdout is not None and srv.stdin is not None
@@ -288,7 +350,8 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
                    "streams": streams // n + (j < streams % n), "first_id": j * 1_000_000,
                    "rate": args.rate / n, "seconds": args.seconds, "start_at": start_at,
                    "cpus": client_cpus, "per_channel": args.per_channel,
-                   "frames_per_message": args.frames_per_message}
+                   "frames_per_message": args.frames_per_message,
+                   "protocol": args.protocol, "http": f"http://127.0.0.1:{http_port}"}
             p = ctx.Process(target=client_proc, args=(job, out))
             p.start()
             procs.append(p)
@@ -319,6 +382,7 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
     summary = {
         "mode": args.mode, "streams" if args.mode == "closed" else "rate": (
             streams if args.mode == "closed" else args.rate),
+        "protocol": args.protocol,
         "pace_lead_s": server["pace_lead_s"], "frames_per_message": args.frames_per_message,
         "front_procs": args.front_procs,
         "calls": len(results), "ok": len(ok), "rejected": len(rej), "other": other,
@@ -360,12 +424,16 @@ def main() -> None:
         p.add_argument("--admit-packets", default="1,4")
         p.add_argument("--pace-lead", type=float, default=None)
         p.add_argument("--front-procs", type=int, default=0)
+        p.add_argument("--http-port", type=int, default=0)
         p.add_argument("--stall-stacks", action="store_true")
         serve(p.parse_args(sys.argv[2:]))
         return
     p = argparse.ArgumentParser(prog="python -m bench.front_bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=("closed", "open"), default="closed")
+    p.add_argument("--protocol", choices=("grpc", "ws"), default="grpc",
+                   help="gRPC Synthesize, or the WebSocket (1 frame a message; the gRPC "
+                        "front processes do not serve it)")
     p.add_argument("--streams", default="64,128,256", help="closed: concurrent streams, "
                    "comma-separated levels")
     p.add_argument("--frames", type=int, default=100, help="codec frames (80 ms) per "
