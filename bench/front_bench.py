@@ -176,6 +176,28 @@ def _frames(raw: bytes) -> int:
     return msg.audio.frames or 1
 
 
+class _Player:
+    """A player started at a stream's first frame: how late each frame came against it
+    (frame k is due k x 20 ms after the first)."""
+
+    def __init__(self) -> None:
+        self.k, self.first, self.max_late, self.late = 0, 0.0, -1e9, 0
+
+    def arrived(self, r: dict, t_text: float, frames: int = 1) -> None:
+        now = time.perf_counter()
+        if self.k == 0:
+            self.first = now
+            r["ttfa_ms"] = (now - t_text) * 1e3
+        lateness = now - (self.first + self.k * FRAME_MS / 1e3)
+        self.max_late = max(self.max_late, lateness)
+        self.late += lateness > 0.0
+        self.k += frames
+
+    def report(self, r: dict, t0: float) -> None:
+        r.update(frames=self.k, max_late_ms=self.max_late * 1e3, late_frames=self.late,
+                 e2e_s=time.perf_counter() - t0)
+
+
 async def _one_call(ch: Any, job: dict, i: int) -> dict:
     import grpc
     from voice.tts.v1 import tts_pb2
@@ -187,7 +209,6 @@ async def _one_call(ch: Any, job: dict, i: int) -> dict:
                             .SerializeToString, response_deserializer=None)()
     r: dict[str, Any] = {"status": "OK"}
     t0 = time.perf_counter()
-    frame_s = FRAME_MS / 1e3
     try:
         await call.write(tts_pb2.SynthesizeRequest(config=cfg))
         started = await call.read()
@@ -198,20 +219,12 @@ async def _one_call(ch: Any, job: dict, i: int) -> dict:
         t_text = time.perf_counter()
         await call.write(tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=TEXT)))
         await call.done_writing()
-        k, first, max_late, late = 0, 0.0, -1e9, 0
+        player = _Player()
         while (raw := await call.read()) is not grpc.aio.EOF:
             if raw[0] != 0x0A:  # field 1 (AudioFrame), else an Event
                 continue
-            now = time.perf_counter()
-            if k == 0:
-                first = now
-                r["ttfa_ms"] = (now - t_text) * 1e3
-            lateness = now - (first + k * frame_s)
-            max_late = max(max_late, lateness)
-            late += lateness > 0.0
-            k += 1 if job["frames_per_message"] == 1 else _frames(raw)
-        r.update(frames=k, max_late_ms=max_late * 1e3, late_frames=late,
-                 e2e_s=time.perf_counter() - t0)
+            player.arrived(r, t_text, 1 if job["frames_per_message"] == 1 else _frames(raw))
+        player.report(r, t0)
     except grpc.aio.AioRpcError as e:
         r.update(status=e.code().name, reject_ms=(time.perf_counter() - t0) * 1e3,
                  details=e.details())
@@ -225,11 +238,10 @@ async def _one_ws_call(http: Any, job: dict, i: int) -> dict:
 
     r: dict[str, Any] = {"status": "OK"}
     t0 = time.perf_counter()
-    frame_s = FRAME_MS / 1e3
     async with http.ws_connect(f"{job['http']}/v1/audio/speech/stream") as ws:
         await ws.send_json({"type": "config", "voice": "vivian", "seed": i,
                             "frame_ms": FRAME_MS, "sampling": {"max_frames": job["frames"]}})
-        k, first, max_late, late, t_text = 0, 0.0, -1e9, 0, 0.0
+        player, t_text = _Player(), 0.0
         async for msg in ws:
             if msg.type == aiohttp.WSMsgType.TEXT:
                 ev = json.loads(msg.data)
@@ -241,21 +253,13 @@ async def _one_ws_call(http: Any, job: dict, i: int) -> dict:
                     r.update(status=ev.get("code", "error").upper(), details=ev.get("message"),
                              reject_ms=(time.perf_counter() - t0) * 1e3)
             elif msg.type == aiohttp.WSMsgType.BINARY:
-                now = time.perf_counter()
-                if k == 0:
-                    first = now
-                    r["ttfa_ms"] = (now - t_text) * 1e3
-                lateness = now - (first + k * frame_s)
-                max_late = max(max_late, lateness)
-                late += lateness > 0.0
-                k += 1
+                player.arrived(r, t_text)
     if ws.close_code == 1013:
         r["status"] = "RESOURCE_EXHAUSTED"
     elif ws.close_code != 1000 and r["status"] == "OK":
         r["status"] = f"close {ws.close_code}"
     if r["status"] == "OK":
-        r.update(frames=k, max_late_ms=max_late * 1e3, late_frames=late,
-                 e2e_s=time.perf_counter() - t0)
+        player.report(r, t0)
     return r
 
 
