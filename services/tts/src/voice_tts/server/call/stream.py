@@ -492,7 +492,7 @@ class SynthesizeStream:
             return
         for i in range(0, n, k):
             chunk = frames[i:i + k]
-            out.append(AudioFrame(uid, u.made, chunk[0] if k == 1 else b"".join(chunk),
+            out.append(AudioFrame(uid, u.made, b"".join(chunk),
                                   last and i + k >= n, len(chunk),
                                   chars if i + len(chunk) > before else before_chars))
             u.made += len(chunk)
