@@ -9,6 +9,7 @@ at the end. Their logs go to the run directory (backends/*.log).
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
@@ -19,6 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+START_ATTEMPTS = 3  # a free port may be taken by another process before a backend binds it
+
+
+class PortTaken(RuntimeError):
+    """A backend did not get its port: it exited, or another server answers there."""
 
 
 def free_port() -> int:
@@ -39,11 +46,14 @@ def _wait_healthy(name: str, proc: subprocess.Popen[bytes], port: int, log: Path
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = log.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"{name} server exited with {proc.returncode}:\n{tail}")
+            raise PortTaken(f"{name} server exited with {proc.returncode}:\n{tail}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
                 if r.status == 200:
                     return
+        except http.client.HTTPException as e:  # not HTTP/1.1: another process's server
+            raise PortTaken(f"{name}: port {port} answers as another server ({e!r:.80})"
+                            ) from None
         except OSError:
             pass
         time.sleep(0.3)
@@ -66,7 +76,32 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 def spawn_backends(log_dir: Path, *, tts_python: str, llm_python: str,
                    timeout_s: float = 300.0, extra_env: dict[str, str] | None = None,
                    ) -> Iterator[Backends]:
+    """The backends on fresh free ports (again on new ones, up to START_ATTEMPTS, when
+    one did not get its port: on a busy host another process can bind a port between
+    its pick and the backend's bind)."""
     log_dir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, START_ATTEMPTS + 1):
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            backends = _start(log_dir, procs, tts_python, llm_python, timeout_s,
+                              extra_env)
+        except PortTaken:
+            _stop(procs)
+            if attempt == START_ATTEMPTS:
+                raise
+            continue
+        except BaseException:
+            _stop(procs)
+            raise
+        try:
+            yield backends
+        finally:
+            _stop(procs)
+        return
+
+
+def _start(log_dir: Path, procs: list[subprocess.Popen[bytes]], tts_python: str,
+           llm_python: str, timeout_s: float, extra_env: dict[str, str] | None) -> Backends:
     ports = {k: free_port() for k in ("tts_grpc", "tts_http", "llm_grpc", "llm_http")}
     base = {**os.environ, **(extra_env or {})}
     # One torch thread per backend: on a small host the TTS, the thinker and the agent
@@ -85,22 +120,18 @@ def spawn_backends(log_dir: Path, *, tts_python: str, llm_python: str,
             "LLM_GRPC_PORT": str(ports["llm_grpc"]), "LLM_HTTP_PORT": str(ports["llm_http"]),
         }),
     ]
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        started = []
-        for name, py, module, http_port, env in specs:
-            if not Path(py).exists():
-                raise RuntimeError(f"{name}: python {py} not found (make venvs builds "
-                                   f".venv/{name}; or set AUTORTC_{name.upper()}_PYTHON)")
-            log = log_dir / f"{name}.log"
-            with log.open("wb") as fh:
-                p = subprocess.Popen([py, "-m", module], env={**base, **env}, stdout=fh,
-                                     stderr=subprocess.STDOUT)
-            procs.append(p)
-            started.append((name, p, http_port, log))
-        for name, p, http_port, log in started:
-            _wait_healthy(name, p, http_port, log, timeout_s)
-        yield Backends(tts_addr=f"127.0.0.1:{ports['tts_grpc']}",
-                       thinker_addr=f"127.0.0.1:{ports['llm_grpc']}")
-    finally:
-        _stop(procs)
+    started = []
+    for name, py, module, http_port, env in specs:
+        if not Path(py).exists():
+            raise RuntimeError(f"{name}: python {py} not found (make venvs builds "
+                               f".venv/{name}; or set AUTORTC_{name.upper()}_PYTHON)")
+        log = log_dir / f"{name}.log"
+        with log.open("wb") as fh:
+            p = subprocess.Popen([py, "-m", module], env={**base, **env}, stdout=fh,
+                                 stderr=subprocess.STDOUT)
+        procs.append(p)
+        started.append((name, p, http_port, log))
+    for name, p, http_port, log in started:
+        _wait_healthy(name, p, http_port, log, timeout_s)
+    return Backends(tts_addr=f"127.0.0.1:{ports['tts_grpc']}",
+                    thinker_addr=f"127.0.0.1:{ports['llm_grpc']}")
