@@ -59,7 +59,7 @@ SUITES = [
     Suite("vllm", f"{VLLM_VENV}/bin/python", ["services/llm/tests"], 300, 140, ["-m", "vllm"],
           setup=["bash", "services/llm/vllm_venv.sh"]),
     Suite("token", ".venv/token/bin/python", ["services/token/tests"], 150, 65),
-    Suite("bench", ".venv/tts/bin/python", ["bench/tests"], 330, 225),
+    Suite("bench", ".venv/tts/bin/python", ["bench/tests"], 360, 235),
     Suite("tests", ".venv/tools/bin/python", ["tests"], 340, 230),
     Suite("voice-testkit", ".venv/tts/bin/python", ["libs/voice-testkit/tests"], 30, 4),
     Suite("voice-keys", ".venv/tts/bin/python", ["libs/voice-keys/tests"], 30, 2),
