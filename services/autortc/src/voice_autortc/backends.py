@@ -85,13 +85,10 @@ def spawn_backends(log_dir: Path, *, tts_python: str, llm_python: str,
         try:
             backends = _start(log_dir, procs, tts_python, llm_python, timeout_s,
                               extra_env)
-        except PortTaken:
+        except BaseException as e:
             _stop(procs)
-            if attempt == START_ATTEMPTS:
-                raise
-            continue
-        except BaseException:
-            _stop(procs)
+            if isinstance(e, PortTaken) and attempt < START_ATTEMPTS:
+                continue
             raise
         try:
             yield backends
