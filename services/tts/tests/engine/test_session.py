@@ -295,6 +295,40 @@ def test_frame_cap_before_flush_drops_text_until_flush(tiny_engine):
     s.close()
 
 
+def test_model_end_before_flush_drops_text_until_flush():
+    """The model may end an utterance (codec EOS) while its text still streams: the
+    rest until the flush is dropped, as after the frame cap, so ids stay one per flush.
+    (It opened a new utterance before: a client waiting for the first one's FLUSHED
+    waited forever.) The tiny random weights never sample EOS: the test hook makes the
+    3rd step's token EOS."""
+    engine = Engine.from_preset("tiny", seed=0, settings=EngineSettings(
+        max_sessions=1, fault="eos@3"))
+    try:
+        c = Collector()
+        s = engine.open_session(SessionParams(voice="vivian", seed=1, max_frames=40), c)
+        s.push_text("This sentence streams on and on, word after word, ")
+        while not c.ends():
+            engine.run_once()
+        (end,) = c.ends()
+        made = sum(p.frames for p in c.packets())
+        assert end.reason == "eos" and end.frames == made == 3
+        s.push_text("and the words after the model's end ")
+        assert s.utterance_id == 0
+        s.flush()
+        for _ in range(5):
+            engine.run_once()
+        assert len(c.ends()) == 1 and sum(p.frames for p in c.packets()) == made
+        s.push_text("A new one.")  # after the flush: the next utterance
+        assert s.utterance_id == 1
+        s.flush()
+        while len(c.ends()) < 2:
+            engine.run_once()
+        assert c.ends()[1].utterance_id == 1 and c.packets(1)
+        s.close()
+    finally:
+        engine.shutdown()
+
+
 def test_audio_read_one_step_late_gives_the_same_events():
     """With CUDA graphs a step's audio is read after the next step is launched (its
     decoder runs beside that step: `runner.Step.pipelined`). The engine must send the same

@@ -72,6 +72,37 @@ async def test_frame_cap_while_text_streams_truncates_until_flush(server) -> Non
     assert kinds(rest) == ["FLUSHED"]  # half-close: an empty FLUSH
 
 
+async def test_model_end_while_text_streams_holds_the_utterance_until_flush(
+        make_server) -> None:
+    """The model's EOS before the FLUSH (the engine's test hook: the 3rd step samples
+    EOS) ends the audio; the text until the FLUSH is dropped and the FLUSH answered for
+    utterance 0. Before, that text opened utterance 1 and FLUSHED came for 1 only: two
+    H100 open-loop calls with text streamed a word at a time waited for FLUSHED 0 forever."""
+    srv = make_server(TTS_TEST_FAULT="eos@3")
+    cfg = config()
+    cfg.sampling.max_frames = 40
+    async with grpc.aio.insecure_channel(srv.addr) as ch:
+        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+        await call.write(text("This sentence streams on and on, word after word, "))
+        ended = await read_until(call, lambda r: r.WhichOneof("response") == "audio"
+                                 and r.audio.last_in_utterance)
+        await call.write(text("and the words after the model's end "))
+        await call.write(FLUSH)
+        flushed = await read_until(call, is_event(tts_pb2.Event.FLUSHED))
+        await call.write(text("A new one."))
+        await call.write(FLUSH)
+        after = await read_until(call, is_event(tts_pb2.Event.FLUSHED))
+        await call.done_writing()
+        await drain(call)
+    frames = audio(ended)
+    assert len(frames) == 3 * 80 // 20 and {f.utterance_id for f in frames} == {0}
+    assert kinds(flushed) == ["FLUSHED"] and flushed[0].event.utterance_id == 0
+    new = audio(after)
+    assert new and {f.utterance_id for f in new} == {1} and new[0].seq == len(frames)
+    assert after[-1].event.utterance_id == 1
+
+
 async def test_without_a_cap_the_guard_follows_the_text_length(server) -> None:
     # Random weights never reach codec EOS: the server's guard (engine/length_guard.py,
     # 24 frames + 2 per character) ends the utterance, TRUNCATED, at 24 + 2 x 9 frames.

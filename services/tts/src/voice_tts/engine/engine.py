@@ -238,7 +238,11 @@ class Engine(EngineVoices):
             with self.output.guard("tokens", rows) as read:
                 if self._fault is not None:
                     self._fault.on_tokens()
-                self.scheduler.update(rows, step.tokens())
+                tokens = step.tokens()
+                if self._fault is not None:
+                    tokens = self._fault.tokens(
+                        tokens, self.scheduler.cfg.talker.codec_eos_token_id)
+                self.scheduler.update(rows, tokens)
             if read.ok:
                 self._in_flight = InFlight(rows, step, len(out.prefill))
                 if not step.pipelined:

@@ -42,17 +42,21 @@ _STAGES = ("launch", "tokens")
 class FaultInjection:
     """A test hook (`EngineSettings.fault`, the server's TTS_TEST_FAULT): the n-th decode
     step fails. Spec `<kind>@<n>[:<stage>]`: kind `cuda` (a RuntimeError with a CUDA
-    error's text: fatal), `bug` (a ValueError: ends that step's utterances) or `hang`
-    (never returns: for the stall watchdog); stage `launch` (default: the launch raises)
-    or `tokens` (reading the step's tokens raises, as a fault surfacing at the sync)."""
+    error's text: fatal), `bug` (a ValueError: ends that step's utterances), `hang`
+    (never returns: for the stall watchdog) or `eos` (no failure: every row of that step
+    samples codec EOS, the model ending its utterances there, whether or not their text
+    is flushed; random weights at the tiny shapes never sample it); stage `launch`
+    (default: the launch raises) or `tokens` (reading the step's tokens raises, as a
+    fault surfacing at the sync)."""
 
     def __init__(self, spec: str) -> None:
         kind_at, _, stage = spec.partition(":")
         kind, _, at = kind_at.partition("@")
         stage = stage or "launch"
-        if kind not in (*_INJECTED, "hang") or not at.isdigit() or int(at) < 1 or \
+        if kind not in (*_INJECTED, "hang", "eos") or not at.isdigit() or int(at) < 1 or \
                 stage not in _STAGES:
-            raise ValueError(f"fault spec {spec!r}: use <cuda|bug|hang>@<n>[:launch|tokens]")
+            raise ValueError(
+                f"fault spec {spec!r}: use <cuda|bug|hang|eos>@<n>[:launch|tokens]")
         self.kind, self.at, self.stage = kind, int(at), stage
         self.launches = 0
 
@@ -67,8 +71,14 @@ class FaultInjection:
         if self.stage == "tokens":
             self._hit()
 
+    def tokens(self, tokens: list[int], eos: int) -> list[int]:
+        """The last launched step's codebook-0 tokens as the scheduler reads them."""
+        if self.kind == "eos" and self.launches == self.at:
+            return [eos] * len(tokens)
+        return tokens
+
     def _hit(self) -> None:
-        if self.launches != self.at:
+        if self.launches != self.at or self.kind == "eos":
             return
         if self.kind == "hang":
             time.sleep(3600)

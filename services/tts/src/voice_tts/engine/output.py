@@ -84,7 +84,7 @@ class Output:
         if utt.ended:  # e.g. a failed step ended it while its last step was in flight
             return
         utt.ended = True
-        s.finish_head(utt, truncated=reason == "max_frames")
+        s.finish_head(utt, keep_open=reason in ("eos", "max_frames"))
         if not utt.cancelled:
             chars = (utt.stream.chars if reason == "eos" else
                      text_chars_read(row, utt.emitted) if reason == "max_frames" else 0)

@@ -10,9 +10,13 @@ the utterance's `cancelled` flag under it; `cancel()` sets the flag under the sa
 So once `cancel()` returns, no packet of the cancelled utterance can reach the sink (a
 sink that blocks delays `cancel()` by that long: keep sinks quick).
 
-Truncation: an utterance that the frame cap ends before its flush stays the session's
-current utterance: text pushed into it is dropped until `flush()` (or cancel / reset)
-closes it, so the cap bounds what one flush-delimited utterance says.
+Ended before its flush: an utterance that the frame cap (truncation) or the model (codec
+EOS) ends while its text is still streaming stays the session's current utterance: text
+pushed into it is dropped until `flush()` (or cancel / reset) closes it. So the cap bounds
+what one flush-delimited utterance says, and utterance ids stay one per flush (the
+contract's): text after an early EOS opened a new utterance, whose FLUSHED a client
+waiting for the first one's never got (two calls hung so in an H100 open loop with text
+streamed a word at a time, bench/results/2026-11-28-gpu-bound).
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ class Session:
         self._emit_lock = threading.RLock()
         self._utts: deque[Utterance] = deque()
         self._dropped: list[Utterance] = []  # cancelled, UtteranceEnd still to send
-        self._truncated: Utterance | None = None  # ended by the frame cap, not yet flushed
+        self._open_ended: Utterance | None = None  # ended before its flush, not closed yet
         self._next_utt = 0
         self.closed = False
         self.paused = False
@@ -88,8 +92,8 @@ class Session:
             return
         with self._lock:
             self._check_open()
-            if self._truncated is not None:
-                return  # the rest of a truncated utterance: dropped until its flush
+            if self._open_ended is not None:
+                return  # the rest of an utterance ended before its flush: dropped
             utt = self._utts[-1] if self._utts and not self._utts[-1].stream.finished else None
             if utt is None:
                 stream = TextStream(self._tokenizer, self.params.max_text_chars)
@@ -107,9 +111,9 @@ class Session:
         """End the current utterance: speak everything pushed so far to its end."""
         with self._lock:
             self._check_open()
-            if self._truncated is not None:
-                self._truncated.stream.finish()
-                self._truncated = None
+            if self._open_ended is not None:
+                self._open_ended.stream.finish()
+                self._open_ended = None
             elif self._utts and not self._utts[-1].stream.finished:
                 self._utts[-1].stream.finish()
         self._wake()
@@ -150,8 +154,8 @@ class Session:
     def utterance_id(self) -> int:
         """Id of the utterance that the next pushed text belongs to (or is speaking)."""
         with self._lock:
-            if self._truncated is not None:
-                return self._truncated.id
+            if self._open_ended is not None:
+                return self._open_ended.id
             if self._utts and not self._utts[-1].stream.finished:
                 return self._utts[-1].id
             return self._next_utt
@@ -166,7 +170,7 @@ class Session:
             if utt.stream.chars or utt.running:
                 self._dropped.append(utt)
         self._utts.clear()
-        self._truncated = None  # already ended (its UtteranceEnd is out): nothing to send
+        self._open_ended = None  # already ended (its UtteranceEnd is out): nothing to send
 
     # --- engine side ----------------------------------------------------------------------
 
@@ -186,14 +190,14 @@ class Session:
             dropped, self._dropped = self._dropped, []
             return dropped
 
-    def finish_head(self, utt: Utterance, truncated: bool = False) -> None:
-        """`utt` has ended; `truncated`: by the frame cap (text not yet flushed stays
-        with it)."""
+    def finish_head(self, utt: Utterance, keep_open: bool = False) -> None:
+        """`utt` has ended; `keep_open`: by the frame cap or codec EOS, so text not yet
+        flushed stays with it (dropped) until the flush."""
         with self._lock:
             if self._utts and self._utts[0] is utt:
                 self._utts.popleft()
-            if truncated and not utt.stream.finished:
-                self._truncated = utt
+            if keep_open and not utt.stream.finished:
+                self._open_ended = utt
 
     def emit(self, utt: Utterance, event: Any, always: bool = False) -> bool:
         """Deliver `event` unless `utt` was cancelled (or `always`). Engine thread only."""

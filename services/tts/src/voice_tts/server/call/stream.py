@@ -131,7 +131,7 @@ class StreamState:
     drop_below: int = 0            # utterances below this id are dropped (STOP/RESET)
     utterances: dict[int, _Utterance] = field(default_factory=dict)
     flushes: set[int] = field(default_factory=set)  # utterance ids awaiting FLUSHED
-    truncated: int | None = None   # ended by the frame cap before its FLUSH came
+    truncated: int | None = None   # ended (frame cap, EOS) before its FLUSH came
     backlog_samples: int = 0       # engine audio queued but not yet framed
     pending_frames: int = 0        # framed, not yet written (waiting for their time)
     paused: bool = False
@@ -458,8 +458,10 @@ class SynthesizeStream:
         kinds: list[EventKind] = []
         if e.reason == "max_frames":
             kinds.append(EventKind.TRUNCATED)
-            if uid not in st.flushes:
-                st.truncated = uid  # open until its FLUSH (see the proto)
+        if uid not in st.flushes:
+            # Ended before its FLUSH (the frame cap, or the model's EOS while text still
+            # streams): open until that FLUSH, which it answers (see the proto).
+            st.truncated = uid
         if uid in st.flushes:
             st.flushes.discard(uid)
             kinds.append(EventKind.FLUSHED)
