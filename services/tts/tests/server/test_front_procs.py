@@ -1,7 +1,8 @@
 """gRPC front processes (`TTS_FRONT_PROCS`, fronts/front_link.py) on a real tiny server:
 calls over several connections (spread over the fronts by SO_REUSEPORT) speak, refuse and
 cancel exactly as without fronts, keys are checked at the front, health follows the engine's
-process, a drain ends every front, and a front that dies takes the server down (exit 3)."""
+process, a drain ends every front (also when every process got the signal), and a front
+that dies takes the server down (exit 3)."""
 
 from __future__ import annotations
 
@@ -87,6 +88,39 @@ def test_a_front_that_dies_takes_the_server_down(tmp_path: Path) -> None:
     time.sleep(0.5)
     assert not Path(f"/proc/{fronts[1]}").exists() or \
         Path(f"/proc/{fronts[1]}/status").read_text().find("zombie") >= 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_to_every_process_still_drains(tmp_path: Path, sig: int) -> None:
+    """What a signal to the process group does (Ctrl-C: SIGINT; `timeout`, systemd's
+    control-group kill: SIGTERM): the fronts wait for the engine's process, which drains
+    the call in flight, then ends them. (They died at once before, and the engine's
+    process cut its calls UNAVAILABLE as after a crash.)"""
+    s = ServerProc(tmp_path, TTS_FRONT_PROCS="2", TTS_DRAIN_TIMEOUT_S="30")
+    fronts = fronts_of(s)
+    cfg = config()
+    cfg.sampling.max_frames = 25
+    try:
+        async with grpc.aio.insecure_channel(s.addr) as ch:
+            call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
+            await call.write(tts_pb2.SynthesizeRequest(config=cfg))
+            await call.write(tts_pb2.SynthesizeRequest(
+                text=tts_pb2.TextDelta(text="Finish this sentence before you go.")))
+            await call.done_writing()
+            got = [await call.read()]  # SESSION_STARTED
+            for pid in [s.proc.pid, *fronts]:
+                os.kill(pid, sig)
+            while (r := await call.read()) is not grpc.aio.EOF:
+                got.append(r)
+            assert await call.code() == grpc.StatusCode.OK
+        frames = [r.audio for r in got if r.WhichOneof("response") == "audio"]
+        assert len(frames) == 25 * 4 and frames[-1].last_in_utterance
+        assert s.proc.wait(30) == 0
+    finally:
+        s.stop()
+    assert "front process is gone" not in s.log_path.read_text()
+    time.sleep(0.5)
+    assert all(not Path(f"/proc/{pid}").exists() for pid in fronts)
 
 
 def test_auto_sizes_the_fronts_from_the_cpus_the_process_may_use(monkeypatch) -> None:

@@ -68,7 +68,8 @@ async def test_text_split_anywhere_equals_the_grpc_audio(server) -> None:
 
 async def test_stop_mid_audio_then_more_text_and_reset(server) -> None:
     async with socket(server) as ws:
-        await ws.send_json({**CFG, "sampling": {"max_frames": 200}, "frame_ms": 40})
+        # 4 s of audio an utterance: still being made when STOP and RESET come
+        await ws.send_json({**CFG, "sampling": {"max_frames": 50}, "frame_ms": 40})
         await ws.send_json({"type": "text", "text": "A long utter"})
         await ws.send_json({"type": "text", "text": "ance to be stopped. "})
         await ws.send_json({"type": "flush"})
@@ -92,7 +93,7 @@ async def test_stop_mid_audio_then_more_text_and_reset(server) -> None:
         assert events[-1]["utterance_id"] == 1
         await ws.send_json({"type": "text", "text": "After reset."})
         await ws.send_json({"type": "end"})
-        events, frames = await collect(ws)
+        events, frames = await collect(ws, timeout=60)  # its 4 s, paced, on a busy CPU
     assert events[-1] == {"type": "flushed", "utterance_id": 2, "next_seq": events[-1][
         "next_seq"]} and frames
     assert ws.close_code == 1000

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import logging
 import os
+import signal
 import struct
 import sys
 from collections.abc import AsyncIterator
@@ -175,6 +176,13 @@ async def main(path: str, index: int) -> None:
 def run() -> None:
     logging.basicConfig(level=os.environ.get("TTS_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # The engine's process owns the shutdown: it drains, then closes the links, and a
+    # front exits with its link. A signal to the whole process group (Ctrl-C in a
+    # terminal, `timeout`, systemd's control-group kill) must not end the fronts first:
+    # the engine's process then took a front gone for a crash and cut every call
+    # UNAVAILABLE instead of draining (seen on the H100, bench/results/2026-11-28-gpu-bound).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     try:
         import uvloop
 

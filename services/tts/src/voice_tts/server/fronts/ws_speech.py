@@ -15,6 +15,11 @@ from aiohttp for a message over `MAX_MESSAGE_BYTES`. A client that goes away (cl
 vanished: heartbeat) ends its call at once: its engine slot is free within a step.
 A slow reader: sends wait for the socket to drain, the unsent audio grows, and past
 TTS_MAX_BACKLOG_S the engine pauses the session (as for gRPC).
+
+Audio frames go out through `FrameBatch`: the binary frames one turn of the event loop
+makes (a paced writer's wake writes ~10) are framed here and written to the socket in one
+call. aiohttp's `send_bytes` made one send syscall a 20 ms frame, ~2/3 of the WebSocket's
+cost to the engine's process (bench/results/2026-11-27-front-cost).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import struct
 from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -46,6 +52,44 @@ MAX_MESSAGE_BYTES = 64 * 1024
 HEARTBEAT_S = 20.0  # pings: a peer that vanished without a close is found within ~2x this
 
 
+# A sender waits while this much is unsent in the socket's buffer (aiohttp's own writer
+# waits past its 64 KiB limit): a reader that stops reading stalls its call's writer.
+SEND_BUFFER_BYTES = 64 * 1024
+DRAIN_POLL_S = 0.01
+
+
+class FrameBatch:
+    """Binary WebSocket frames (RFC 6455: FIN, opcode 2, unmasked, no compression, as
+    aiohttp's writer frames them for a server) gathered in one loop turn and written to
+    the transport with one call at its end, or before anything else is sent (`flush`)."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self._frames: list[bytes] = []
+
+    async def send(self, payload: bytes) -> None:
+        if self.transport.is_closing():
+            raise ConnectionResetError("the WebSocket's transport is closing")
+        n = len(payload)
+        header = (struct.pack("!BB", 0x82, n) if n < 126 else
+                  struct.pack("!BBH", 0x82, 126, n) if n < 65536 else
+                  struct.pack("!BBQ", 0x82, 127, n))
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._frames += (header, payload)
+        if self.transport.get_write_buffer_size() > SEND_BUFFER_BYTES:
+            self.flush()
+            while (self.transport.get_write_buffer_size() > SEND_BUFFER_BYTES
+                   and not self.transport.is_closing()):
+                await asyncio.sleep(DRAIN_POLL_S)
+
+    def flush(self) -> None:
+        if self._frames:
+            if not self.transport.is_closing():
+                self.transport.write(b"".join(self._frames))
+            self._frames.clear()
+
+
 class SpeechSocket:
     def __init__(self, calls: Synthesis) -> None:
         self.calls = calls
@@ -60,7 +104,10 @@ class SpeechSocket:
                                    heartbeat=HEARTBEAT_S, compress=False)
         await ws.prepare(request)
         gone = asyncio.Event()  # the client closed (or vanished) without `end`
-        serve = asyncio.create_task(self._serve(ws, self._requests(ws, gone)))
+        if request.transport is None:  # the client left during the handshake
+            return ws
+        frames = FrameBatch(request.transport)
+        serve = asyncio.create_task(self._serve(ws, frames, self._requests(ws, gone)))
         left = asyncio.create_task(gone.wait())
         try:
             await asyncio.wait((serve, left), return_when=asyncio.FIRST_COMPLETED)
@@ -79,7 +126,7 @@ class SpeechSocket:
             serve.cancel()
         return ws
 
-    async def _serve(self, ws: web.WebSocketResponse,
+    async def _serve(self, ws: web.WebSocketResponse, frames: FrameBatch,
                      requests: AsyncIterator[Request]) -> None:
         """The call, its responses out as frames and events (in its own task: the one a
         drain or an engine fault cuts)."""
@@ -87,11 +134,14 @@ class SpeechSocket:
             try:
                 async for r in responses:
                     if type(r) is AudioFrame:
-                        await ws.send_bytes(r.pcm)
+                        await frames.send(r.pcm)
                     else:
+                        frames.flush()  # in order: the frames before it first
                         await ws.send_str(json.dumps(ws_event(r)))
             except ConnectionError:  # the socket closed under a send: the client left
                 log.info("websocket client went away mid-call; its call ended")
+            finally:
+                frames.flush()  # before the error event or the close
 
     async def _requests(self, ws: web.WebSocketResponse, gone: asyncio.Event
                         ) -> AsyncIterator[Request]:
