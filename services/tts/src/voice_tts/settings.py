@@ -91,6 +91,12 @@ class TTSSettings(BaseSettings):
     # and the event loop's predicted CPU share stays under admit_margin of a
     # core. 0 turns both off (the open-stream cap alone).
     admit_margin: float = Field(0.7, ge=0.0, le=1.0)
+    # The frame period (ms) admission allows, instead of the one above (0: that one, 20 ms
+    # with the default packets). On the H100 the default binds at ~50-80 speaking rows,
+    # whose step the GPU runs in 11-16 ms: a larger budget admits more at a longer TTFA
+    # (one step): 30 halved the refusals at 60 req/s (0.6B, H200) for 16 ms of p95 and a
+    # few more late frames at utterance starts (bench/results/2026-11-28-h200).
+    admit_frame_budget_ms: float = Field(0.0, ge=0.0, le=80.0)
     # A new stream counts as engine load for this long before its first text (a burst
     # of calls reserves its share at once); an idle stream costs nothing after it.
     admit_idle_grace_s: float = Field(2.0, ge=0.0)

@@ -106,6 +106,8 @@ def test_frame_budget_keeps_an_utterances_start_real_time() -> None:
     assert frame_budget_ms(0.7, 1, 4, 80.0) == pytest.approx(20.0)  # 4 P <= 80 ms
     assert frame_budget_ms(0.7, 2, 4, 80.0) == pytest.approx(40.0)
     assert frame_budget_ms(0.0, 1, 4, 80.0) == 0.0  # off
+    assert frame_budget_ms(0.7, 1, 4, 80.0, override_ms=35.0) == 35.0  # set outright
+    assert frame_budget_ms(0.0, 1, 4, 80.0, override_ms=35.0) == 0.0  # off wins
 
 
 class FakeSession:

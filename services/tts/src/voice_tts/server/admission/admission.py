@@ -50,7 +50,7 @@ class Rejected(CallError):
 
 
 def frame_budget_ms(margin: float, first_packet_frames: int, packet_frames: int,
-                    codec_frame_ms: float) -> float:
+                    codec_frame_ms: float, override_ms: float = 0.0) -> float:
     """The longest engine frame period admission allows: `margin` x a codec frame (80 ms:
     the real-time budget of one step), and no more than first_packet_frames /
     packet_frames x 80 ms (20 ms for packets (1, 4)). That was
@@ -59,8 +59,11 @@ def frame_budget_ms(margin: float, first_packet_frames: int, packet_frames: int,
     (one step) and the front's load: with the stand-in at 2x capacity (bench README, "The
     start-up rule"), a 56 ms budget with the ramp admitted 639 of 1006 calls at TTFA p50
     84 ms, 259 of them underrunning (a busy 2-core host); raising it needs a GPU
-    measurement. (The 0.6B on an H100 keeps 20 ms to ~190 streams.)"""
-    return codec_frame_ms * min(margin, first_packet_frames / packet_frames)
+    measurement. (The 0.6B on an H100 keeps 20 ms to ~190 streams.) `override_ms`
+    (TTS_ADMIT_FRAME_BUDGET_MS) replaces it, for that measurement; a margin of 0 is off."""
+    if margin <= 0.0:
+        return 0.0
+    return override_ms or codec_frame_ms * min(margin, first_packet_frames / packet_frames)
 
 
 class Admission:

@@ -77,7 +77,8 @@ class Synthesis:
         front = FrontModel(open_streams=lambda: self.admission.open)
         codec_ms = 1e3 * self.codec.frame_s
         budget = frame_budget_ms(settings.admit_margin, settings.first_packet_frames,
-                                 settings.packet_frames, codec_ms)
+                                 settings.packet_frames, codec_ms,
+                                 settings.admit_frame_budget_ms)
         self.admission = Admission(model, settings.max_sessions, budget,
                                    settings.admit_idle_grace_s, codec_ms, front,
                                    settings.admit_margin)
