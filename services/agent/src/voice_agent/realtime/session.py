@@ -116,6 +116,18 @@ def heard_text(text: str, heard_ms: float, audio_ms: float, all_audio: bool,
     return text[:n].rstrip()
 
 
+def wire_json(ev: dict[str, Any]) -> str:
+    """An event as a text frame. A client's JSON may escape a lone surrogate ("\\ud800"),
+    and an error that quotes it then holds one: UTF-8 cannot carry it, and sending it
+    raised in the sender and ended the session. Such an event goes escaped (ASCII)."""
+    text = json.dumps(ev, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(ev)
+    return text
+
+
 class RealtimeSession:
     """The session's state and its event handlers; `run` until the client goes."""
 
@@ -184,7 +196,7 @@ class RealtimeSession:
 
     async def sender(self) -> None:
         while (ev := await self._outbox.get()) is not None:
-            await self._send(json.dumps(ev, ensure_ascii=False))
+            await self._send(wire_json(ev))
 
     def start(self) -> None:
         self._restart_vad()
