@@ -21,14 +21,23 @@ def probe(*args: str) -> dict[str, float]:
 
 
 def test_a_warmed_process_does_not_stall_in_its_first_reply() -> None:
-    cold, warm = probe(), probe("--warm")
-    # Measured (idle 2-core VM): cold 16 ms of loop CPU in one go (100-225 ms wall on the
-    # busy mesh), warm 3 ms (the speaking-rate detector's STFT every 100 ms); on a slower
-    # 2-core machine (2026-11-25) cold 48 ms, warm 7-9 ms. So the bound is relative: the
-    # warmed process's worst stall is a small part of the cold one's.
-    assert warm["max_cpu_ms"] < cold["max_cpu_ms"] / 3, f"warm: {warm}, cold: {cold}"
-    assert cold["max_cpu_ms"] > warm["max_cpu_ms"] + 6.0, (
-        f"the probe no longer sees the cold stall (cold {cold}, warm {warm}): has the "
+    # Measured (idle 2-core VM): cold 16-100 ms of loop CPU in one go, warm 2-3 ms (the
+    # speaking-rate detector's STFT every 100 ms); on a slower 2-core machine (2026-11-25)
+    # cold 48 ms, warm 7-9 ms. Under a loaded CI (2026-11-28) one pair read warm 11.7
+    # against cold 29.3: a preempted tick's CPU lands in one gap. So the bound is relative
+    # and the best of up to three pairs counts; a process that is not warmed fails all three.
+    colds: list[dict[str, float]] = []
+    warms: list[dict[str, float]] = []
+    for _ in range(3):
+        colds.append(probe())
+        warms.append(probe("--warm"))
+        cold = min(c["max_cpu_ms"] for c in colds)
+        warm = min(w["max_cpu_ms"] for w in warms)
+        if warm < cold / 3 and cold > warm + 6.0:
+            return
+    assert warm < cold / 3, f"warm: {warms}, cold: {colds}"
+    assert cold > warm + 6.0, (
+        f"the probe no longer sees the cold stall (cold {colds}, warm {warms}): has the "
         "framework changed what it builds lazily?")
 
 
