@@ -44,16 +44,17 @@ async def test_greedy_ignores_the_seed_and_sampling_follows_it(server) -> None:
     assert sampled[0] and sampled[0] != sampled[1]
 
 
-async def test_frame_cap_while_text_streams_truncates_until_flush(server) -> None:
-    cfg = config()
-    cfg.sampling.max_frames = 3
-    async with grpc.aio.insecure_channel(server.addr) as ch:
+async def end_mid_text(addr: str, cfg, ended) -> tuple[list, list, list, list]:
+    """Text streams in; `ended` marks the response that ends utterance 0 before its
+    FLUSH. Then more text and the FLUSH, then a new utterance. Gives the responses up to
+    that end, to FLUSHED 0, to FLUSHED 1, and after the half-close."""
+    async with grpc.aio.insecure_channel(addr) as ch:
         call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
         await call.write(tts_pb2.SynthesizeRequest(config=cfg))
         await call.write(text("This sentence streams on and on, word after word, "))
-        capped = await read_until(call, is_event(tts_pb2.Event.TRUNCATED))
-        # The rest belongs to the truncated utterance: dropped, and FLUSH ends it.
-        await call.write(text("and still more words for the capped utterance "))
+        first = await read_until(call, ended)
+        # The rest belongs to the ended utterance: dropped, and FLUSH ends it.
+        await call.write(text("and still more words for the ended utterance "))
         await call.write(FLUSH)
         flushed = await read_until(call, is_event(tts_pb2.Event.FLUSHED))
         await call.write(text("A new one."))
@@ -61,14 +62,24 @@ async def test_frame_cap_while_text_streams_truncates_until_flush(server) -> Non
         after = await read_until(call, is_event(tts_pb2.Event.FLUSHED))
         await call.done_writing()
         rest = await drain(call)
-    frames = audio(capped)
+    frames = audio(first)
     assert len(frames) == 3 * 80 // 20 and {f.utterance_id for f in frames} == {0}
-    assert frames[-1].last_in_utterance and kinds(capped)[-2:] == ["A", "TRUNCATED"]
-    assert capped[-1].event.utterance_id == 0 and capped[-1].event.next_seq == len(frames)
     assert kinds(flushed) == ["FLUSHED"] and flushed[0].event.utterance_id == 0
     new = audio(after)
-    assert kinds(after)[0] == "FIRST_AUDIO" and new and {f.utterance_id for f in new} == {1}
-    assert after[-1].event.utterance_id == 1 and new[0].seq == len(frames)
+    assert new and {f.utterance_id for f in new} == {1} and new[0].seq == len(frames)
+    assert after[-1].event.utterance_id == 1
+    return first, flushed, after, rest
+
+
+async def test_frame_cap_while_text_streams_truncates_until_flush(server) -> None:
+    cfg = config()
+    cfg.sampling.max_frames = 3
+    capped, _, after, rest = await end_mid_text(server.addr, cfg,
+                                                is_event(tts_pb2.Event.TRUNCATED))
+    frames = audio(capped)
+    assert frames[-1].last_in_utterance and kinds(capped)[-2:] == ["A", "TRUNCATED"]
+    assert capped[-1].event.utterance_id == 0 and capped[-1].event.next_seq == len(frames)
+    assert kinds(after)[0] == "FIRST_AUDIO"
     assert kinds(rest) == ["FLUSHED"]  # half-close: an empty FLUSH
 
 
@@ -81,26 +92,9 @@ async def test_model_end_while_text_streams_holds_the_utterance_until_flush(
     srv = make_server(TTS_TEST_FAULT="eos@3")
     cfg = config()
     cfg.sampling.max_frames = 40
-    async with grpc.aio.insecure_channel(srv.addr) as ch:
-        call = tts_pb2_grpc.TextToSpeechStub(ch).Synthesize()
-        await call.write(tts_pb2.SynthesizeRequest(config=cfg))
-        await call.write(text("This sentence streams on and on, word after word, "))
-        ended = await read_until(call, lambda r: r.WhichOneof("response") == "audio"
-                                 and r.audio.last_in_utterance)
-        await call.write(text("and the words after the model's end "))
-        await call.write(FLUSH)
-        flushed = await read_until(call, is_event(tts_pb2.Event.FLUSHED))
-        await call.write(text("A new one."))
-        await call.write(FLUSH)
-        after = await read_until(call, is_event(tts_pb2.Event.FLUSHED))
-        await call.done_writing()
-        await drain(call)
-    frames = audio(ended)
-    assert len(frames) == 3 * 80 // 20 and {f.utterance_id for f in frames} == {0}
-    assert kinds(flushed) == ["FLUSHED"] and flushed[0].event.utterance_id == 0
-    new = audio(after)
-    assert new and {f.utterance_id for f in new} == {1} and new[0].seq == len(frames)
-    assert after[-1].event.utterance_id == 1
+    ended, _, _, _ = await end_mid_text(srv.addr, cfg, lambda r: r.WhichOneof("response")
+                                        == "audio" and r.audio.last_in_utterance)
+    assert "TRUNCATED" not in kinds(ended)  # the model's end, not a cap
 
 
 async def test_without_a_cap_the_guard_follows_the_text_length(server) -> None:
