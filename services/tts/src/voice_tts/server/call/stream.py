@@ -131,7 +131,7 @@ class StreamState:
     drop_below: int = 0            # utterances below this id are dropped (STOP/RESET)
     utterances: dict[int, _Utterance] = field(default_factory=dict)
     flushes: set[int] = field(default_factory=set)  # utterance ids awaiting FLUSHED
-    truncated: int | None = None   # ended (frame cap, EOS) before its FLUSH came
+    open_ended: int | None = None  # ended (frame cap, EOS) before its FLUSH came
     backlog_samples: int = 0       # engine audio queued but not yet framed
     pending_frames: int = 0        # framed, not yet written (waiting for their time)
     paused: bool = False
@@ -239,8 +239,8 @@ class SynthesizeStream:
                     if not piece:
                         continue
                     uid = self.session.utterance_id
-                    if uid == st.truncated:
-                        continue  # belongs to the truncated utterance: dropped
+                    if uid == st.open_ended:
+                        continue  # belongs to the open-ended utterance: dropped
                     u = st.utt(uid)
                     if u.first_text_at is None:
                         u.first_text_at = time.perf_counter()
@@ -278,7 +278,7 @@ class SynthesizeStream:
                 if has_text:
                     self.session.cancel()
                 else:
-                    self.session.flush()  # closes a truncated utterance; else a no-op
+                    self.session.flush()  # closes an open-ended utterance; else a no-op
                 st.queue.put_nowait(_Flush(uid, empty=True))
         else:  # STOP, RESET
             reset = kind is Control.RESET
@@ -286,8 +286,8 @@ class SynthesizeStream:
             # drops them all. Counted here: their ends may never reach the writer.
             live = [uid for uid in st.utterances if uid >= st.drop_below]
             self.metrics.utterances("cancelled").inc(len(live))
-            if st.truncated is not None and st.truncated >= st.drop_below:
-                live.append(st.truncated)  # its end is counted (max_frames) and written
+            if st.open_ended is not None and st.open_ended >= st.drop_below:
+                live.append(st.open_ended)  # its end is counted (cap or EOS) and written
             if reset:
                 self.session.reset(self.state.cfg.seed)
             else:
@@ -377,18 +377,18 @@ class SynthesizeStream:
             self._on_end(item)
         elif isinstance(item, _Flush):
             uid = item.utterance_id
-            if item.empty or uid == st.truncated:
-                tied = uid == st.truncated  # after the truncated utterance's audio
+            if item.empty or uid == st.open_ended:
+                tied = uid == st.open_ended  # after the open-ended utterance's audio
                 if tied:  # its audio is all framed
-                    st.truncated = None
+                    st.open_ended = None
                 self._out.append(_Event(uid, EventKind.FLUSHED, tied))
             elif uid >= st.drop_below:
                 st.flushes.add(uid)
         elif isinstance(item, _Stop):
             for uid in [u for u in st.utterances if u < st.drop_below]:
                 del st.utterances[uid]
-            if st.truncated is not None and st.truncated < st.drop_below:
-                st.truncated = None
+            if st.open_ended is not None and st.open_ended < st.drop_below:
+                st.open_ended = None
             # Everything of the dropped utterances still unwritten goes; STOPPED is next.
             drop = st.drop_below
             kept = [e for e in self._out
@@ -458,13 +458,13 @@ class SynthesizeStream:
         kinds: list[EventKind] = []
         if e.reason == "max_frames":
             kinds.append(EventKind.TRUNCATED)
-        if uid not in st.flushes:
-            # Ended before its FLUSH (the frame cap, or the model's EOS while text still
-            # streams): open until that FLUSH, which it answers (see the proto).
-            st.truncated = uid
         if uid in st.flushes:
             st.flushes.discard(uid)
             kinds.append(EventKind.FLUSHED)
+        else:
+            # Ended before its FLUSH (the frame cap, or the model's EOS while text still
+            # streams): open until that FLUSH, which it answers (see the proto).
+            st.open_ended = uid
         # Counted and forgotten once its last frame is written (the writer).
         self._out.append(_End(uid, e.reason, tuple(kinds)))
 
