@@ -84,6 +84,10 @@ class TTSSettings(BaseSettings):
     # iterations). 256 cut a burst of 256 calls' TTFA p50 from 83-92 to 78-80 ms (0.6B,
     # H100, bench.run) at the cost of prefill graphs up to that batch.
     max_prefills: int = Field(64, ge=1, le=4096)
+    # While a step has at most this many running rows, a new call's first step is launched
+    # apart and its audio sent at once, instead of riding the batch's step and leaving one
+    # iteration later (CUDA graphs); 0: never. It costs the batch that iteration's few ms.
+    first_step_apart_max_rows: int = Field(32, ge=0, le=4096)
     # Admission by capacity (server/admission/admission.py): a call is admitted only while, with one
     # more speaking stream, the engine's measured frame period stays under admit_margin x
     # 80 ms (the audio one codec frame holds; also at most first_packet_frames /

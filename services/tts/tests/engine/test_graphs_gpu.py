@@ -2,12 +2,13 @@
 Triton cache attention equals SDPA, the fused kernels round like the modules in bf16 and
 keep the reference's codes in float32, the CUDA-graph prefill and decode step equal eager
 (the decoder on its own stream included: a slot reused mid-step starts clean), with and
-without programmatic dependent launch, batched equals solo, and 1,000 sessions leak no
-GPU memory."""
+without programmatic dependent launch, batched equals solo (a call arriving beside a running
+one, its first step apart, included), and 1,000 sessions leak no GPU memory."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -222,6 +223,56 @@ def test_batched_equals_solo() -> None:
                                                                   greedy=True)[i]
             assert len(solo) == len(together[i])
             assert snr_db(solo, together[i]) >= 60, f"session {i}"
+    finally:
+        e.shutdown()
+
+
+def test_a_call_beside_a_running_one_steps_apart_and_equals_solo(monkeypatch) -> None:
+    """A session that arrives while another speaks takes its first step in a launch of
+    its own (`first_step_apart_max_rows`), between the running batch's graphed steps:
+    both sessions' audio equals their solo runs (float32, greedy)."""
+    from voice_tts.engine import AudioPacket, SessionParams, UtteranceEnd
+
+    e = Engine.from_preset(PRESET, seed=0, device="cuda", dtype=torch.float32,
+                           settings=EngineSettings(max_sessions=4, max_batch=4,
+                                                   max_seq_len=512, decoder_precision="fp32"))
+    apart: list[int] = []
+    first_steps = e._first_steps
+    monkeypatch.setattr(e, "_first_steps", lambda rows: (apart.append(len(rows)),
+                                                         first_steps(rows))[1])
+    e.start()
+    try:
+        solo = [run(e, [t], greedy=True)[0] for t in TEXTS[:2]]
+        assert apart == []  # alone, nothing runs beside a first step
+        outs: list[list[np.ndarray]] = [[], []]
+        done = [threading.Event(), threading.Event()]
+
+        def sink(i):
+            def f(item):
+                if isinstance(item, AudioPacket):
+                    outs[i].append(item.pcm)
+                elif isinstance(item, UtteranceEnd):
+                    done[i].set()
+            return f
+
+        sessions = []
+        for i in range(2):
+            s = e.open_session(SessionParams(voice="vivian", seed=7, max_frames=40,
+                                             sampling=SamplingParams.greedy()), sink(i))
+            sessions.append(s)
+            s.push_text(TEXTS[i])
+            s.flush()
+            while not outs[0]:  # the second arrives once the first speaks
+                time.sleep(0.001)
+        for d in done:
+            assert d.wait(120)
+        for s in sessions:
+            s.close()
+        assert apart == [1]
+        for i, (one, both) in enumerate(zip(solo, outs, strict=True)):
+            both = np.concatenate(both)
+            assert len(one) == len(both)
+            assert snr_db(one, both) >= 60, f"session {i}: SNR {snr_db(one, both):.1f} dB"
     finally:
         e.shutdown()
 

@@ -372,6 +372,51 @@ def test_audio_read_one_step_late_gives_the_same_events():
         assert sum(1 for ev in b if isinstance(ev, AudioPacket) and ev.final) == 2
 
 
+@pytest.mark.parametrize("apart", [32, 0])
+def test_a_fresh_prompt_beside_a_small_batch_steps_apart_and_is_heard_at_once(apart):
+    """Pipelined (as CUDA graphs run), a prompt that arrives while a small batch runs
+    takes its first step in a launch of its own, and its first packet is out in the
+    iteration that ran its prompt; with `first_step_apart_max_rows=0` it rides the batch's
+    step and comes one iteration later. The audio is the same either way."""
+    e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(
+        max_sessions=4, first_step_apart_max_rows=apart))
+    e.runner.mimic_graphs()
+    stats: list[StepStats] = []
+    e.on_step = stats.append
+    a, b = Collector(), Collector()
+    sa = e.open_session(SessionParams(voice="vivian", seed=1, max_frames=12), a)
+    sa.push_text(TEXTS[0])
+    sa.flush()
+    for _ in range(3):
+        e.run_once()
+    sb = e.open_session(SessionParams(voice="vivian", seed=2, max_frames=8), b)
+    sb.push_text(TEXTS[2])
+    sb.flush()
+    steps = len(stats)
+    e.run_once()  # b's prompt; its first step apart (or in a's batch)
+    assert bool(b.packets()) == bool(apart)
+    # Every launch but the apart one reports its stats (the batch's period).
+    assert [st.batch_size for st in stats[steps:]] == [1]
+    for _ in range(100):
+        if a.ends() and b.ends():
+            break
+        e.run_once()
+    assert [x.ends()[0].frames for x in (a, b)] == [12, 8]
+    # the same codes as each session alone, pipelined, without the split
+    for seed, frames, text, got in ((1, 12, TEXTS[0], a), (2, 8, TEXTS[2], b)):
+        solo = Engine.from_preset("tiny", seed=0, settings=EngineSettings(
+            max_sessions=4, first_step_apart_max_rows=0))
+        solo.runner.mimic_graphs()
+        c = Collector()
+        s = solo.open_session(SessionParams(voice="vivian", seed=seed, max_frames=frames), c)
+        s.push_text(text)
+        s.flush()
+        while not c.ends():
+            solo.run_once()
+        np.testing.assert_array_equal(np.concatenate([p.codes for p in got.packets()]),
+                                      np.concatenate([p.codes for p in c.packets()]))
+
+
 def test_a_step_whose_tokens_cannot_be_read_ends_its_utterance():
     """A fault (not a CUDA error: that one is fatal) surfacing as the tokens are read: the
     rows end "error", the engine thread goes on, the next utterance is served."""

@@ -62,6 +62,11 @@ class EngineSettings:
     decoder_precision: str = "auto"
     # Prompts (prefills) run per loop iteration, before the batched step.
     max_prefills_per_step: int = 64
+    # While a step has at most this many running rows, fresh prompts take their first
+    # step in a launch of their own whose audio is out at once (pipelined engines): their
+    # first frame then waits neither for the batch's talker and code predictor nor for
+    # the next iteration's launch, for a few ms more on that iteration's period. 0: never.
+    first_step_apart_max_rows: int = 32
     # CPU only: torch intra-op threads (process-wide!). Small models on a busy machine run
     # far faster with 1 (OpenMP barriers under oversubscription); None leaves torch's default.
     cpu_threads: int | None = None

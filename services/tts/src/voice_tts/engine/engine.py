@@ -3,7 +3,7 @@
 Each loop iteration is vLLM's `EngineCore.step`:
 
     out = scheduler.schedule()        # who prefills, who steps, who ends (plain data)
-    _execute(out)                     # runner: prompts, then one batched decode step
+    prefill + launch                  # runner: prompts, then one batched decode step
     scheduler.update(rows, tokens)    # frames counted, ends decided (EOS, frame cap)
     output.deliver(...)               # packets and ends to the sinks (output.py)
 
@@ -33,7 +33,7 @@ from .faults import EngineFailed, FaultInjection, poisons_device
 from .model import Qwen3TTS
 from .output import InFlight, Output
 from .runner import Runner, Step
-from .scheduler import Row, Scheduler, SchedulerOutput
+from .scheduler import Row, Scheduler
 from .session import Session, Sink
 from .text import TextTokenizer, load_text_tokenizer
 from .voices import VoiceMaker, VoiceTable
@@ -232,21 +232,23 @@ class Engine(EngineVoices):
         if out.idle and self._in_flight is None:
             return bool(out.cancelled)
         self.output.end_empty(out.end_empty)
-        step, rows = self._execute(out)
-        delivered = [self._deliver()]  # the step before this one: its decoder is done
-        if step is not None:
-            with self.output.guard("tokens", rows) as read:
-                if self._fault is not None:
-                    self._fault.on_tokens()
-                tokens = step.tokens()
-                if self._fault is not None:
-                    tokens = self._fault.tokens(
-                        tokens, self.scheduler.cfg.talker.codec_eos_token_id)
-                self.scheduler.update(rows, tokens)
-            if read.ok:
-                self._in_flight = InFlight(rows, step, len(out.prefill))
-                if not step.pipelined:
-                    delivered.append(self._deliver())
+        if out.prefill:
+            with self.output.guard("prefill", out.prefill):
+                self._prefill(out.prefill)
+        rows, text_ids, talk = out.launchable()
+        delivered: list[StepStats | None] = []
+        if self._first_steps_apart(talk):
+            keep = talk
+            delivered.append(self._first_steps(
+                [r for r, yes in zip(rows, keep, strict=True) if not yes]))
+            rows, text_ids, talk = ([x for x, yes in zip(xs, keep, strict=True) if yes]
+                                    for xs in (rows, text_ids, keep))
+        step = self._launch(rows, text_ids, talk) if rows else None
+        delivered.append(self._deliver())  # the step before this one: its decoder is done
+        if step is not None and self._read_tokens(step, rows):
+            self._in_flight = InFlight(rows, step, len(out.prefill))
+            if not step.pipelined:
+                delivered.append(self._deliver())
         for stats in delivered:
             if stats is not None and self.on_step is not None:
                 try:
@@ -255,20 +257,45 @@ class Engine(EngineVoices):
                     log.exception("on_step hook failed")
         return True
 
-    def _execute(self, out: SchedulerOutput) -> tuple[Step | None, list[Row]]:
-        """The scheduled prompts, then one batched step (launched, not waited for)."""
-        if out.prefill:
-            with self.output.guard("prefill", out.prefill):
-                self._prefill(out.prefill)
-        rows, text_ids, talk = out.launchable()
-        if not rows:
-            return None, rows
-        step = None
+    def _first_steps_apart(self, talk: list[bool]) -> bool:
+        """Fresh prompts (talk False) step apart from a small running batch
+        (`EngineSettings.first_step_apart_max_rows`)."""
+        running = sum(talk)
+        return (self.runner.pipelined and 0 < running < len(talk)
+                and running <= self.settings.first_step_apart_max_rows)
+
+    def _first_steps(self, rows: list[Row]) -> StepStats | None:
+        """Fresh prompts' first steps in a launch of their own (no talker: their prompts
+        sampled frame 0), their audio out before the batch's step is launched. Returns the
+        stats of the step that was in flight, read here (its audio must be out before the
+        launch after the next). The apart step's own stats are not reported: its time
+        counts in the period of the batch's step."""
+        pad = self.cfg.tts_pad_token_id
+        step = self._launch(rows, [pad] * len(rows), [False] * len(rows))
+        stats = self._deliver()
+        if step is not None and self._read_tokens(step, rows):
+            self.output.deliver(InFlight(rows, step, 0))
+        return stats
+
+    def _launch(self, rows: list[Row], text_ids: list[int], talk: list[bool]) -> Step | None:
+        """One batched step, launched, not waited for (None: it failed, its rows ended)."""
         with self.output.guard("launch", rows):
             if self._fault is not None:
                 self._fault.on_launch()
-            step = self.runner.launch([s.slot for s, _ in rows], text_ids, talk)
-        return step, rows
+            return self.runner.launch([s.slot for s, _ in rows], text_ids, talk)
+        return None
+
+    def _read_tokens(self, step: Step, rows: list[Row]) -> bool:
+        """The step's codebook-0 tokens to the scheduler (frames counted, ends marked);
+        False: reading them failed and ended its rows."""
+        with self.output.guard("tokens", rows) as read:
+            if self._fault is not None:
+                self._fault.on_tokens()
+            tokens = step.tokens()
+            if self._fault is not None:
+                tokens = self._fault.tokens(tokens, self.cfg.talker.codec_eos_token_id)
+            self.scheduler.update(rows, tokens)
+        return read.ok
 
     def _prefill(self, rows: list[Row]) -> None:
         reqs, fits = [], []

@@ -248,6 +248,12 @@ class Runner:
         self.eager_buckets = sorted(buckets) if buckets is not None else None
         self._eager_pipelined = True
 
+    @property
+    def pipelined(self) -> bool:
+        """A step's audio is read one iteration after its launch (CUDA graphs, or eager
+        steps mimicking them)."""
+        return self.graphs is not None or self._eager_pipelined
+
     def on_stream(self) -> contextlib.AbstractContextManager:
         """Run the engine's work on its stream (CUDA), or as is."""
         return torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext()

@@ -55,6 +55,7 @@ def load_engine(settings: TTSSettings) -> Engine | EngineSet:
                         max_batch=min(settings.max_batch, settings.max_sessions),
                         max_seq_len=settings.max_seq_len,
                         max_prefills_per_step=settings.max_prefills,
+                        first_step_apart_max_rows=settings.first_step_apart_max_rows,
                         first_packet_frames=settings.first_packet_frames,
                         packet_frames=settings.packet_frames,
                         decoder_precision=(settings.decoder_precision
