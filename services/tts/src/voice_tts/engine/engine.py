@@ -9,6 +9,8 @@ Each loop iteration is vLLM's `EngineCore.step`:
 
 On CUDA with graphs the audio of a step is read one iteration later, after the next step
 is launched (its speech decoder runs beside that step): it waits as `output.InFlight`.
+A new call's first step beside a small batch is launched apart and read at once
+(`_first_steps`), so that its first frame leaves without that wait.
 What the engine waits for (readiness, limits) is the scheduler's (scheduler.py); frames
 reach the client in packets of `first_packet_frames`, then a ramp up to `packet_frames`.
 
