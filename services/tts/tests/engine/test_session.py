@@ -417,6 +417,36 @@ def test_a_fresh_prompt_beside_a_small_batch_steps_apart_and_is_heard_at_once(ap
                                       np.concatenate([p.codes for p in c.packets()]))
 
 
+@pytest.mark.parametrize("stage", ["launch", "tokens"])
+def test_a_failed_apart_first_step_ends_only_the_new_utterance(stage):
+    """The 4th launch is the new call's first step, apart from the running one's batch:
+    it fails (launched, or as its tokens are read). That call's utterance ends "error" and
+    its next one is served; the running call never notices."""
+    e = Engine.from_preset("tiny", seed=0, settings=EngineSettings(
+        max_sessions=4, fault=f"bug@4:{stage}"))
+    e.runner.mimic_graphs()
+    a, b = Collector(), Collector()
+    sa = e.open_session(SessionParams(voice="vivian", seed=1, max_frames=12), a)
+    sa.push_text(TEXTS[0])
+    sa.flush()
+    for _ in range(3):  # launches 1-3: a alone
+        e.run_once()
+    sb = e.open_session(SessionParams(voice="vivian", seed=2, max_frames=6), b)
+    sb.push_text(TEXTS[2])
+    sb.flush()
+    e.run_once()  # b's prompt, its first step apart (launch 4: fails), then a's step
+    assert [end.reason for end in b.ends()] == ["error"] and not b.packets()
+    sb.push_text("And the next one.")
+    sb.flush()
+    for _ in range(100):
+        if a.ends() and len(b.ends()) == 2:
+            break
+        e.run_once()
+    assert [(end.reason, end.frames) for end in a.ends()] == [("max_frames", 12)]
+    assert sum(p.frames for p in a.packets()) == 12
+    assert [end.reason for end in b.ends()] == ["error", "max_frames"]
+
+
 def test_a_step_whose_tokens_cannot_be_read_ends_its_utterance():
     """A fault (not a CUDA error: that one is fatal) surfacing as the tokens are read: the
     rows end "error", the engine thread goes on, the next utterance is served."""
