@@ -51,7 +51,8 @@ async def test_metrics_after_a_session(server) -> None:
     assert server.metric("tts_frames_sent_total") - before == n
     assert server.metric("tts_ttfa_seconds_count") >= 1
     # what is served and how, for dashboards and benchmarks (the fixture runs no fronts)
-    assert server.metric('tts_server_info{front_procs="0",device="cpu"}') == 1
+    assert server.metric('tts_server_info{front_procs="0",device="cpu",'
+                         'first_step_apart_max_rows="32",admit_frame_budget_ms="0"}') == 1
 
 
 async def test_sigterm_drains_in_flight_then_exits(make_server) -> None:

@@ -147,7 +147,9 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
         "model": engine.model_name, "device": str(engine.device),
         "max_sessions": str(settings.max_sessions), "max_seq_len": str(settings.max_seq_len),
         "front_procs": str(settings.front_procs), "log_level": settings.log_level,
-        "pace_lead_s": f"{settings.pace_lead_s:g}"})
+        "pace_lead_s": f"{settings.pace_lead_s:g}",
+        "admit_frame_budget_ms": f"{settings.admit_frame_budget_ms:g}",
+        "first_step_apart_max_rows": str(settings.first_step_apart_max_rows)})
 
     gpu_sampled = [0.0]  # last tts_gpu_memory_bytes update (monotonic s)
 
