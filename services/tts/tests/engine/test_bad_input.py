@@ -100,6 +100,8 @@ def test_decoder_precision_auto_and_unknown() -> None:
     engine.shutdown()
     with pytest.raises(ValueError, match="decoder_precision"):
         EngineSettings(decoder_precision="fp8").validate()
+    with pytest.raises(ValueError, match="first_step_apart_max_rows"):
+        EngineSettings(first_step_apart_max_rows=-1).validate()
 
 
 def test_a_prompt_too_long_for_the_cache_ends_only_its_own_utterance():

@@ -90,6 +90,8 @@ class EngineSettings:
             raise ValueError("decoder_precision must be auto, fp32, tf32 or bf16")
         if self.max_frames < 1 or self.max_seq_len < 64:
             raise ValueError("max_frames must be >= 1 and max_seq_len >= 64")
+        if self.first_step_apart_max_rows < 0:
+            raise ValueError("first_step_apart_max_rows must be >= 0 (0: never)")
         if self.fault is not None:
             FaultInjection(self.fault)  # a bad spec fails here, with the accepted form
 
