@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from itertools import compress
 from pathlib import Path
 
 import torch
@@ -240,11 +241,9 @@ class Engine(EngineVoices):
         rows, text_ids, talk = out.launchable()
         delivered: list[StepStats | None] = []
         if self._first_steps_apart(talk):
-            keep = talk
-            delivered.append(self._first_steps(
-                [r for r, yes in zip(rows, keep, strict=True) if not yes]))
-            rows, text_ids, talk = ([x for x, yes in zip(xs, keep, strict=True) if yes]
-                                    for xs in (rows, text_ids, keep))
+            delivered.append(self._first_steps(list(compress(rows, [not t for t in talk]))))
+            rows, text_ids = list(compress(rows, talk)), list(compress(text_ids, talk))
+            talk = [True] * len(rows)
         step = self._launch(rows, text_ids, talk) if rows else None
         delivered.append(self._deliver())  # the step before this one: its decoder is done
         if step is not None and self._read_tokens(step, rows):
