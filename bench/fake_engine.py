@@ -123,7 +123,6 @@ class FakeFastEngine:
         self._next = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.thread_cpu_s = 0.0  # CPU time of the stand-in's own thread (not the front's)
         self.steps = 0
         # One noise buffer; packets are views of it (no allocation per packet).
         rng = np.random.default_rng(0)
@@ -157,6 +156,14 @@ class FakeFastEngine:
         self._thread = threading.Thread(target=self._loop, name="fake-engine", daemon=True)
         self._thread.start()
 
+    def thread_cpu_s(self) -> float:
+        """The stand-in thread's CPU seconds, read live from its kernel clock (ns), so that
+        a window's process CPU minus this is the front's (a value the thread stored after
+        each step lagged it and made that difference negative on a busy host)."""
+        if self._thread is None or self._thread.ident is None:
+            return 0.0
+        return time.clock_gettime(time.pthread_getcpuclockid(self._thread.ident))
+
     def shutdown(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self.wake.set()
@@ -164,7 +171,6 @@ class FakeFastEngine:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        cpu0 = time.thread_time()
         next_at = time.perf_counter()
         while not self._stop.is_set():
             t0 = time.perf_counter()
@@ -172,7 +178,6 @@ class FakeFastEngine:
                 rows = [(s, s.utts[0]) for s in self.sessions.values()
                         if s.utts and not s.paused]
             if not rows:
-                self.thread_cpu_s = time.thread_time() - cpu0
                 self.wake.wait(0.05)
                 self.wake.clear()
                 next_at = time.perf_counter()
@@ -207,4 +212,3 @@ class FakeFastEngine:
             if self.on_step is not None:
                 self.on_step(StepStats(len(rows), (time.perf_counter() - t0) * 1e3,
                                        0.0, 0.0, 0.0))
-            self.thread_cpu_s = time.thread_time() - cpu0

@@ -113,16 +113,23 @@ async def _serve(args: argparse.Namespace) -> None:
     print("ready", flush=True)
     mark: dict[str, float] = {}
 
-    def snapshot() -> dict[str, float]:
-        t = os.times()
-        return {"wall": time.perf_counter(), "cpu": t.user + t.system,
-                "engine_cpu": engine.thread_cpu_s, "frames": metrics.frames_sent._value.get(),
-                "steps": engine.steps}
+    def snapshot(start: bool) -> dict[str, float]:
+        # Both CPU clocks in ns, the process's read before the engine thread's at the start
+        # of a window and after it at its end: the thread's window then lies inside the
+        # process's, and their difference (the front's CPU) is never negative.
+        wall = time.perf_counter()
+        if start:
+            cpu, engine_cpu = time.process_time(), engine.thread_cpu_s()
+        else:
+            engine_cpu = engine.thread_cpu_s()
+            cpu = time.process_time()
+        return {"wall": wall, "cpu": cpu, "engine_cpu": engine_cpu,
+                "frames": metrics.frames_sent._value.get(), "steps": engine.steps}
 
     while True:
         line = (await reader.readline()).decode().strip()
         if line == "mark":
-            mark = snapshot()
+            mark = snapshot(start=True)
             lags.clear()
             if stalls is not None:
                 stalls.clear()
@@ -132,7 +139,7 @@ async def _serve(args: argparse.Namespace) -> None:
             if prof is not None:
                 prof.disable()
                 prof.dump_stats(args.profile)
-            now = snapshot()
+            now = snapshot(start=False)
             d = {k: now[k] - mark[k] for k in now}
             front_cpu = d["cpu"] - d["engine_cpu"]
             rej = {s.labels["reason"]: s.value for m in metrics.admission_rejected.collect()

@@ -31,7 +31,9 @@ def test_every_frame_of_every_stream_arrives(protocol: str) -> None:
     assert row["protocol"] == protocol and row["ok"] == 4 and row["other"] == []
     assert row["frames_received"] == 4 * 10 * 4  # 10 codec frames of 80 ms, in 20 ms frames
     assert row["server"]["frames"] == row["frames_received"]
-    assert row["cpu_us_per_frame"] > 0 and row["ttfa_ms_p50"] is not None
+    # A CPU figure of a 160-frame run is noise on a busy host: only its sign is asserted
+    # (the front's CPU is the process's minus the engine thread's over the same window).
+    assert row["cpu_us_per_frame"] >= 0 and row["ttfa_ms_p50"] is not None
 
 
 def test_websocket_refusals_are_counted_as_refusals() -> None:
