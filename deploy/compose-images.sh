@@ -39,7 +39,7 @@ compose_bases() {
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "${SAY:-up}: ${missing[*]}: not here and this engine cannot pull them (no registry" \
-    "answers): building on local Debian bases (make images-local, a minute or two; its" \
+    "answers): building on local Debian bases (make images-local, ~4.5 minutes on 2 cores; its" \
     "log: /tmp/voice-images-local.log; PYTHON_IMAGE and NODE_IMAGE pick others)"
   if ! bash deploy/images-local.sh >/tmp/voice-images-local.log 2>&1; then
     tail -5 /tmp/voice-images-local.log

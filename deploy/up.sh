@@ -176,5 +176,5 @@ else
   echo "up: local mesh (no Docker)"
 fi
 [ $dry_run = 1 ] && exit 0
-make --no-print-directory venvs-mesh
+make -s --no-print-directory venvs-mesh  # -s: no "Nothing to be done" when warm
 exec "${PYTHON:-python3}" deploy/local/mesh.py up

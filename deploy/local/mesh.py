@@ -180,6 +180,8 @@ class Mesh:
         (RUN / "logs").mkdir(parents=True, exist_ok=True)
         for s in self.svcs:
             env = {**os.environ, **s.env, "PYTHONUNBUFFERED": "1"}
+            if s.log.exists():  # the last run's log is kept beside the new one
+                s.log.replace(s.log.with_name(s.log.name + ".1"))
             log = open(s.log, "wb")  # noqa: SIM115 (kept open for the child's lifetime)
             # Own process group: stopping the mesh stops every child's children too.
             s.proc = subprocess.Popen([str(s.python), *s.argv], env=env, cwd=ROOT, stdout=log,
@@ -259,11 +261,11 @@ BANNER = _box([
 
 def up(args: argparse.Namespace) -> int:
     svcs = services()
+    mesh = Mesh(svcs)
+    mesh.preflight()  # first: a second `make up` says only where the running one is
     print("mesh: starting the local mesh (every service a local process; no Docker engine)")
     if not os.environ.get("VOICE_TTS_WEIGHTS") or not os.environ.get("VOICE_LLM_WEIGHTS"):
         print(BANNER)
-    mesh = Mesh(svcs)
-    mesh.preflight()
 
     def on_signal(signum: int, _frame: object) -> None:
         mesh.stopping = True

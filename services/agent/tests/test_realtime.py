@@ -640,3 +640,28 @@ def test_an_event_quoting_a_lone_surrogate_still_goes_out_as_utf8() -> None:
         text.encode("utf-8")  # would raise for a lone surrogate
         assert json.loads(text) == ev
     assert "你好" in wire_json({"text": "你好"})  # valid text stays unescaped
+
+
+async def test_a_forced_call_cut_by_its_token_limit_is_never_spoken(agent: Agent) -> None:
+    """tool_choice "required" with a free string argument and too few tokens for the
+    call: the thinker drops the unclosed `<tool_call>` (no text), the response says
+    "incomplete" (max_output_tokens), and nothing of it reaches the TTS."""
+    note = {"type": "function", "name": "take_note", "description": "Write a note.",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
+                           "required": ["text"]}}
+    async with client(agent).realtime.connect(model="voice-agent") as conn:
+        evs = Events(conn)
+        await conn.session.update(session={
+            "type": "realtime", "tools": [note], "tool_choice": "required",
+            "max_output_tokens": 6, "audio": {"input": {"turn_detection": None}}})
+        await evs.wait("session.updated", timeout=10)
+        await conn.conversation.item.create(item={
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Note that the milk is out."}]})
+        await conn.response.create()
+        done = await evs.wait("response.done")
+    r = done["response"]
+    assert r["status"] == "incomplete", r
+    assert r["status_details"]["reason"] == "max_output_tokens"
+    assert r["output"] == [] and not evs.of("response.output_audio.delta")
+    assert not evs.of("response.output_audio_transcript.delta")

@@ -1,5 +1,6 @@
 """The tool-call parser on crafted replies: text around calls stays text, a call split
-anywhere across deltas comes out whole, and what is not a call of a known tool is text."""
+anywhere across deltas comes out whole, and a block that is no call of a known tool (or
+that the reply ends inside) is dropped: it must never reach the TTS."""
 
 from __future__ import annotations
 
@@ -62,16 +63,20 @@ def test_two_calls_and_their_indexes_in_order() -> None:
     '{"name": "get_weather", "arguments": [1]}',  # arguments not an object
     '{"name": "get_weather", "arguments": {"city": ',  # not JSON
 ])
-def test_what_is_not_a_known_call_stays_text(body: str) -> None:
+def test_what_is_not_a_known_call_is_dropped(body: str) -> None:
     text = f"<tool_call>\n{body}\n</tool_call>"
-    assert feed_all(["a ", text, " b"]) == ["a " + text + " b"]
+    p = ToolCallParser(["get_weather", "set_alarm"])
+    out = [e for piece in ("a ", text, " b") for e in p.feed(piece)] + p.flush()
+    assert "".join(e for e in out if isinstance(e, str)) == "a b" and p.dropped == 1
 
 
 def test_a_reply_cut_inside_a_call() -> None:
     whole = '<tool_call>\n{"name": "set_alarm", "arguments": {"time": "7:00"}}'
     [call] = feed_all([whole])  # the JSON is whole: it is the call
     assert isinstance(call, ToolCall) and json.loads(call.arguments) == {"time": "7:00"}
-    assert feed_all([whole[:-5]]) == [whole[:-5]]  # cut short: the text as written
+    # cut short (the token limit): no call, and nothing of it is text to be spoken
+    assert feed_all([whole[:-5]]) == []
+    assert feed_all(["Sure. ", whole[:-5]]) == ["Sure. "]
 
 
 def test_chunks_keep_order_and_the_finish() -> None:
@@ -88,3 +93,21 @@ def test_a_raw_control_character_goes_out_escaped() -> None:
     [call] = feed_all(['<tool_call>{"name": "set_alarm", "arguments": {"time": "7\x03"}}'
                        '</tool_call>'])
     assert "\x03" not in call.arguments and json.loads(call.arguments) == {"time": "7\x03"}
+
+
+def test_a_forced_calls_free_strings_are_bounded() -> None:
+    from voice_llm.backends.tools import MAX_STRING_ARG_CHARS, bounded_strings
+
+    schema = {"type": "object", "properties": {
+        "note": {"type": "string"},  # free: bounded
+        "code": {"type": "string", "maxLength": 4},  # its own bound kept
+        "mood": {"type": "string", "enum": ["ok", "bad"]},
+        "tags": {"type": "array", "items": {"type": ["string", "null"]}},
+        "more": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}}
+    out = bounded_strings(schema)["properties"]
+    assert out["note"]["maxLength"] == MAX_STRING_ARG_CHARS
+    assert out["code"]["maxLength"] == 4 and "maxLength" not in out["mood"]
+    assert out["tags"]["items"]["maxLength"] == MAX_STRING_ARG_CHARS
+    assert out["more"]["anyOf"][0]["maxLength"] == MAX_STRING_ARG_CHARS
+    assert "maxLength" not in out["more"]["anyOf"][1]
+    assert "maxLength" not in schema["properties"]["note"]  # the tool's own is untouched

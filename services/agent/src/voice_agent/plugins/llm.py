@@ -253,6 +253,7 @@ class LLMStream(llm.LLMStream):
         self.cancelled_by_barge_in = False
         self.text = ""
         self.request_id = ""
+        self.cut_by_length = False  # the thinker stopped at its token limit
 
     def cancel(self) -> bool:
         """Cancel the gRPC call (the thinker aborts the generation). True if it was live."""
@@ -306,6 +307,7 @@ class LLMStream(llm.LLMStream):
                                 role="assistant", tool_calls=[llm.FunctionToolCall(
                                     call_id=call_id, name=name, arguments=arguments)])))
                     f = delta.final
+                    self.cut_by_length = f.finish_reason == thinker_pb2.FINISH_REASON_LENGTH
                     self._event_ch.send_nowait(llm.ChatChunk(
                         id=request_id,
                         usage=llm.CompletionUsage(

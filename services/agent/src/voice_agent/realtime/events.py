@@ -11,6 +11,7 @@ events have the same names in both. Knows nothing of sockets or the pipeline.
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -124,20 +125,31 @@ class SessionConfig:
                 "max_output_tokens": max_tokens}
 
 
+def _shown(value: Any) -> str:
+    """A client's value quoted in an error message, cut short."""
+    return repr(value)[:80]
+
+
 def _format(value: Any, param: str) -> str:
     """A format in either shape: "pcm16" / "g711_ulaw" (beta), {"type": "audio/pcm"} (GA)."""
     if isinstance(value, dict):
         t = value.get("type")
-        if t == "audio/pcm" and value.get("rate", RATE) != RATE:
-            raise RealtimeError("invalid_value", f"{param}.rate must be {RATE}", param)
-        if t not in _FORMATS_BY_GA_TYPE:
+        if not isinstance(t, str) or t not in _FORMATS_BY_GA_TYPE:
             raise RealtimeError("invalid_value", f"{param}.type must be one of "
-                                f"{sorted(_FORMATS_BY_GA_TYPE)}, not {t!r}", param)
+                                f"{sorted(_FORMATS_BY_GA_TYPE)}, not {_shown(t)}",
+                                f"{param}.type")
+        if t == "audio/pcm" and value.get("rate", RATE) != RATE:
+            raise RealtimeError("invalid_value", f"{param}.rate must be {RATE}", f"{param}.rate")
         return _FORMATS_BY_GA_TYPE[t]
-    if value not in _GA_FORMATS:
-        raise RealtimeError("invalid_value", f"{param} must be one of {sorted(_GA_FORMATS)}, "
-                            f"not {value!r}", param)
-    return str(value)
+    if not isinstance(value, str) or value not in _GA_FORMATS:
+        raise RealtimeError("invalid_value", f"{param} must be one of {sorted(_GA_FORMATS)} "
+                            f"(or a GA format object), not {_shown(value)}", param)
+    return value
+
+
+def finite_number(v: Any) -> bool:
+    """A JSON number the session can use: not a bool, not NaN or infinite."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _turn_detection(value: Any, old: TurnDetection | None) -> TurnDetection | None:
@@ -157,8 +169,7 @@ def _turn_detection(value: Any, old: TurnDetection | None) -> TurnDetection | No
                        ("interrupt_response", bool)):
         if key in value and value[key] is not None:
             v = value[key]
-            is_number = isinstance(v, int | float) and not isinstance(v, bool)
-            if not (isinstance(v, bool) if kind_ is bool else is_number):
+            if not (isinstance(v, bool) if kind_ is bool else finite_number(v)):
                 raise RealtimeError("invalid_value", f"turn_detection.{key} must be a "
                                     f"{kind_.__name__}", f"session.turn_detection.{key}")
             updates[key] = kind_(v)
@@ -168,6 +179,9 @@ def _turn_detection(value: Any, old: TurnDetection | None) -> TurnDetection | No
     if not 0 <= updates.get("silence_duration_ms", td.silence_duration_ms or 0) <= 10_000:
         raise RealtimeError("invalid_value", "turn_detection.silence_duration_ms must be "
                             "in [0, 10000]", "session.turn_detection.silence_duration_ms")
+    if not 0 <= updates.get("prefix_padding_ms", td.prefix_padding_ms) <= 10_000:
+        raise RealtimeError("invalid_value", "turn_detection.prefix_padding_ms must be "
+                            "in [0, 10000]", "session.turn_detection.prefix_padding_ms")
     return replace(td, **updates)
 
 
@@ -184,6 +198,9 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
         if not isinstance(name, str) or not name or name in names:
             raise RealtimeError("invalid_value", "each tool needs a unique name",
                                 f"session.tools[{i}].name")
+        if not isinstance(t.get("description", ""), str):
+            raise RealtimeError("invalid_value", "a tool's description must be a string",
+                                f"session.tools[{i}].description")
         if not isinstance(t.get("parameters", {}), dict):
             raise RealtimeError("invalid_value", "a tool's parameters must be a JSON Schema "
                                 "object", f"session.tools[{i}].parameters")
@@ -194,16 +211,26 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
 
 
 def check_tool_choice(choice: Any, tools: list[dict[str, Any]]) -> str | dict[str, Any]:
-    if choice in ("auto", "none", "required"):
-        return str(choice)
+    if isinstance(choice, str) and choice in ("auto", "none", "required"):
+        return choice
     if isinstance(choice, dict) and choice.get("type") == "function":
-        name = choice.get("name") or (choice.get("function") or {}).get("name")
-        if name not in {t["name"] for t in tools}:
-            raise RealtimeError("invalid_value", f"tool_choice names {name!r}, which is not "
-                                "among the session's tools", "session.tool_choice")
+        # GA: {"type": "function", "name"}; Chat Completions' shape: {"function": {"name"}}
+        fn = choice.get("function")
+        name = choice.get("name") or (fn.get("name") if isinstance(fn, dict) else None)
+        if not isinstance(name, str) or name not in {t["name"] for t in tools}:
+            raise RealtimeError("invalid_value", f"tool_choice names {_shown(name)}, which is "
+                                "not among the session's tools", "session.tool_choice")
         return {"type": "function", "name": name}
     raise RealtimeError("invalid_value", 'tool_choice must be "auto", "none", "required" or '
                         '{"type": "function", "name": ...}', "session.tool_choice")
+
+
+def check_modalities(mods: Any, param: str) -> tuple[str, ...]:
+    """["audio"] (a transcript comes with it), ["text"], or both (= audio)."""
+    if not isinstance(mods, list) or not mods or \
+            not all(isinstance(m, str) and m in ("text", "audio") for m in mods):
+        raise RealtimeError("invalid_value", f'{param} must be ["audio"] or ["text"]', param)
+    return ("audio",) if "audio" in mods else ("text",)
 
 
 def max_tokens(value: Any, param: str) -> int | None:
@@ -243,11 +270,7 @@ def update_session(cfg: SessionConfig, s: Any) -> SessionConfig:
             u[key] = _format(value, param)
     for key in ("output_modalities", "modalities"):
         if key in s:
-            mods = s[key]
-            if not isinstance(mods, list) or not set(mods) <= {"text", "audio"} or not mods:
-                raise RealtimeError("invalid_value", f'{key} must be ["audio"] or ["text"]',
-                                    f"session.{key}")
-            u["modalities"] = ("audio",) if "audio" in mods else ("text",)
+            u["modalities"] = check_modalities(s[key], f"session.{key}")
     for src in (s, inp):
         if "turn_detection" in src:
             u["turn_detection"] = _turn_detection(src["turn_detection"], cfg.turn_detection)
@@ -261,7 +284,7 @@ def update_session(cfg: SessionConfig, s: Any) -> SessionConfig:
         u["tool_choice"] = check_tool_choice(s["tool_choice"], tools)
     if "temperature" in s and s["temperature"] is not None:
         t = s["temperature"]
-        if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t <= 2.0:
+        if not finite_number(t) or not 0.0 <= t <= 2.0:
             raise RealtimeError("invalid_value", "temperature must be in [0, 2]",
                                 "session.temperature")
         u["temperature"] = float(t)

@@ -12,7 +12,7 @@ from aiohttp import WSMsgType, web
 from voice_keys import bearer
 
 from ..talk.hub import REFUSED, TalkHub
-from ..talk.protocol import ProtocolError
+from ..talk.protocol import Close, ProtocolError
 from ..voices import VoicesUnavailable, find, list_voices, not_found_message
 from .events import RealtimeError, error_event
 from .session import RealtimeSession
@@ -43,6 +43,9 @@ async def handle(hub: TalkHub, request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=MAX_MESSAGE_BYTES)
     await ws.prepare(request)
     try:
+        if len(hub.sockets) >= hub.max_open:
+            raise ProtocolError("busy", f"too many connections ({hub.max_open}) are open; "
+                                "try again later", Close.TRY_AGAIN_LATER)
         release = hub.take_slot()
     except ProtocolError as e:
         REFUSED.labels(reason=e.reason).inc()
@@ -90,13 +93,20 @@ async def handle(hub: TalkHub, request: web.Request) -> web.StreamResponse:
     except Exception:
         log.exception("realtime %s failed", session.id)
     finally:
-        await session.close()
-        with contextlib.suppress(asyncio.TimeoutError, Exception):
-            await asyncio.wait_for(sender, 2.0)  # what was queued goes out, if it can
-        sender.cancel()
-        with contextlib.suppress(Exception):
-            await ws.close()
-        hub.sockets.discard(ws)
+        # The slot and the socket's place first: the teardown below awaits a client that
+        # may have stopped reading or reset, and a close that raised (CancelledError is
+        # no Exception) once skipped them and kept the slot until a restart.
         release()
-        log.info("realtime %s: end after %.1f s", session.id, time.perf_counter() - t0)
+        hub.sockets.discard(ws)
+        try:
+            # shielded: a handler cancelled here (the client reset) still stops the
+            # session's thinker and TTS work
+            await asyncio.shield(session.close())
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(sender, 2.0)  # what was queued goes out, if it can
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(ws.close(), 2.0)
+            log.info("realtime %s: end after %.1f s", session.id, time.perf_counter() - t0)
     return ws

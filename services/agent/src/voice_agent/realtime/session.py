@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 from livekit import rtc
-from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, llm, stt, vad
+from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, llm, stt, vad
 from livekit.agents.utils.audio import AudioByteStream
 
 from ..agent import load_vad
@@ -47,6 +47,7 @@ from .events import (
     Dialect,
     RealtimeError,
     SessionConfig,
+    check_modalities,
     check_tool_choice,
     check_tools,
     decode_g711,
@@ -58,10 +59,18 @@ from .events import (
 )
 
 log = logging.getLogger("voice_agent.realtime")
+# One try per thinker call: a request it refused is refused again (a retry only delays).
+ONCE = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=10.0)
 
 VAD_RATE = 16000
 MIN_COMMIT_MS = 100  # a commit of less audio is an error, as the API's
 MAX_BUFFER_S = 120.0  # uncommitted input audio kept (older is dropped, with an error)
+# What one session holds (a client's items and the replies' own; documented in the README):
+# items over either bound are refused with `conversation_too_large`, and the agent's own
+# replies make room by deleting the oldest items (conversation.item.deleted).
+MAX_ITEMS = 1000
+MAX_ITEM_CHARS = 100_000  # one item's text: its parts, a call's arguments or output
+MAX_CONVERSATION_CHARS = 1_000_000  # all items' text together (~4 MB at most)
 MAX_OUTBOX = 4000  # events waiting for a client that does not read (~80 s of audio)
 MAX_TOOL_ROUNDS = 3  # responses in a row that may run the agent's tools
 SPEECH_CHARS_PER_S = 14.0  # a reply's pace when the TTS does not say what it read
@@ -162,8 +171,8 @@ class RealtimeSession:
         self._transcribing: set[asyncio.Task[Any]] = set()
         # input audio: at 16 kHz for the VAD and the ear, since the last commit
         self._buffer: list[rtc.AudioFrame] = []
-        self._buffer_ms = 0.0
-        self._in_ms = 0.0  # input audio received in all (the VAD's clock)
+        self._buffer_ms = 0.0  # of those frames (a commit flushes the framer's partial one)
+        self._appended_ms = 0.0  # audio appended since the last commit, as the client counts
         self._resampler: rtc.AudioResampler | None = None
         self._resampler_rate = 0  # the rate it takes (24 kHz pcm16, 8 kHz G.711)
         self._framer = AudioByteStream(VAD_RATE, 1, samples_per_channel=VAD_RATE // 50)
@@ -210,7 +219,7 @@ class RealtimeSession:
         event_id = None
         try:
             try:
-                ev = json.loads(raw)
+                ev = json.loads(raw, parse_constant=_no_constant)
             except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
                 raise RealtimeError("invalid_json", f"the event is not JSON: {e}") from None
             if not isinstance(ev, dict):
@@ -289,8 +298,11 @@ class RealtimeSession:
                                 f"samples; {len(data)} bytes is not", param)
         return np.frombuffer(data, dtype=np.int16)
 
+    def _input_rate(self) -> int:
+        return RATE if self.cfg.input_format == "pcm16" else G711_RATE
+
     def _to_vad_rate(self, pcm: np.ndarray) -> list[rtc.AudioFrame]:
-        rate = RATE if self.cfg.input_format == "pcm16" else G711_RATE
+        rate = self._input_rate()
         if self._resampler is None or self._resampler_rate != rate:
             self._resampler = rtc.AudioResampler(rate, VAD_RATE, num_channels=1)
             self._resampler_rate = rate
@@ -302,11 +314,11 @@ class RealtimeSession:
 
     async def on_input_audio_buffer_append(self, ev: dict[str, Any]) -> None:
         pcm = self._decode(ev.get("audio"), "audio")
+        self._appended_ms += len(pcm) / self._input_rate() * 1000
         for f in self._to_vad_rate(pcm):
             ms = f.samples_per_channel / VAD_RATE * 1000
             self._buffer.append(f)
             self._buffer_ms += ms
-            self._in_ms += ms
             if self._vad is not None:
                 self._vad.push_frame(f)
         if self._buffer_ms > MAX_BUFFER_S * 1000:
@@ -321,16 +333,23 @@ class RealtimeSession:
                                 "(commit or clear the buffer)")
 
     async def on_input_audio_buffer_commit(self, ev: dict[str, Any]) -> None:
-        if self._buffer_ms < MIN_COMMIT_MS:
+        # Counted as appended: the resampler and the 20 ms framer hold the last few ms
+        # back (100 ms appended once read as 60), so the framer's rest is taken here too.
+        if self._appended_ms < MIN_COMMIT_MS - 0.5:
             raise RealtimeError("input_audio_buffer_commit_empty", "buffer too small: "
                                 f"expected at least {MIN_COMMIT_MS} ms of audio, have "
-                                f"{self._buffer_ms:.0f} ms")
-        frames, self._buffer, self._buffer_ms = self._buffer, [], 0.0
+                                f"{self._appended_ms:.0f} ms")
+        frames = self._buffer + list(self._framer.flush())
+        self._clear_buffer()
         self._commit(new_id("item"), frames, respond=False)
 
     async def on_input_audio_buffer_clear(self, ev: dict[str, Any]) -> None:
-        self._buffer, self._buffer_ms = [], 0.0
+        self._framer.flush()
+        self._clear_buffer()
         self.emit("input_audio_buffer.cleared")
+
+    def _clear_buffer(self) -> None:
+        self._buffer, self._buffer_ms, self._appended_ms = [], 0.0, 0.0
 
     async def _vad_events(self, stream: vad.VADStream) -> None:
         async for ev in stream:
@@ -360,7 +379,7 @@ class RealtimeSession:
                 self.emit("input_audio_buffer.speech_stopped",
                           audio_end_ms=int(max(0.0, pos - ev.silence_duration * 1000)),
                           item_id=item_id)
-                self._buffer, self._buffer_ms = [], 0.0
+                self._clear_buffer()
                 feed, self._feed = self._feed, None
                 self._commit(item_id, list(ev.frames), respond=td.create_response, feed=feed)
 
@@ -437,6 +456,7 @@ class RealtimeSession:
         if any(it["id"] == item["id"] for it in self.items):
             raise RealtimeError("duplicate_item_id", f"item {item['id']!r} already exists",
                                 "item.id")
+        self._check_room(item)
         self.items.insert(at, item)
         prev_id = self.items[at - 1]["id"] if at > 0 else None
         self.emit("conversation.item.added", previous_item_id=prev_id, item=self._item_json(item))
@@ -444,6 +464,30 @@ class RealtimeSession:
             self._transcribe(item, item.pop("_audio"), respond=False)
         else:
             self.emit("conversation.item.done", item=self._item_json(item))
+
+    def _check_room(self, item: dict[str, Any]) -> None:
+        """A client's item fits the session's bounds (MAX_ITEM_CHARS, MAX_ITEMS,
+        MAX_CONVERSATION_CHARS), or it is refused and nothing changes."""
+        chars = item_chars(item)
+        if chars > MAX_ITEM_CHARS:
+            raise RealtimeError("invalid_value", f"the item holds {chars:,} characters of "
+                                f"text; an item takes at most {MAX_ITEM_CHARS:,}", "item")
+        held = sum(map(item_chars, self.items))
+        if len(self.items) >= MAX_ITEMS or held + chars > MAX_CONVERSATION_CHARS:
+            raise RealtimeError("conversation_too_large", f"the conversation holds "
+                                f"{len(self.items)} items and {held:,} characters (at most "
+                                f"{MAX_ITEMS} and {MAX_CONVERSATION_CHARS:,}): delete items "
+                                "with conversation.item.delete first", "item")
+
+    def _make_room(self) -> None:
+        """After a reply: the oldest items go (conversation.item.deleted) while the
+        session holds more than its bounds, so a long call stays bounded."""
+        held = sum(map(item_chars, self.items))
+        while len(self.items) > 1 and (len(self.items) > MAX_ITEMS
+                                       or held > MAX_CONVERSATION_CHARS):
+            old = self.items.pop(0)
+            held -= item_chars(old)
+            self.emit("conversation.item.deleted", item_id=old["id"])
 
     def _new_item(self, raw: Any) -> dict[str, Any]:
         if not isinstance(raw, dict):
@@ -552,6 +596,10 @@ class RealtimeSession:
         if opts.get("conversation", "auto") != "auto":
             raise RealtimeError("invalid_value", 'only conversation "auto" is supported '
                                 "(no out-of-band responses)", "response.conversation")
+        if "input" in opts:
+            raise RealtimeError("invalid_value", "response.input is not supported: a response "
+                                "answers the conversation (add items with "
+                                "conversation.item.create first)", "response.input")
         self._start_response(opts)
 
     async def on_response_cancel(self, ev: dict[str, Any]) -> None:
@@ -568,7 +616,19 @@ class RealtimeSession:
 
     def _start_response(self, opts: dict[str, Any]) -> None:
         cfg = self.cfg
-        mods = opts.get("output_modalities") or opts.get("modalities")
+        modalities = cfg.modalities
+        for key in ("output_modalities", "modalities"):
+            if opts.get(key) is not None:
+                modalities = check_modalities(opts[key], f"response.{key}")
+        instructions = opts.get("instructions")
+        if instructions is not None and (not isinstance(instructions, str)
+                                         or len(instructions) > MAX_ITEM_CHARS):
+            raise RealtimeError("invalid_value", "instructions must be a string of at most "
+                                f"{MAX_ITEM_CHARS:,} characters", "response.instructions")
+        metadata = opts.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise RealtimeError("invalid_value", "metadata must be an object",
+                                "response.metadata")
         tools = cfg.tools
         if "tools" in opts:
             tools = check_tools(opts["tools"])
@@ -579,15 +639,10 @@ class RealtimeSession:
         for key in ("max_output_tokens", "max_response_output_tokens"):
             if key in opts:
                 limit = max_tokens(opts[key], f"response.{key}")
-        instructions = opts.get("instructions")
         r = Response(
-            id=new_id("resp"),
-            modalities=cfg.modalities if not isinstance(mods, list) else (
-                ("audio",) if "audio" in mods else ("text",)),
-            tools=tools, tool_choice=choice,
-            instructions=instructions if isinstance(instructions, str) else cfg.instructions,
-            temperature=cfg.temperature, max_tokens=limit, voice=cfg.voice,
-            metadata=opts["metadata"] if isinstance(opts.get("metadata"), dict) else None)
+            id=new_id("resp"), modalities=modalities, tools=tools, tool_choice=choice,
+            instructions=cfg.instructions if instructions is None else instructions,
+            temperature=cfg.temperature, max_tokens=limit, voice=cfg.voice, metadata=metadata)
         self.response = r
         self.emit("response.created", response=self._response_json(r))
         r.task = self._spawn(self._respond(r))
@@ -675,7 +730,7 @@ class RealtimeSession:
             if choice is not None and tools:
                 kw["tool_choice"] = choice
             llm_stream = self.llm.chat(chat_ctx=self._chat_ctx(r.instructions),
-                                       extra_kwargs=self._sampling(r), **kw)
+                                       extra_kwargs=self._sampling(r), conn_options=ONCE, **kw)
             async for chunk in llm_stream:
                 if chunk.usage is not None:
                     r.usage = chunk.usage
@@ -702,6 +757,12 @@ class RealtimeSession:
                 self._close_message(r, msg)
                 msg = None
             ran = await self._run_server_tools(r)
+            if r.status == "in_progress" and not r.output and \
+                    getattr(llm_stream, "cut_by_length", False):
+                # the token limit came before a word or a whole call (a forced call whose
+                # arguments never closed): nothing was said, and OpenAI says "incomplete"
+                r.status = "incomplete"
+                r.status_details = {"type": "incomplete", "reason": "max_output_tokens"}
             r.status = "completed" if r.status == "in_progress" else r.status
         except asyncio.CancelledError:
             if r.status == "in_progress":  # the client went: nothing more is sent
@@ -726,6 +787,7 @@ class RealtimeSession:
             if self.response is r:
                 self.response = None
             self.emit("response.done", response=self._response_json(r))
+            self._make_room()
             log.info("realtime %s: response %s %s: %d items, %.0f ms audio", self.id, r.id,
                      r.status, len(r.output), r.audio_ms)
         # the agent's own tools answered: the reply goes on with their results (a model
@@ -927,6 +989,21 @@ class RealtimeSession:
             with contextlib.suppress(Exception):
                 await comp.aclose()
         self._outbox.put_nowait(None)
+
+
+def item_chars(item: dict[str, Any]) -> int:
+    """The text an item holds: its parts' text and transcripts, a call's arguments and
+    output (what the thinker is sent, and what the session keeps)."""
+    n = sum(len(p.get("text") or p.get("transcript") or "") for p in item.get("content", ()))
+    # a reply's message: its text as made (`_text`), which its transcript repeats
+    return max(n, len(item.get("_text", ""))) + len(item.get("arguments", "")) \
+        + len(item.get("output", ""))
+
+
+def _no_constant(name: str) -> None:
+    """NaN and Infinity are not JSON (RFC 8259): Python's parser takes them, and echoed
+    back (a response's metadata) they broke a browser's JSON.parse."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 async def _client_side(**_: Any) -> None:

@@ -9,12 +9,14 @@ teach the model and tiny_random's template renders the same way:
     </tool_call>
 
 `ToolCallParser` turns the reply's text into text pieces and whole `ToolCall`s as it
-streams (auto mode: a call the model wrote is parsed; anything that does not parse as a
-call of a known tool stays text). For REQUIRED and a named function, `call_grammar` is
-the reply's grammar (xgrammar: the tag, then JSON valid against the tool's schema, then
-the closing tag), so the call is well formed whatever the weights: the transformers
-backend masks logits with it (`Grammars`), vLLM takes the same grammar as EBNF text
-(structured outputs). This module knows no engine and no gRPC.
+streams (auto mode: a call the model wrote is parsed; a `<tool_call>` block that does not
+parse as a call of a known tool, or that the reply ends inside, is dropped: it is markup,
+and read aloud it was seconds of JSON spoken as the agent's words). For REQUIRED and a
+named function, `call_grammar` is the reply's grammar (xgrammar: the tag, then JSON valid
+against the tool's schema with its free strings bounded, then the closing tag), so the
+call is well formed whatever the weights: the transformers backend masks logits with it
+(`Grammars`), vLLM takes the same grammar as EBNF text (structured outputs).
+This module knows no engine and no gRPC.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class ToolCallParser:
     Text that could be the start of `<tool_call>` is held back until the next piece
     decides it; a call is emitted when its `</tool_call>` arrives (or at `flush`, if the
     reply ended inside a call whose JSON is already whole). Whitespace right after a
-    call (the newline between calls) is dropped.
+    call (the newline between calls) is dropped, and so is a block that is no call
+    (`dropped` counts them).
     """
 
     def __init__(self, names: Collection[str]) -> None:
@@ -79,6 +82,7 @@ class ToolCallParser:
         self._in_call = False
         self._after_call = False
         self.calls = 0  # calls emitted so far
+        self.dropped = 0  # <tool_call> blocks that were no call of a known tool
 
     def feed(self, text: str) -> list[str | ToolCall]:
         self._buf += text
@@ -114,16 +118,19 @@ class ToolCallParser:
             return _merged([buf])
         self._in_call = False
         call = self._parse(buf)
-        if call is None:
-            return _merged([OPEN + buf])
+        if call is None:  # the reply ended inside a call (its token limit): no call, no text
+            self.dropped += 1
+            return []
         self.calls += 1
         self._after_call = True
         return [call]
 
     def _call(self, body: str) -> str | ToolCall:
         call = self._parse(body)
-        if call is None:  # not a call of a known tool: the model's words, as written
-            return OPEN + body + CLOSE
+        if call is None:  # not a call of a known tool: dropped, never spoken
+            self.dropped += 1
+            self._after_call = True
+            return ""
         self.calls += 1
         self._after_call = True
         return call
@@ -161,13 +168,44 @@ def _merged(events: list[str | ToolCall]) -> list[str | ToolCall]:
     return out
 
 
+# A free string argument of a forced call is bounded: a model that never closes the
+# string (random weights did, for 400 tokens) still makes a call that parses.
+MAX_STRING_ARG_CHARS = 256
+
+
+def bounded_strings(schema: Any) -> Any:
+    """`schema` with a maxLength on every string that has no bound of its own."""
+    if isinstance(schema, list):
+        return [bounded_strings(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: bounded_strings(sub) for name, sub in value.items()}
+        else:
+            out[key] = bounded_strings(value) if key in _SUBSCHEMAS else value
+    types = schema.get("type")
+    if (types == "string" or (isinstance(types, list) and "string" in types)) \
+            and not _BOUNDS.intersection(schema):
+        out["maxLength"] = MAX_STRING_ARG_CHARS
+    return out
+
+
+_SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions"}  # name -> schema
+_SUBSCHEMAS = {"items", "prefixItems", "anyOf", "oneOf", "allOf", "additionalProperties"}
+_BOUNDS = {"maxLength", "enum", "const", "pattern", "format"}
+
+
 def call_schema(job: ChatJob) -> dict[str, Any]:
     """The JSON Schema of the one call a constrained reply makes: {"name": <a tool>,
-    "arguments": <that tool's parameters>} (anyOf the tools for REQUIRED)."""
+    "arguments": <that tool's parameters>, strings bounded} (anyOf the tools for
+    REQUIRED)."""
     choice = job.tool_choice
     tools = [t for t in job.tools if choice.function in (None, t.name)]
     alts = [{"type": "object",
-             "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+             "properties": {"name": {"const": t.name},
+                            "arguments": bounded_strings(t.parameters)},
              "required": ["name", "arguments"]} for t in tools]
     assert alts, "protocol.to_job checks that a constrained choice has its tool"
     return alts[0] if len(alts) == 1 else {"anyOf": alts}

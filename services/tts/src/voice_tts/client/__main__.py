@@ -125,7 +125,10 @@ async def _run(args: argparse.Namespace) -> int:
         w.setframerate(res.sample_rate)
         w.writeframes(res.pcm)
     ttfa = f"{res.ttfa_s * 1e3:.1f} ms" if res.ttfa_s is not None else "n/a"
-    print(f"wrote {args.out}: {res.audio_s:.2f} s at {res.sample_rate} Hz, {res.frames} frames")
+    # in the unit --max-frames counts: codec frames of 80 ms (the messages are 20 ms frames)
+    print(f"wrote {args.out}: {res.audio_s:.2f} s at {res.sample_rate} Hz, "
+          f"{res.audio_s * 12.5:.0f} codec frames of 80 ms "
+          f"({res.frames} frames of {args.frame_ms} ms)")
     print(f"TTFA {ttfa} (server {res.server_ttfa_ms or 0:.1f} ms)  RTF {res.rtf:.3f}")
     return 0
 
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--frame-ms", type=int, default=20, help="10, 20 or 40")
     p.add_argument("--seed", type=int)
     p.add_argument("--greedy", action="store_true", help="deterministic argmax decoding")
-    p.add_argument("--max-frames", type=int, default=0, help="codec frames cap (0: server)")
+    p.add_argument("--max-frames", type=int, default=0,
+                   help="cap each utterance at this many codec frames of 80 ms (0: the server's)")
     p.add_argument("--chunk-chars", type=int, default=4, help="characters per text piece")
     p.add_argument("--interval-ms", type=float, default=0.0, help="pause between pieces")
     p.add_argument("--api-key", default=os.environ.get("TTS_API_KEY", ""),
