@@ -80,6 +80,9 @@ def test_up_demo_down(mesh_env: dict[str, str], tmp_path: Path) -> None:
                                env=mesh_env, capture_output=True, text=True, timeout=60)
         # a second `make up` shows the running stack, not an error
         assert again.returncode == 0 and "already running" in again.stdout, again.stderr
+        # ... and only that: no "starting" line nor the random-weights banner before it
+        assert "RANDOM WEIGHTS" not in again.stdout and "starting" not in again.stdout
+        assert "Nothing to be done" not in out  # a warm `make up` says no make noise
         web = state["services"]["token"]["ports"]
         assert f"web page http://127.0.0.1:{next(iter(web.values()))}/" in again.stdout
         assert "`make down`" in again.stdout

@@ -131,6 +131,13 @@ async def test_a_spoken_turn_on_server_vad_is_answered_with_audio(
     assert len(pcm) > 24000 * 0.3 and np.abs(pcm).max() > 300  # audible 24 kHz pcm16
     deltas = "".join(e["delta"] for e in evs.of("response.output_audio_transcript.delta"))
     assert deltas == item["content"][0]["transcript"] != ""
+    # captions in step with the voice: each transcript delta comes with the audio that
+    # speaks it (the TTS's text position), none before the reply's first audio
+    kinds = [e["type"] for e in evs.all if e.get("response_id") == r["id"]]
+    audio = [i for i, k in enumerate(kinds) if k == "response.output_audio.delta"]
+    captions = [i for i, k in enumerate(kinds) if k == "response.output_audio_transcript.delta"]
+    assert captions[0] > audio[0], kinds
+    assert len(captions) >= 2 and captions[0] < audio[-1], kinds  # spread over the audio
     assert r["usage"]["output_token_details"]["text_tokens"] > 0
     assert r["usage"]["input_tokens"] > 0
     order = [e["type"] for e in evs.all]
@@ -227,7 +234,8 @@ async def test_barge_in_cancels_and_keeps_only_what_was_heard(
     # heard: the time since its first audio, but never more audio than was sent (a TTS on
     # a busy CPU host makes it slower than real time)
     assert min(heard_s * 1000, sent_ms) * 0.8 < end_ms <= min(cut_after * 1000, sent_ms) + 1
-    assert full.startswith(kept) and len(kept) < len(full)
+    # the captions came with the audio sent, so they hold at least what was heard
+    assert full.startswith(kept) and len(kept) <= len(full)
     # the speech that cut it is the next turn (and may already be answered)
     assert len(evs.of("input_audio_buffer.committed")) >= 1
 

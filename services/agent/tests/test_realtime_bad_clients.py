@@ -332,3 +332,23 @@ async def test_a_client_that_stops_reading_then_resets_gives_its_slot_back() -> 
         assert time.perf_counter() - t0 < 60
     finally:
         await agent.runner.cleanup()
+
+
+async def test_the_sdks_beta_client_connects_with_websocket_base_url() -> None:
+    """The README's line for the beta client: it makes `wss://` of any base_url, so it
+    is given `websocket_base_url` (ws://) as well, and then talks beta events."""
+    import openai
+
+    agent = await serve(settings())
+    try:
+        http = agent.http
+        c = openai.AsyncOpenAI(base_url=f"{http}/v1", api_key="none",
+                               websocket_base_url=http.replace("http://", "ws://") + "/v1")
+        async with c.beta.realtime.connect(model="voice-agent") as conn:
+            ev = await asyncio.wait_for(conn.recv(), 10)
+            assert ev.type == "session.created"
+            await conn.session.update(session={"instructions": "Be brief."})
+            ev = await asyncio.wait_for(conn.recv(), 10)
+            assert ev.type == "session.updated" and ev.session.instructions == "Be brief."
+    finally:
+        await agent.runner.cleanup()

@@ -192,6 +192,15 @@ async def test_conversation_with_barge_in(agent: Agent, thinker: Server, tmp_pat
     # barge-in: no frame of the interrupted reply after "clear" (a new reply may follow,
     # but not within the 100 ms the VAD needs to hear the interruption end)
     assert not [t for t, _ in inbox.audio if clear_at < t < clear_at + 0.1]
+    # captions: the reply's words while its audio plays, not before its first frame
+    captions = [(t, e["delta"]) for t, e in inbox.events if e["type"] == "caption"]
+    first_audio = next(t for t, p in inbox.audio if audible(p))
+    said = [t for t, _ in captions if t < clear_at]
+    assert said and said[0] >= inbox.audio[0][0], (captions[:3], first_audio)
+    assert not [t for t, _ in captions if clear_at < t < clear_at + 0.1]
+    # what the barge-in kept of the reply is exactly what its captions showed
+    cut = [e for e in inbox.of("transcript") if e["role"] == "assistant" and e["interrupted"]]
+    assert cut and cut[0]["text"] == "".join(d for t, d in captions if t < clear_at), cut
     assert ws.close_code == 1000
     await inbox.wait(lambda: not agent.hub.sockets, 10)
 

@@ -77,6 +77,7 @@ def test_a_reply_cut_inside_a_call() -> None:
     # cut short (the token limit): no call, and nothing of it is text to be spoken
     assert feed_all([whole[:-5]]) == []
     assert feed_all(["Sure. ", whole[:-5]]) == ["Sure. "]
+    assert feed_all(["Sure. <tool_"]) == ["Sure. "]  # ended inside the tag itself
 
 
 def test_chunks_keep_order_and_the_finish() -> None:

@@ -305,3 +305,29 @@ def test_page_pairs_each_answer_with_its_question_and_lays_out_babble(
         page.set_viewport_size({"width": 1000, "height": int(card["height"]) + 80})
         shot(page, "page_babble_layout")
         page.click("#leave")
+
+
+def test_page_shows_the_reply_as_captions_while_it_is_spoken(
+    server_factory, page: Page  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 62, item 9: the agent's `caption` deltas (sent as the reply's audio plays)
+    build the answer line word by word; the reply's transcript then replaces them (what
+    a barge-in kept), and the next question starts an empty answer."""
+    with fake_agent(on_start=[READY, {"type": "state", "state": "listening"}]) as agent:
+        srv = server_factory(LIVEKIT_URL="", TOKEN_AGENT_WS_URL=agent.url)
+        page.goto(srv.url + "/")
+        page.click("#join")
+        expect(page.locator("#state")).to_have_attribute("data-state", "listening")
+        answer = page.locator("#agent-text")
+        agent.send({"type": "transcript", "role": "user", "text": "tell me a story"},
+                   {"type": "caption", "delta": "Once upon"})
+        expect(answer).to_have_text("Once upon")
+        expect(answer).to_have_attribute("data-live", "true")
+        agent.send({"type": "caption", "delta": " a time"})
+        expect(answer).to_have_text("Once upon a time")
+        agent.send({"type": "transcript", "role": "assistant", "text": "Once upon a time",
+                    "interrupted": True})
+        expect(answer).not_to_have_attribute("data-live", "true")
+        agent.send({"type": "transcript", "role": "user", "text": "go on"})
+        expect(answer).to_have_text("–")
+        shot(page, "captions")

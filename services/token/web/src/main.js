@@ -191,11 +191,24 @@ async function joinSocket(my) {
 function onAgentEvent(ev) {
   if (ev.type === 'state' && IN_CALL.has(state)) setState(pageState(ev.state));
   else if (ev.type === 'ready' && ['waiting', 'no-agent'].includes(state)) setState('listening');
+  else if (ev.type === 'caption') onCaption(ev.delta);
   else if (ev.type === 'transcript') onTranscript(ev.role, ev.text, !!ev.interrupted);
   else if (ev.type === 'latency') onData(JSON.stringify(ev), LATENCY_TOPIC);
 }
 
+// The reply's words while it is spoken (the agent sends them as their audio plays); its
+// transcript replaces them when it ends.
+let caption = '';
+
+function onCaption(delta) {
+  caption += delta;
+  showText($('agent-text'), caption);
+  $('agent-text').dataset.live = 'true';
+}
+
 function onTranscript(role, text, interrupted = false) {
+  caption = '';
+  delete $('agent-text').dataset.live;
   $('transcript').dataset.count = String(Number($('transcript').dataset.count || 0) + 1);
   if (role === 'user') turns.user(text);
   else turns.agent(text, interrupted);

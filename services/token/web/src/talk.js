@@ -55,6 +55,7 @@ export function voiceChoices(body) {
 export const HANDLED = {
   ready: ['output_rate'],
   state: ['state'],
+  caption: ['delta'],
   transcript: ['role', 'text'],
   latency: [], // parsed field by field (latency.js)
   clear: [],

@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -746,8 +747,9 @@ class RealtimeSession:
                                 self._forward_audio(r, msg, tts_stream), name="rt-audio")
                     msg["_text"] += d.content
                     if tts_stream is not None:
-                        tts_stream.push_text(d.content)
-                    self._delta(r, msg, d.content)
+                        tts_stream.push_text(d.content)  # its captions follow its audio
+                    else:
+                        self._caption(r, msg, len(msg["_text"]))
                 for call in d.tool_calls or []:
                     self._function_call(r, call)
             if tts_stream is not None and audio_task is not None:
@@ -835,7 +837,6 @@ class RealtimeSession:
         try:
             msg["_text"] = text
             stream.push_text(text)
-            self._delta(r, msg, text)
             stream.end_input()
             await self._forward_audio(r, msg, stream)
         finally:
@@ -867,15 +868,30 @@ class RealtimeSession:
         return {"response_id": r.id, "item_id": item["id"],
                 "output_index": next(i for i, o in enumerate(r.output) if o is item)}
 
-    def _delta(self, r: Response, msg: dict[str, Any], text: str) -> None:
+    def _caption(self, r: Response, msg: dict[str, Any], upto: int) -> None:
+        """The message's text up to character `upto` (not yet sent) as a delta: a text
+        reply's as the thinker writes it, an audio reply's transcript with the audio that
+        speaks it (`_forward_audio`)."""
+        sent = msg.get("_captioned", 0)
+        upto = min(upto, len(msg["_text"]))
+        if upto <= sent:
+            return
+        msg["_captioned"] = upto
         kind = ("response.output_audio_transcript.delta" if "audio" in r.modalities
                 else "response.output_text.delta")
-        self.emit(kind, **self._where(r, msg), content_index=0, delta=text)
+        self.emit(kind, **self._where(r, msg), content_index=0, delta=msg["_text"][sent:upto])
+
+    def _spoken(self, msg: dict[str, Any], stream: Any, audio_s: float) -> int:
+        """Characters of the message's text that its first `audio_s` of audio speak, to
+        the last whole word (as a barge-in cuts it: `heard_text`)."""
+        read = stream.chars_at(max(0.0, audio_s - AUDIO_LAG_S))
+        return len(heard_text(msg["_text"], audio_s * 1000, math.inf, False, read))
 
     async def _forward_audio(self, r: Response, msg: dict[str, Any], stream: Any) -> None:
         fmt = self.cfg.output_format
         down = None if fmt == "pcm16" else rtc.AudioResampler(RATE, G711_RATE, num_channels=1)
         where = self._where(r, msg)
+        spoken_s = 0.0  # this message's audio sent so far
         async for ev in stream:
             frame: rtc.AudioFrame = ev.frame
             frames = [frame] if down is None else down.push(frame)
@@ -890,7 +906,10 @@ class RealtimeSession:
                 msg["_audio_ms"] = r.audio_ms
                 self.emit("response.output_audio.delta", **where, content_index=0,
                           delta=base64.b64encode(data).decode("ascii"))
+                spoken_s += f.duration
+                self._caption(r, msg, self._spoken(msg, stream, spoken_s))
         r.audio_done = msg["_audio_done"] = True
+        self._caption(r, msg, len(msg["_text"]))  # all of it is in the audio sent
 
     def _close_message(self, r: Response, msg: dict[str, Any]) -> None:
         where = self._where(r, msg)

@@ -228,3 +228,20 @@ class SocketOutput(PacedOutput):
             return t
         return max(t, self._last_audible + self._frame_s)
 
+
+
+class SocketCaptions(io.TextOutput):
+    """The reply's words as `caption` deltas, in step with its audio: the session's
+    TranscriptSynchronizer releases them as the paced audio plays (after a barge-in it
+    releases none of that reply's)."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        super().__init__(label="talk-captions", next_in_chain=None)
+        self._outbox = outbox
+
+    async def capture_text(self, text: str) -> None:
+        if text:
+            self._outbox.event(Server.CAPTION, delta=text)
+
+    def flush(self) -> None:
+        pass  # the reply's transcript event ends it

@@ -20,7 +20,7 @@ from ..agent import PhraseCache, attach_duplex, build_pipeline
 from ..duplex import DuplexState
 from ..metrics import TurnTracker
 from ..settings import AgentSettings
-from .audio import Outbox, SocketInput, SocketOutput
+from .audio import Outbox, SocketCaptions, SocketInput, SocketOutput
 from .protocol import (
     ENCODING,
     PROTOCOL,
@@ -49,8 +49,9 @@ class TalkSession:
         self.speaker = SocketOutput(self.outbox, sample_rate=settings.tts_sample_rate,
                                     frame_ms=settings.tts_frame_ms,
                                     on_first_audio=tracker.audio_published)
+        # the reply's words go out as captions while their audio plays
         self._sync = TranscriptSynchronizer(next_in_chain_audio=self.speaker,
-                                            next_in_chain_text=None)
+                                            next_in_chain_text=SocketCaptions(self.outbox))
         # the reply's first audio is the socket's to report (SocketOutput)
         duplex = attach_duplex(p, silent_from=self.speaker.silent_from,
                                reports_first_audio=False)

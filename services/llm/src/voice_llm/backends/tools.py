@@ -114,8 +114,10 @@ class ToolCallParser:
 
     def flush(self) -> list[str | ToolCall]:
         buf, self._buf = self._buf, ""
-        if not self._in_call:
-            return _merged([buf])
+        if not self._in_call:  # what was held back: the start of a tag the reply ended in
+            if buf.strip():
+                self.dropped += 1
+            return []
         self._in_call = False
         call = self._parse(buf)
         if call is None:  # the reply ended inside a call (its token limit): no call, no text
