@@ -50,3 +50,18 @@ def test_the_summary_line_counts_the_slow_windows_between_lines() -> None:
     later = rec()
     assert f.filter(later) and later.levelno == logging.INFO
     assert "(6 windows" in later.getMessage()
+
+
+def test_the_synchronizers_barge_in_warnings_are_debug(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 62, item 10: a barge-in logged two livekit warnings every time (an
+    interrupted reply's segment ends before its text is in: that is the barge-in)."""
+    load_vad(AgentSettings())
+    agents = logging.getLogger("livekit.agents")
+    caplog.set_level(logging.DEBUG)
+    for msg in quiet_logs.BARGE_IN_SEGMENT:
+        agents.warning(msg)
+    agents.warning("some other warning")
+    levels = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [m for lvl, m in levels if lvl == "WARNING"] == ["some other warning"], levels
+    assert len(levels) == 3

@@ -154,7 +154,8 @@ def audible(pcm: bytes) -> bool:
     return bool(np.abs(np.frombuffer(pcm, dtype=np.int16)).max() > 300)
 
 
-async def test_conversation_with_barge_in(agent: Agent, thinker: Server, tmp_path: Path) -> None:
+async def test_conversation_with_barge_in(agent: Agent, thinker: Server, tmp_path: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
     question = at_48k(espeak("Tell me a long story about the sea.", tmp_path))
     interrupt = at_48k(espeak("Stop, stop please.", tmp_path))
     async with aiohttp.ClientSession() as http, http.ws_connect(agent.url) as ws:
@@ -201,6 +202,10 @@ async def test_conversation_with_barge_in(agent: Agent, thinker: Server, tmp_pat
     # what the barge-in kept of the reply is exactly what its captions showed
     cut = [e for e in inbox.of("transcript") if e["role"] == "assistant" and e["interrupted"]]
     assert cut and cut[0]["text"] == "".join(d for t, d in captions if t < clear_at), cut
+    # a barge-in is no fault: the framework's synchronizer says nothing at WARNING about it
+    said_warn = [r.getMessage() for r in caplog.records
+                 if r.levelno >= logging.WARNING and "synchronizer" in r.pathname]
+    assert said_warn == [], said_warn
     assert ws.close_code == 1000
     await inbox.wait(lambda: not agent.hub.sockets, 10)
 

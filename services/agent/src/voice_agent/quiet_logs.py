@@ -7,6 +7,11 @@ telling the same thing. A busy host is measured where it matters (load.py: the l
 `agent_loop_lag_seconds`, and admission refuses new calls when it is too late), so these
 become one INFO line at most every SUMMARY_S, with how many there were, and DEBUG
 otherwise.
+
+livekit-agents' transcript synchronizer warns twice on every barge-in ("playback_finished
+called before text/audio input is done", "rotate_segment called while previous segment
+is still being rotated"): an interrupted reply's segment ends before its text and audio
+are in, which is what a barge-in is. Those two are DEBUG (`BargeInSegmentFilter`).
 """
 
 from __future__ import annotations
@@ -46,6 +51,23 @@ class SlowVADFilter(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
+AGENTS_LOGGER = "livekit.agents"
+BARGE_IN_SEGMENT = (  # the synchronizer's, when a reply is cut (synchronizer.py)
+    "_SegmentSynchronizerImpl.playback_finished called before text/audio input is done",
+    "rotate_segment called while previous segment is still being rotated",
+)
+
+
+class BargeInSegmentFilter(logging.Filter):
+    """On livekit-agents' logger: the synchronizer's two barge-in warnings -> DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING or record.getMessage() not in BARGE_IN_SEGMENT:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
 _INSTALLED: SlowVADFilter | None = None
 
 
@@ -55,3 +77,4 @@ def quiet_framework_warnings() -> None:
     if _INSTALLED is None:
         _INSTALLED = SlowVADFilter()
         logging.getLogger(SILERO_LOGGER).addFilter(_INSTALLED)
+        logging.getLogger(AGENTS_LOGGER).addFilter(BargeInSegmentFilter())
