@@ -9,7 +9,7 @@ import logging
 
 import pytest
 from voice_agent import quiet_logs
-from voice_agent.agent import load_vad
+from voice_agent.conversation.parts import load_vad
 from voice_agent.settings import AgentSettings
 
 SLOW = "VAD inference is slower than realtime"

@@ -105,6 +105,12 @@ def audio_of(evs: Events, response_id: str, kind: str = "response.output_audio.d
 
 async def test_a_spoken_turn_on_server_vad_is_answered_with_audio(
         agent: Agent, tmp_path: Path) -> None:
+    from voice_agent.metrics import REGISTRY
+
+    def answered() -> float:
+        return REGISTRY.get_sample_value("agent_eot_to_first_audio_seconds_count") or 0.0
+
+    answered0 = answered()
     question = at_24k(espeak("What is the weather like today?", tmp_path))
     async with client(agent).realtime.connect(model="voice-agent") as conn:
         evs = Events(conn)
@@ -131,6 +137,8 @@ async def test_a_spoken_turn_on_server_vad_is_answered_with_audio(
     assert len(pcm) > 24000 * 0.3 and np.abs(pcm).max() > 300  # audible 24 kHz pcm16
     deltas = "".join(e["delta"] for e in evs.of("response.output_audio_transcript.delta"))
     assert deltas == item["content"][0]["transcript"] != ""
+    # the turn is in the agent's latency metrics, as a /v1/talk turn is
+    assert answered() == answered0 + 1
     # captions in step with the voice: each transcript delta comes with the audio that
     # speaks it (the TTS's text position), none before the reply's first audio
     kinds = [e["type"] for e in evs.all if e.get("response_id") == r["id"]]
@@ -612,7 +620,7 @@ async def test_invalid_utf8_closes_1007(agent: Agent) -> None:
 async def test_each_sessions_turn_detection_is_its_own() -> None:
     """Silero's streams share their VAD's options: a session's silence_duration_ms and
     threshold go to its own stream, not to the agent's VAD or another session's."""
-    from voice_agent.agent import load_vad
+    from voice_agent.conversation.parts import load_vad
     from voice_agent.realtime.session import RealtimeSession
     from voice_agent.settings import AgentSettings
 
@@ -628,9 +636,9 @@ async def test_each_sessions_turn_detection_is_its_own() -> None:
         await a.handle(json.dumps({"type": "session.update", "session": {"audio": {"input": {
             "turn_detection": {"type": "server_vad", "silence_duration_ms": 700,
                                "threshold": 0.8}}}}}))
-        assert a._vad._opts.min_silence_duration == 0.7
-        assert a._vad._opts.activation_threshold == 0.8
-        assert b._vad._opts.min_silence_duration == 0.2  # the other session: as it was
+        assert a._vad.inner._opts.min_silence_duration == 0.7
+        assert a._vad.inner._opts.activation_threshold == 0.8
+        assert b._vad.inner._opts.min_silence_duration == 0.2  # the other session: as it was
         assert load_vad(s).min_silence_duration == 0.2  # the agent's VAD too
     finally:
         await a.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from livekit import rtc
-from voice_agent.agent import load_vad
+from voice_agent.conversation.parts import load_vad
 from voice_agent.metrics import REGISTRY, TurnTracker
 from voice_agent.settings import AgentSettings
 from voice_agent.speech_end import SpeechEnd, TimedVAD, stamp

@@ -16,7 +16,7 @@ import pytest
 from livekit import rtc
 from livekit.agents import APIConnectionError, APIConnectOptions, stt
 from voice_agent import sphinx
-from voice_agent.agent import load_vad
+from voice_agent.conversation.parts import load_vad
 from voice_agent.plugins import STT
 from voice_agent.settings import AgentSettings
 from voice_agent.sphinx import (

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 from voice_agent import talk
+from voice_agent.conversation import door
 from voice_agent.http import make_app
 from voice_agent.load import LoadMonitor
 from voice_agent.metrics import REGISTRY
@@ -199,9 +200,11 @@ async def test_conversation_with_barge_in(agent: Agent, thinker: Server, tmp_pat
     said = [t for t, _ in captions if t < clear_at]
     assert said and said[0] >= inbox.audio[0][0], (captions[:3], first_audio)
     assert not [t for t, _ in captions if clear_at < t < clear_at + 0.1]
-    # what the barge-in kept of the reply is exactly what its captions showed
+    # what the barge-in kept of the reply is what its captions showed (a word released
+    # while the reply paused may run past it; the transcript then replaces them)
     cut = [e for e in inbox.of("transcript") if e["role"] == "assistant" and e["interrupted"]]
-    assert cut and cut[0]["text"] == "".join(d for t, d in captions if t < clear_at), cut
+    shown = "".join(d for t, d in captions if t < clear_at)
+    assert cut and shown.startswith(cut[0]["text"]) and cut[0]["text"], (cut, shown)
     # a barge-in is no fault: the framework's synchronizer says nothing at WARNING about it
     said_warn = [r.getMessage() for r in caplog.records
                  if r.levelno >= logging.WARNING and "synchronizer" in r.pathname]
@@ -446,13 +449,13 @@ async def test_no_start_in_time_and_capacity(agent: Agent, monkeypatch: pytest.M
         for ws in held:
             await ws.send_json({"type": "start", "sample_rate": 16000})
             assert (await ws.receive_json(timeout=10))["type"] == "ready"
-        assert talk_hub.SESSIONS._value.get() == 2
+        assert door.SESSIONS._value.get() == 2
         e = await expect_error(agent.url, code="busy", close=1013, start=True)
         assert "AGENT_WS_MAX_SESSIONS" in e["message"]
         # a slot is free the moment its conversation ends, not after its teardown
         await held[0].close()
         async with asyncio.timeout(1.0):
-            while talk_hub.SESSIONS._value.get() > 1:
+            while door.SESSIONS._value.get() > 1:
                 await asyncio.sleep(0.01)
         again = await http.ws_connect(agent.url)
         await again.send_json({"type": "start", "sample_rate": 16000})
@@ -462,7 +465,7 @@ async def test_no_start_in_time_and_capacity(agent: Agent, monkeypatch: pytest.M
     async with asyncio.timeout(15):  # each session finishes starting, then tears down
         while agent.hub.sockets:
             await asyncio.sleep(0.05)
-    assert talk_hub.SESSIONS._value.get() == 0
+    assert door.SESSIONS._value.get() == 0
 
 
 async def test_a_host_running_late_refuses_new_calls_and_keeps_its_calls(
@@ -471,10 +474,10 @@ async def test_a_host_running_late_refuses_new_calls_and_keeps_its_calls(
     in here), a new `start` is refused (1013 `busy`, counted as reason "overloaded") and
     the conversation under way goes on; on time again, conversations start. An idle
     process admits one however late it runs."""
-    monkeypatch.setattr(agent.hub, "settings",
+    monkeypatch.setattr(agent.hub.door, "settings",
                         agent.hub.settings.model_copy(update={"admit_max_lag_ms": 40}))
     late = LoadMonitor()
-    monkeypatch.setattr(talk_hub, "MONITOR", late)
+    monkeypatch.setattr(door, "MONITOR", late)
     labels = {"reason": "overloaded"}
     refused0 = REGISTRY.get_sample_value("agent_ws_refused_total", labels)
     assert refused0 is not None  # exported before the first refusal
@@ -493,7 +496,7 @@ async def test_a_host_running_late_refuses_new_calls_and_keeps_its_calls(
         await under_way.send_bytes(bytes(640) * 10)
         await asyncio.sleep(0.3)
         assert not under_way.closed and agent.hub.talking == 1
-        monkeypatch.setattr(talk_hub, "MONITOR", LoadMonitor())  # on time again
+        monkeypatch.setattr(door, "MONITOR", LoadMonitor())  # on time again
         again = await http.ws_connect(agent.url)
         await again.send_json({"type": "start", "sample_rate": 16000})
         assert (await again.receive_json(timeout=10))["type"] == "ready"
@@ -508,7 +511,7 @@ async def test_a_host_running_late_refuses_new_calls_and_keeps_its_calls(
 
 async def test_open_sockets_waiting_to_start_are_bounded(
         agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(agent.hub, "max_open", 3)
+    monkeypatch.setattr(agent.hub.door, "max_open", 3)
     async with aiohttp.ClientSession() as http:
         silent = [await http.ws_connect(agent.url) for _ in range(3)]
         e = await expect_error(agent.url, code="busy", close=1013)
@@ -593,7 +596,7 @@ async def test_client_vanishing_mid_reply_tears_the_session_down(
     left = [t for t in asyncio.all_tasks() - tasks_before
             if not t.done() and t is not asyncio.current_task()]
     assert not left, [t.get_name() for t in left]
-    assert talk_hub.SESSIONS._value.get() == 0
+    assert door.SESSIONS._value.get() == 0
 
 
 async def test_random_bad_input_never_ends_a_session_with_an_internal_error(
@@ -663,7 +666,7 @@ async def test_random_bad_input_never_ends_a_session_with_an_internal_error(
     print(f"\n/v1/talk close codes over {n}: {dict(sorted(codes.items()))}")
     assert sum(codes.values()) == n and len(codes) >= 4, codes
     await drained(agent)
-    assert talk_hub.SESSIONS._value.get() == 0
+    assert door.SESSIONS._value.get() == 0
     async with aiohttp.ClientSession() as http, http.ws_connect(agent.url) as ws:
         await ws.send_json({"type": "start", "sample_rate": 16000})
         assert (await ws.receive_json(timeout=10))["type"] == "ready"

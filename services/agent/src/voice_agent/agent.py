@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from livekit import rtc
 from livekit.agents import APIConnectOptions, llm
-from livekit.agents.inference.eot import TurnDetector
 from livekit.agents.voice import Agent, AgentSession
 from livekit.agents.voice.agent_session import SessionConnectOptions
 from livekit.agents.voice.events import (
@@ -32,19 +31,14 @@ from livekit.agents.voice.events import (
     ConversationItemAddedEvent,
     ErrorEvent,
 )
-from livekit.plugins import silero
 
 from .backchannel import BackchannelPolicy
-from .bridge import BridgeConfig
-from .duplex import FRAMEWORK_NEVER_INTERRUPTS, DuplexController
+from .conversation.parts import build_parts, turn_handling
+from .duplex import DuplexController
 from .metrics import CONVERSATIONS, TurnTracker
 from .plugins import LLM, STT, TTS
-from .plugins.utterances import UtteranceStore
-from .quiet_logs import quiet_framework_warnings
 from .settings import AgentSettings
-from .speech_end import TimedVAD
 from .tools import livekit_tools
-from .turn_words import TrailingWordTurnDetector
 
 log = logging.getLogger("voice_agent.agent")
 
@@ -202,74 +196,17 @@ class Pipeline:
     duplex: DuplexController | None = None
 
 
-_VAD: dict[tuple[float, float, float], silero.VAD] = {}
-
-
-def load_vad(settings: AgentSettings) -> silero.VAD:
-    """Silero (ONNX, 512-sample windows at 16 kHz), loaded once per process per config."""
-    quiet_framework_warnings()  # its per-window "slower than realtime": see quiet_logs.py
-    key = (settings.vad_min_speech_ms / 1000, settings.vad_silence_ms / 1000,
-           settings.vad_activation_threshold)
-    if key not in _VAD:
-        _VAD[key] = silero.VAD.load(
-            min_speech_duration=key[0], min_silence_duration=key[1],
-            activation_threshold=key[2], sample_rate=16000,
-        )
-    return _VAD[key]
-
-
-def turn_detection(mode: str) -> TurnDetector | TrailingWordTurnDetector | str:
-    """AGENT_TURN_DETECTION as the session takes it: a detector behind the VAD (the
-    framework's local audio model, weights in livekit-local-inference, or ours on the
-    transcript's last word), or "vad"."""
-    if mode == "model":
-        return TurnDetector(version="v1-mini", local_fallback=True)
-    return TrailingWordTurnDetector() if mode == "text" else "vad"
-
-
 def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = None,
                    cache: PhraseCache | None = None) -> Pipeline:
     tracker = tracker or TurnTracker()
     cache = cache or PhraseCache()
     s = settings
-    utterances = UtteranceStore(capacity=s.max_context_messages) if s.stt_mode == "audio" else None
-    # the shared Silero model, its end of speech located in the audio (speech_end.py)
-    vad = TimedVAD(load_vad(s), tracker.vad_speech_ended)
-    stt_ = STT(addr=s.thinker_addr, instruction=s.stt_instruction, max_tokens=s.stt_max_tokens,
-               backend=s.stt_backend, fallback=s.stt_fallback, vad=vad,
-               sphinx_workers=s.stt_workers, offline_model=s.stt_offline_model,
-               early_pass=s.stt_early_pass,
-               utterances=utterances, tracker=tracker,
-               api_key=s.llm_api_key.get_secret_value())
-    llm_ = LLM(addr=s.thinker_addr, max_tokens=s.llm_max_tokens, temperature=s.llm_temperature,
-               max_messages=s.max_context_messages, seed=s.llm_seed, utterances=utterances,
-               tracker=tracker, api_key=s.llm_api_key.get_secret_value())
-    bridge = BridgeConfig(starter_min_chars=s.bridge_starter_min_chars,
-                          starter_max_chars=s.bridge_starter_max_chars,
-                          min_chars=s.bridge_min_chars, max_chars=s.bridge_max_chars)
-    tts_ = TTS(addr=s.tts_addr, voice=s.tts_voice, language=s.tts_language,
-               sample_rate=s.tts_sample_rate, frame_ms=s.tts_frame_ms, seed=s.tts_seed,
-               max_frames=s.tts_max_frames,
-               bridge=bridge, flush_on_sentence=s.bridge_flush_on_sentence, tracker=tracker,
-               api_key=s.tts_api_key.get_secret_value())
+    parts = build_parts(s, tracker)
     # one try per call: a retry would only delay the fallback on a dead backend
     once = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=10.0)
     session: AgentSession = AgentSession(
-        stt=stt_, llm=llm_, tts=tts_, vad=vad,
-        turn_handling={
-            "turn_detection": turn_detection(s.turn_detection),
-            "endpointing": {"mode": "fixed", "min_delay": s.min_endpointing_delay_s,
-                            "max_delay": s.max_endpointing_delay_s},
-            "interruption": {"enabled": s.allow_interruptions, "mode": "vad",
-                             "min_duration": s.min_interruption_ms / 1000,
-                             # the duplex controller decides what cuts a reply
-                             "min_words": FRAMEWORK_NEVER_INTERRUPTS
-                             if s.backchannel_resume else 0,
-                             "resume_false_interruption": False,
-                             "false_interruption_timeout": None},
-            "preemptive_generation": {"enabled": s.preemptive_generation,
-                                      "preemptive_tts": s.preemptive_tts},
-        },
+        stt=parts.stt, llm=parts.llm, tts=parts.tts, vad=parts.vad,
+        turn_handling=turn_handling(s),  # type: ignore[arg-type]
         conn_options=SessionConnectOptions(stt_conn_options=once, llm_conn_options=once,
                                            tts_conn_options=once,
                                            max_unrecoverable_errors=1_000_000),
@@ -282,8 +219,8 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     )
     count_conversation(session)
     agent = VoiceAgent(s, cache)
-    p = Pipeline(settings=s, session=session, agent=agent, stt=stt_, llm=llm_, tts=tts_,
-                 tracker=tracker, cache=cache)
+    p = Pipeline(settings=s, session=session, agent=agent, stt=parts.stt, llm=parts.llm,
+                 tts=parts.tts, tracker=tracker, cache=cache)
     p.fallback = FallbackSpeaker(session, s, cache, tracker)
     return p
 

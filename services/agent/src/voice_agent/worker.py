@@ -26,8 +26,9 @@ import threading
 
 from livekit.agents import AgentServer, JobContext, JobExecutorType, JobProcess, cli
 
-from .agent import PhraseCache, attach_duplex, build_pipeline, load_vad, starter_phrases
+from .agent import PhraseCache, attach_duplex, build_pipeline, starter_phrases
 from .autortc_marks import AutoRTCMarks
+from .conversation.parts import load_vad
 from .http import start_http
 from .load import MONITOR
 from .marks import encode_latency

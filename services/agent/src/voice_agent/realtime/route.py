@@ -1,5 +1,6 @@
-"""The `/v1/realtime` route: the same door as `/v1/talk` (origin, API key, the hub's
-conversation slots), then one RealtimeSession per socket until the client goes."""
+"""The `/v1/realtime` route: the same door as `/v1/talk` (conversation/door.py: origin,
+API key, open sockets, the shared conversation slots, load), then one RealtimeSession per
+socket until the client goes."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from aiohttp import WSMsgType, web
-from voice_keys import bearer
 
-from ..talk.hub import REFUSED, TalkHub
-from ..talk.protocol import Close, ProtocolError
+from ..conversation.door import REFUSED, Refused
+from ..talk.hub import TalkHub
 from ..voices import VoicesUnavailable, find, list_voices, not_found_message
 from .events import RealtimeError, error_event
 from .session import RealtimeSession
@@ -25,36 +26,39 @@ PATH = "/v1/realtime"
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
-def _refusal(status: int, code: str, message: str, **headers: str) -> web.Response:
-    return web.json_response(error_event(RealtimeError(code, message)), status=status,
-                             headers=headers)
+def _refusal(e: Refused) -> dict[str, object]:
+    """The door's refusal as the API's error event (its codes: invalid_api_key, ...)."""
+    code = {"unauthorized": "invalid_api_key", "busy": "rate_limit_exceeded"}.get(e.code, e.code)
+    return error_event(RealtimeError(code, e.message,
+                                     type_="server_error" if e.code == "busy" else
+                                     "invalid_request_error"))
 
 
 async def handle(hub: TalkHub, request: web.Request) -> web.StreamResponse:
-    if not hub.origin_allowed(request):
-        REFUSED.labels(reason="origin").inc()
-        return _refusal(403, "origin_not_allowed", f"origin {request.headers['Origin'][:100]!r}"
-                        " may not open /v1/realtime (the agent's own host, or AGENT_WS_ORIGINS)")
-    key = bearer(request.headers.get("Authorization")) or request.query.get("api_key")
-    if not hub.keys.allows(key):
-        REFUSED.labels(reason="unauthorized").inc()
-        return _refusal(401, "invalid_api_key", hub.keys.refusal(key),
-                        **{"WWW-Authenticate": "Bearer"})
+    door = hub.door
+    try:
+        door.check(request, PATH)
+    except Refused as e:  # before the upgrade: no socket, no slot
+        REFUSED.labels(reason=e.reason).inc()
+        return web.json_response(_refusal(e), status=e.status, headers=(
+            {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}))
     ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=MAX_MESSAGE_BYTES)
     await ws.prepare(request)
     try:
-        if len(hub.sockets) >= hub.max_open:
-            raise ProtocolError("busy", f"too many connections ({hub.max_open}) are open; "
-                                "try again later", Close.TRY_AGAIN_LATER)
-        release = hub.take_slot()
-    except ProtocolError as e:
+        with door.opened(ws):
+            release = door.take_slot()
+            await _converse(hub, ws, request, release)
+    except Refused as e:
         REFUSED.labels(reason=e.reason).inc()
         with contextlib.suppress(Exception):
-            await ws.send_json(error_event(RealtimeError(
-                "rate_limit_exceeded" if e.code == "busy" else e.code, e.message,
-                type_="server_error")))
+            await ws.send_json(_refusal(e))
             await ws.close(code=e.close_code, message=e.code.encode())
-        return ws
+    return ws
+
+
+async def _converse(hub: TalkHub, ws: web.WebSocketResponse, request: web.Request,
+                    release: Callable[[], None]) -> None:
+    """One RealtimeSession on the socket until the client goes; its slot is `release`d."""
     settings = hub.settings
     beta = "realtime=v1" in request.headers.get("OpenAI-Beta", "")
 
@@ -72,7 +76,6 @@ async def handle(hub: TalkHub, request: web.Request) -> web.StreamResponse:
         return voice.name
 
     session = RealtimeSession(settings, ws.send_str, beta, check_voice)
-    hub.sockets.add(ws)
     t0 = time.perf_counter()
     log.info("realtime %s: start (%s events), from %s", session.id, "beta" if beta else "GA",
              request.remote)
@@ -93,11 +96,10 @@ async def handle(hub: TalkHub, request: web.Request) -> web.StreamResponse:
     except Exception:
         log.exception("realtime %s failed", session.id)
     finally:
-        # The slot and the socket's place first: the teardown below awaits a client that
-        # may have stopped reading or reset, and a close that raised (CancelledError is
-        # no Exception) once skipped them and kept the slot until a restart.
+        # The slot first: the teardown below awaits a client that may have stopped reading
+        # or reset, and a close that raised (CancelledError is no Exception) once skipped
+        # the release and kept the slot until a restart.
         release()
-        hub.sockets.discard(ws)
         try:
             # shielded: a handler cancelled here (the client reset) still stops the
             # session's thinker and TTS work
@@ -109,4 +111,3 @@ async def handle(hub: TalkHub, request: web.Request) -> web.StreamResponse:
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(ws.close(), 2.0)
             log.info("realtime %s: end after %.1f s", session.id, time.perf_counter() - t0)
-    return ws

@@ -35,10 +35,11 @@ from livekit import rtc
 from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, llm, stt, vad
 from livekit.agents.utils.audio import AudioByteStream
 
-from ..agent import load_vad
-from ..plugins import LLM, STT, TTS
+from ..conversation.parts import build_parts
+from ..metrics import TurnTracker
 from ..plugins.stt import PREPARE_AFTER, RecogniserFeed
 from ..settings import AgentSettings
+from ..speech_end import SpeechEnd, TimedVADStream
 from ..tools import load_tools, run_tool, schema
 from .events import (
     CLIENT_EVENTS,
@@ -152,17 +153,11 @@ class RealtimeSession:
         self._check_voice = check_voice  # async: the TTS's name for a voice, or raises
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.items: list[dict[str, Any]] = []
-        self.stt = STT(addr=s.thinker_addr, instruction=s.stt_instruction,
-                       max_tokens=s.stt_max_tokens, backend=s.stt_backend,
-                       fallback=s.stt_fallback, sphinx_workers=s.stt_workers,
-                       offline_model=s.stt_offline_model,
-                       api_key=s.llm_api_key.get_secret_value())
-        self.tts = TTS(addr=s.tts_addr, voice=s.tts_voice, language=s.tts_language,
-                       sample_rate=RATE, frame_ms=s.tts_frame_ms, seed=s.tts_seed,
-                       max_frames=s.tts_max_frames, api_key=s.tts_api_key.get_secret_value())
-        self.llm = LLM(addr=s.thinker_addr, max_tokens=s.llm_max_tokens,
-                       temperature=s.llm_temperature, max_messages=s.max_context_messages,
-                       seed=s.llm_seed, api_key=s.llm_api_key.get_secret_value())
+        # the conversation's parts as every door builds them, its turns in the agent's
+        # latency metrics (conversation/parts.py)
+        self.tracker = TurnTracker()
+        self.parts = build_parts(s, self.tracker, sample_rate=RATE)
+        self.stt, self.llm, self.tts = self.parts.stt, self.parts.llm, self.parts.tts
         # AGENT_TOOLS: offered beside the client's, run here (the client never sees a call
         # it must answer); a reply that called them goes on with their results
         self.server_tools = {schema(t)["name"]: t for t in load_tools(s.tools)}
@@ -177,7 +172,7 @@ class RealtimeSession:
         self._resampler: rtc.AudioResampler | None = None
         self._resampler_rate = 0  # the rate it takes (24 kHz pcm16, 8 kHz G.711)
         self._framer = AudioByteStream(VAD_RATE, 1, samples_per_channel=VAD_RATE // 50)
-        self._vad: vad.VADStream | None = None
+        self._vad: TimedVADStream | None = None
         self._vad_task: asyncio.Task[None] | None = None
         self._speech_item: str | None = None  # the user item server VAD is hearing
         # the last reply all made, with the item whose audio may still be playing
@@ -268,9 +263,9 @@ class RealtimeSession:
         # the agent's one Silero model; this session's options on its own stream (silero's
         # streams share their VAD's options object: a copy, or one session's
         # turn_detection would tune every other's; and no model loaded per client value)
-        stream = load_vad(s).stream()
-        stream._opts = dataclasses.replace(stream._opts)
-        stream.update_options(
+        stream = self.parts.vad.stream()
+        stream.inner._opts = dataclasses.replace(stream.inner._opts)
+        stream.inner.update_options(
             min_silence_duration=(td.silence_duration_ms or s.vad_silence_ms) / 1000,
             activation_threshold=td.threshold or s.vad_activation_threshold)
         self._vad = stream
@@ -342,6 +337,8 @@ class RealtimeSession:
                                 f"{self._appended_ms:.0f} ms")
         frames = self._buffer + list(self._framer.flush())
         self._clear_buffer()
+        now = time.perf_counter()  # the client ended the turn: its commit is the end
+        self.tracker.user_turn_ended(SpeechEnd(at=now, decided=now, silence_s=0.0))
         self._commit(new_id("item"), frames, respond=False)
 
     async def on_input_audio_buffer_clear(self, ev: dict[str, Any]) -> None:
@@ -352,7 +349,7 @@ class RealtimeSession:
     def _clear_buffer(self) -> None:
         self._buffer, self._buffer_ms, self._appended_ms = [], 0.0, 0.0
 
-    async def _vad_events(self, stream: vad.VADStream) -> None:
+    async def _vad_events(self, stream: TimedVADStream) -> None:
         async for ev in stream:
             td = self.cfg.turn_detection
             if td is None:
@@ -381,6 +378,9 @@ class RealtimeSession:
                           audio_end_ms=int(max(0.0, pos - ev.silence_duration * 1000)),
                           item_id=item_id)
                 self._clear_buffer()
+                # the user's turn ended at its last speech sample, as the VAD located it
+                self.tracker.user_turn_ended(self.tracker.end_of_speech(
+                    time.perf_counter(), ev.silence_duration))
                 feed, self._feed = self._feed, None
                 self._commit(item_id, list(ev.frames), respond=td.create_response, feed=feed)
 
@@ -902,6 +902,7 @@ class RealtimeSession:
                     continue
                 if r.first_audio_at is None:
                     r.first_audio_at = time.monotonic()
+                    self.tracker.audio_published()  # the turn's first audio left
                 r.audio_ms += f.duration * 1000
                 msg["_audio_ms"] = r.audio_ms
                 self.emit("response.output_audio.delta", **where, content_index=0,
@@ -1004,9 +1005,7 @@ class RealtimeSession:
             with contextlib.suppress(Exception):
                 await self._vad.aclose()
         await self._close_feed()
-        for comp in (self.stt, self.tts, self.llm):
-            with contextlib.suppress(Exception):
-                await comp.aclose()
+        await self.parts.aclose()
         self._outbox.put_nowait(None)
 
 

@@ -1,10 +1,8 @@
-"""The `/v1/talk` route (`TalkHub`): who may connect (origin, API key), admission
-(AGENT_WS_MAX_SESSIONS, and none while the process runs late), the hello, the voice a
-conversation asks for and its starter phrases, one TalkSession each; and GET /v1/voices.
+"""The `/v1/talk` route (`TalkHub`): the door (conversation/door.py: origin, API key,
+open sockets, slots, load), the hello, the voice a conversation asks for and its starter
+phrases, one TalkSession each; and GET /v1/voices.
 
 What a conversation does once started is session.py's; the messages are protocol.py's.
-Not here: authentication beyond the API key (bind AGENT_HTTP_HOST to loopback or put an
-authenticating proxy in front).
 """
 
 from __future__ import annotations
@@ -14,16 +12,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
-from prometheus_client import Counter, Gauge
-from voice_keys import ApiKeys, bearer
-from voice_keys.origins import own_host
+from voice_keys import bearer
 
 from ..agent import PhraseCache, build_pipeline, starter_phrases
-from ..load import MONITOR
-from ..metrics import REGISTRY
+from ..conversation.door import REFUSED, Door, Refused
 from ..plugins import TTS
 from ..settings import AgentSettings
 from ..voices import (
@@ -45,22 +39,19 @@ from .session import TalkSession, refuse
 
 log = logging.getLogger("voice_agent.ws")
 
-LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")  # one host, whichever name a page uses
 PREPARE_TIMEOUT_S = 120.0  # the starter phrases: retried until the TTS answers, this long
 PREPARE_RETRY_S = 2.0
 MAX_VOICE_CACHES = 32  # voices whose starter phrases are kept (the default's always)
 
-SESSIONS = Gauge("agent_ws_sessions", "/v1/talk conversations under way (started, not ended)",
-                 registry=REGISTRY)
-REFUSED = Counter("agent_ws_refused_total", "/v1/talk connections refused, by reason",
-                  ["reason"], registry=REGISTRY)
-for _reason in ("busy", "overloaded"):  # exported at 0 before the first refusal
-    REFUSED.labels(reason=_reason)
+
+
+def protocol_error(e: Refused) -> ProtocolError:
+    """A refusal of the door in this protocol's words (after the upgrade)."""
+    return ProtocolError(e.code, e.message, Close.TRY_AGAIN_LATER, reason=e.reason)
 
 
 class TalkHub:
-    """The route: admission (AGENT_WS_MAX_SESSIONS, and none while the process runs
-    late: AGENT_ADMIT_MAX_LAG_MS), the hello, one TalkSession each.
+    """The route: the door (shared with /v1/realtime), the hello, one TalkSession each.
 
     Before its first conversation the hub prepares what every conversation shares
     (`prepare`, started with the HTTP server; /healthz answers 503 until it is done):
@@ -71,15 +62,7 @@ class TalkHub:
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
         self.cache = PhraseCache()  # one per process: the greeting is the same for all
-        self.sockets: set[web.WebSocketResponse] = set()  # open, started or not
-        self.talking = 0  # conversations under way: the slots taken
-        # Sockets waiting for `start` cost little but are bounded too (a slow hello is
-        # cut at HELLO_TIMEOUT_S); conversations are counted apart, from `start`.
-        self.max_open = 4 * settings.ws_max_sessions + 16
-        self.keys = ApiKeys(settings.api_keys.get_secret_value(), settings.api_keys_file,
-                            file_setting="AGENT_API_KEYS_FILE",
-                            how="send `Authorization: Bearer <key>`, or ?api_key=<key> "
-                            "from a browser")
+        self.door = Door(settings)  # a slow hello is cut at HELLO_TIMEOUT_S
         self.ready = asyncio.Event()  # prepared (or given up on: see the log)
         self._prepare: asyncio.Task[None] | None = None
         # the starter phrases in each voice conversations asked for (key: lower-case
@@ -123,34 +106,24 @@ class TalkHub:
             for comp in (p.stt, p.llm, p.tts):
                 await comp.aclose()
 
-    def origin_allowed(self, request: web.Request) -> bool:
-        """A browser's page may talk from the agent's own host (any port: the mesh's page
-        is served by the token service next door) or from AGENT_WS_ORIGINS; a page on
-        another site may not drive a visitor's browser into the agent. No Origin: not a
-        browser (the key, if any, guards those). The agent's own host is a name it knows:
-        a loopback name, an IP literal or a host named in AGENT_WS_ORIGINS; any other name
-        in Host is the page's own (DNS rebinding: evil.example resolved to 127.0.0.1)."""
-        origin = request.headers.get("Origin")
-        if origin is None:
-            return True
-        origin = origin.rstrip("/").lower()
-        allowed = {o.strip().rstrip("/").lower() for o in self.settings.ws_origins.split(",")}
-        host, ours = urlsplit(origin).hostname, (request.url.host or "").lower()
-        if "*" in allowed or origin in allowed or host is None:
-            return "*" in allowed or origin in allowed
-        own = own_host(host, {urlsplit(o).hostname for o in allowed} - {None})
-        return (host == ours and own) or (host in LOOPBACK and ours in LOOPBACK)
+    @property
+    def sockets(self) -> set[web.WebSocketResponse]:
+        return self.door.sockets
+
+    @property
+    def talking(self) -> int:
+        return self.door.talking
 
     async def voices(self, request: web.Request) -> web.Response:
         """GET /v1/voices: the voices a conversation may ask for (the TTS's ListVoices:
         presets and library voices, with their kind) and the agent's default. For the
         page (a fetch from the same origins /v1/talk allows, with the same key)."""
         cors = ({"Access-Control-Allow-Origin": request.headers["Origin"], "Vary": "Origin"}
-                if "Origin" in request.headers and self.origin_allowed(request) else {})
+                if "Origin" in request.headers and self.door.origin_allowed(request) else {})
         key = bearer(request.headers.get("Authorization")) or request.query.get("api_key")
-        if not self.keys.allows(key):
+        if not self.door.keys.allows(key):
             return web.json_response(
-                error_event("unauthorized", self.keys.refusal(key)),
+                error_event("unauthorized", self.door.keys.refusal(key)),
                 status=401, headers={"WWW-Authenticate": "Bearer", **cors})
         try:
             voices = await list_voices(self.settings)
@@ -209,33 +182,34 @@ class TalkHub:
             await tts.aclose()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        if not self.origin_allowed(request):
-            REFUSED.labels(reason="origin").inc()
-            return web.json_response(error_event(
-                "origin_not_allowed", f"origin {request.headers['Origin'][:100]!r} may not "
-                "open /v1/talk (the agent's own host, or AGENT_WS_ORIGINS)"), status=403)
-        key = bearer(request.headers.get("Authorization")) or request.query.get("api_key")
-        if not self.keys.allows(key):  # before the upgrade: no socket, no slot
-            REFUSED.labels(reason="unauthorized").inc()
-            return web.json_response(
-                error_event("unauthorized", self.keys.refusal(key)),
-                status=401, headers={"WWW-Authenticate": "Bearer"})
+        try:
+            self.door.check(request, "/v1/talk")
+        except Refused as e:  # before the upgrade: no socket, no slot
+            REFUSED.labels(reason=e.reason).inc()
+            return web.json_response(error_event(e.code, e.message), status=e.status, headers=(
+                {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}))
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4 * 48000 * MAX_MESSAGE_MS // 1000)
         await ws.prepare(request)
-        if len(self.sockets) >= self.max_open:
-            REFUSED.labels(reason="busy").inc()
-            await refuse(ws, ProtocolError(
-                "busy", f"too many connections ({self.max_open}) are open or waiting to "
-                "start; try again later", Close.TRY_AGAIN_LATER))
-            return ws
-        self.sockets.add(ws)
+        try:
+            with self.door.opened(ws):
+                await self._converse(ws, request)
+        except Refused as e:
+            REFUSED.labels(reason=e.reason).inc()
+            await refuse(ws, protocol_error(e))
+        return ws
+
+    async def _converse(self, ws: web.WebSocketResponse, request: web.Request) -> None:
+        """One socket: its hello, a slot, the conversation until either side ends it."""
         t0 = time.perf_counter()
         session: TalkSession | None = None
         release: Callable[[], None] | None = None
         try:
             rate, voice = await self._hello(ws)
             settings, cache = await self.session_voice(voice)
-            release = self.take_slot()
+            try:
+                release = self.door.take_slot()
+            except Refused as e:
+                raise protocol_error(e) from None
             session = TalkSession(settings, cache, ws, rate)
             log.info("talk %s: start, mic %d Hz, voice %s, from %s", session.id, rate,
                      settings.tts_voice, request.remote)
@@ -252,42 +226,11 @@ class TalkHub:
             await refuse(ws, ProtocolError("internal", "internal error in the agent",
                                            Close.INTERNAL))
         finally:
-            self.sockets.discard(ws)
             if release is not None:
                 release()
             if session is not None:
                 log.info("talk %s: end after %.1f s, %d frames sent", session.id,
                          time.perf_counter() - t0, session.outbox.audio_sent)
-        return ws
-
-    def take_slot(self) -> Callable[[], None]:
-        """A conversation slot (AGENT_WS_MAX_SESSIONS), taken at `start`: a socket that
-        never starts holds none. The returned call gives it back, once."""
-        if self.talking >= self.settings.ws_max_sessions:
-            raise ProtocolError(
-                "busy", f"the agent is at capacity ({self.settings.ws_max_sessions} "
-                "conversations, AGENT_WS_MAX_SESSIONS); try again later", Close.TRY_AGAIN_LATER)
-        limit = self.settings.admit_max_lag_ms
-        # An idle process always takes one: its lateness is not its conversations' (a
-        # busy shared host, e.g. the 2-core mesh), and refusing would serve nobody.
-        if self.talking > 0 and MONITOR.overloaded(limit):
-            raise ProtocolError(
-                "busy", f"the agent's host is overloaded: it runs {MONITOR.lag_s() * 1000:.0f} "
-                f"ms late (over AGENT_ADMIT_MAX_LAG_MS={limit}), so another conversation "
-                f"would break up every reply ({self.talking} under way); try again later",
-                Close.TRY_AGAIN_LATER, reason="overloaded")
-        self.talking += 1
-        SESSIONS.inc()
-        held = True
-
-        def release() -> None:
-            nonlocal held
-            if held:
-                held = False
-                self.talking -= 1
-                SESSIONS.dec()
-
-        return release
 
     async def _hello(self, ws: web.WebSocketResponse) -> tuple[int, str | None]:
         try:

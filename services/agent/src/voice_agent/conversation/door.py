@@ -1,0 +1,130 @@
+"""The door every conversation route opens the same way (`Door`): who may connect (the
+page's origin, the API key), how many sockets may be open, the conversation slots
+(AGENT_WS_MAX_SESSIONS, shared by `/v1/talk` and `/v1/realtime`) and none while the
+process runs late (AGENT_ADMIT_MAX_LAG_MS). A refusal is a `Refused` with its reason;
+each route says it in its own wire's words.
+
+Not here: authentication beyond the API key (bind AGENT_HTTP_HOST to loopback or put an
+authenticating proxy in front).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from prometheus_client import Counter, Gauge
+from voice_keys import ApiKeys, bearer
+from voice_keys.origins import own_host
+
+from ..load import MONITOR
+from ..metrics import REGISTRY
+from ..settings import AgentSettings
+
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")  # one host, whichever name a page uses
+TRY_AGAIN_LATER = 1013  # RFC 6455's close code for a server at capacity
+
+SESSIONS = Gauge("agent_ws_sessions", "/v1/talk and /v1/realtime conversations under way "
+                 "(started, not ended)", registry=REGISTRY)
+REFUSED = Counter("agent_ws_refused_total", "/v1/talk and /v1/realtime connections refused, "
+                  "by reason", ["reason"], registry=REGISTRY)
+for _reason in ("busy", "overloaded"):  # exported at 0 before the first refusal
+    REFUSED.labels(reason=_reason)
+
+
+class Refused(Exception):
+    """Why the door stays shut: `code` (origin_not_allowed, unauthorized, busy), the
+    message for the client, the HTTP status before an upgrade, the metric's reason."""
+
+    def __init__(self, code: str, message: str, status: int, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+        self.reason = reason or code
+        self.close_code = TRY_AGAIN_LATER
+
+
+class Door:
+    """Admission for every conversation route of the process (see the module)."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self.sockets: set[web.WebSocketResponse] = set()  # open, started or not
+        self.talking = 0  # conversations under way: the slots taken
+        # Sockets waiting to start cost little but are bounded too; conversations are
+        # counted apart, from their start.
+        self.max_open = 4 * settings.ws_max_sessions + 16
+        self.keys = ApiKeys(settings.api_keys.get_secret_value(), settings.api_keys_file,
+                            file_setting="AGENT_API_KEYS_FILE",
+                            how="send `Authorization: Bearer <key>`, or ?api_key=<key> "
+                            "from a browser")
+
+    def check(self, request: web.Request, path: str) -> None:
+        """Before the upgrade: the page's origin and the API key (no socket, no slot)."""
+        if not self.origin_allowed(request):
+            raise Refused("origin_not_allowed", f"origin {request.headers['Origin'][:100]!r} "
+                          f"may not open {path} (the agent's own host, or AGENT_WS_ORIGINS)",
+                          403, "origin")
+        key = bearer(request.headers.get("Authorization")) or request.query.get("api_key")
+        if not self.keys.allows(key):
+            raise Refused("unauthorized", self.keys.refusal(key), 401)
+
+    def origin_allowed(self, request: web.Request) -> bool:
+        """A browser's page may talk from the agent's own host (any port: the mesh's page
+        is served by the token service next door) or from AGENT_WS_ORIGINS; a page on
+        another site may not drive a visitor's browser into the agent. No Origin: not a
+        browser (the key, if any, guards those). The agent's own host is a name it knows:
+        a loopback name, an IP literal or a host named in AGENT_WS_ORIGINS; any other name
+        in Host is the page's own (DNS rebinding: evil.example resolved to 127.0.0.1)."""
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return True
+        origin = origin.rstrip("/").lower()
+        allowed = {o.strip().rstrip("/").lower() for o in self.settings.ws_origins.split(",")}
+        host, ours = urlsplit(origin).hostname, (request.url.host or "").lower()
+        if "*" in allowed or origin in allowed or host is None:
+            return "*" in allowed or origin in allowed
+        own = own_host(host, {urlsplit(o).hostname for o in allowed} - {None})
+        return (host == ours and own) or (host in LOOPBACK and ours in LOOPBACK)
+
+    @contextmanager
+    def opened(self, ws: web.WebSocketResponse) -> Iterator[None]:
+        """An upgraded socket holds its place among the open ones until it closes."""
+        if len(self.sockets) >= self.max_open:
+            raise Refused("busy", f"too many connections ({self.max_open}) are open or "
+                          "waiting to start; try again later", 503)
+        self.sockets.add(ws)
+        try:
+            yield
+        finally:
+            self.sockets.discard(ws)
+
+    def take_slot(self) -> Callable[[], None]:
+        """A conversation slot (AGENT_WS_MAX_SESSIONS), taken when it starts: a socket
+        that never starts holds none. The returned call gives it back, once."""
+        limit = self.settings.ws_max_sessions
+        if self.talking >= limit:
+            raise Refused("busy", f"the agent is at capacity ({limit} conversations, "
+                          "AGENT_WS_MAX_SESSIONS); try again later", 503)
+        lag_limit = self.settings.admit_max_lag_ms
+        # An idle process always takes one: its lateness is not its conversations' (a
+        # busy shared host, e.g. the 2-core mesh), and refusing would serve nobody.
+        if self.talking > 0 and MONITOR.overloaded(lag_limit):
+            raise Refused(
+                "busy", f"the agent's host is overloaded: it runs {MONITOR.lag_s() * 1000:.0f} "
+                f"ms late (over AGENT_ADMIT_MAX_LAG_MS={lag_limit}), so another conversation "
+                f"would break up every reply ({self.talking} under way); try again later",
+                503, "overloaded")
+        self.talking += 1
+        SESSIONS.inc()
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self.talking -= 1
+                SESSIONS.dec()
+
+        return release
