@@ -10,9 +10,11 @@ Knows nothing of sockets, rooms or a door's wire.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from typing import Any
 
+from livekit.agents import llm
 from livekit.agents.inference.eot import TurnDetector
 from livekit.plugins import silero
 
@@ -25,6 +27,8 @@ from ..quiet_logs import quiet_framework_warnings
 from ..settings import AgentSettings
 from ..speech_end import TimedVAD
 from ..turn_words import TrailingWordTurnDetector
+
+log = logging.getLogger("voice_agent.conversation")
 
 
 @dataclass
@@ -112,3 +116,24 @@ def turn_handling(settings: AgentSettings) -> dict[str, Any]:
         "preemptive_generation": {"enabled": s.preemptive_generation,
                                   "preemptive_tts": s.preemptive_tts},
     }
+
+
+async def end_of_turn_wait(settings: AgentSettings, detector: Any, transcript: str) -> float:
+    """After the VAD's end of speech, how long the turn stays open for the user to go on:
+    the same rule an AgentSession applies with `turn_handling` (min_endpointing_delay_s
+    when the detector finds the end likely, max_endpointing_delay_s when it does not),
+    for a door that runs its own turns (the Realtime API's server VAD)."""
+    s = settings
+    if isinstance(detector, str):  # "vad": silence alone
+        return s.min_endpointing_delay_s
+    ctx = llm.ChatContext.empty()
+    ctx.add_message(role="user", content=transcript)
+    try:
+        p = await detector.predict_end_of_turn(ctx)
+        threshold = await detector.unlikely_threshold(None)
+    except Exception as e:  # a model that fails: the silence rule, this turn
+        log.warning("end of turn: %s failed (%s); the silence rule this turn",
+                    getattr(detector, "model", detector), e)
+        return s.min_endpointing_delay_s
+    unlikely = threshold is not None and p < threshold
+    return s.max_endpointing_delay_s if unlikely else s.min_endpointing_delay_s

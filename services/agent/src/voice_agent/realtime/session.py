@@ -35,7 +35,7 @@ from livekit import rtc
 from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, llm, stt, vad
 from livekit.agents.utils.audio import AudioByteStream
 
-from ..conversation.parts import build_parts
+from ..conversation.parts import build_parts, end_of_turn_wait, turn_detector
 from ..metrics import TurnTracker
 from ..plugins.stt import PREPARE_AFTER, RecogniserFeed
 from ..settings import AgentSettings
@@ -175,6 +175,10 @@ class RealtimeSession:
         self._vad: TimedVADStream | None = None
         self._vad_task: asyncio.Task[None] | None = None
         self._speech_item: str | None = None  # the user item server VAD is hearing
+        # its speech so far, while the end-of-turn policy waits to see if the user goes on
+        self._held: list[rtc.AudioFrame] = []
+        self._turn_end: asyncio.Task[None] | None = None
+        self._detector = turn_detector(s.turn_detection)  # the agent's one policy
         # the last reply all made, with the item whose audio may still be playing
         self._playing: tuple[Response, dict[str, Any]] | None = None
         self._feed: RecogniserFeed | None = None  # the offline ear, fed as it is heard
@@ -249,7 +253,15 @@ class RealtimeSession:
             self._restart_vad()
         self.emit("session.updated", session=self.session_json())
 
+    def _drop_held_turn(self) -> None:
+        """A turn server VAD was holding open is forgotten (the buffer cleared, the VAD
+        restarted): its speech is not committed."""
+        if self._turn_end is not None:
+            self._turn_end.cancel()
+        self._held, self._turn_end, self._speech_item = [], None, None
+
     def _restart_vad(self) -> None:
+        self._drop_held_turn()
         if self._vad_task is not None:
             self._vad_task.cancel()
         if self._vad is not None:
@@ -339,9 +351,10 @@ class RealtimeSession:
         self._clear_buffer()
         now = time.perf_counter()  # the client ended the turn: its commit is the end
         self.tracker.user_turn_ended(SpeechEnd(at=now, decided=now, silence_s=0.0))
-        self._commit(new_id("item"), frames, respond=False)
+        self._transcribe(self._commit(new_id("item")), frames)
 
     async def on_input_audio_buffer_clear(self, ev: dict[str, Any]) -> None:
+        self._drop_held_turn()
         self._framer.flush()
         self._clear_buffer()
         self.emit("input_audio_buffer.cleared")
@@ -360,6 +373,9 @@ class RealtimeSession:
                     self._feed.feed(ev.frames)
                     self._feed.quiet_for(ev.raw_accumulated_silence)
             elif ev.type == vad.VADEventType.START_OF_SPEECH:
+                if self._turn_end is not None and not self._turn_end.done():
+                    self._turn_end.cancel()  # the user went on: the same turn, held
+                    continue
                 if self.stt.may_use_sphinx():  # as /v1/talk's ear: fed as the caller speaks
                     await self._close_feed()
                     hangover = (td.silence_duration_ms or self.settings.vad_silence_ms) / 1000
@@ -373,26 +389,58 @@ class RealtimeSession:
                 if td.interrupt_response:
                     self._interrupt()
             elif ev.type == vad.VADEventType.END_OF_SPEECH and self._speech_item:
-                item_id, self._speech_item = self._speech_item, None
-                self.emit("input_audio_buffer.speech_stopped",
-                          audio_end_ms=int(max(0.0, pos - ev.silence_duration * 1000)),
-                          item_id=item_id)
-                self._clear_buffer()
-                # the user's turn ended at its last speech sample, as the VAD located it
-                self.tracker.user_turn_ended(self.tracker.end_of_speech(
-                    time.perf_counter(), ev.silence_duration))
+                # the speech ended; the turn ends by the agent's end-of-turn policy
+                # (conversation/parts.py), or goes on if the user speaks again meanwhile
                 feed, self._feed = self._feed, None
-                self._commit(item_id, list(ev.frames), respond=td.create_response, feed=feed)
+                if self._held and feed is not None:  # it heard only the speech resumed
+                    await feed.aclose()
+                    feed = None
+                self._held += list(ev.frames)
+                end = self.tracker.end_of_speech(time.perf_counter(), ev.silence_duration)
+                audio_end_ms = int(max(0.0, pos - ev.silence_duration * 1000))
+                self._turn_end = self._spawn(self._end_turn(
+                    self._speech_item, feed, end, audio_end_ms, td.create_response))
+
+    async def _end_turn(self, item_id: str, feed: RecogniserFeed | None, end: SpeechEnd,
+                        audio_end_ms: int, respond: bool) -> None:
+        """The held speech's transcript, then the policy's wait: the turn ends (speech
+        stopped, committed with its transcript) unless the user speaks again first (this
+        task is then cancelled and their speech joins the same item)."""
+        frames = list(self._held)
+        heard = await self._hear(frames, feed)
+        text = heard if isinstance(heard, str) else ""
+        wait = await end_of_turn_wait(self.settings, self._detector, text)
+        await asyncio.sleep(max(0.0, wait - (time.perf_counter() - end.decided)))
+        self._held, self._speech_item = [], None
+        self.emit("input_audio_buffer.speech_stopped", audio_end_ms=audio_end_ms,
+                  item_id=item_id)
+        self._clear_buffer()
+        self.tracker.user_turn_ended(end)  # at its last speech sample, as the VAD located it
+        item = self._commit(item_id)
+        self._transcribed(item, frames, heard, respond)
+
+    async def _hear(self, frames: list[rtc.AudioFrame],
+                    feed: RecogniserFeed | None) -> str | Exception:
+        """What the ear heard in `frames` (from the recogniser fed during the speech, if
+        one was: its final pass already ran in the VAD's hangover), or why it could not."""
+        try:
+            ev: stt.SpeechEvent = await self.stt.transcribe(
+                frames, feed.utt if feed else None, NOT_GIVEN, DEFAULT_API_CONNECT_OPTIONS)
+        except Exception as e:  # the ear failed: the item stays, untranscribed
+            log.warning("realtime %s: transcription failed: %s", self.id, e)
+            return e
+        finally:
+            if feed is not None:
+                await feed.aclose()
+        return ev.alternatives[0].text if ev.alternatives else ""
 
     async def _close_feed(self) -> None:
         feed, self._feed = self._feed, None
         if feed is not None:
             await feed.aclose()
 
-    def _commit(self, item_id: str, frames: list[rtc.AudioFrame], respond: bool,
-                feed: RecogniserFeed | None = None) -> None:
-        """The buffer's audio as a user item; its transcript follows (then, on server VAD,
-        a response)."""
+    def _commit(self, item_id: str) -> dict[str, Any]:
+        """The user's audio as an item (its transcript follows: `_transcribed`)."""
         prev = self.items[-1]["id"] if self.items else None
         item = {"id": item_id, "object": "realtime.item", "type": "message", "role": "user",
                 "status": "completed",
@@ -400,41 +448,34 @@ class RealtimeSession:
         self.items.append(item)
         self.emit("input_audio_buffer.committed", previous_item_id=prev, item_id=item_id)
         self.emit("conversation.item.added", previous_item_id=prev, item=item)
-        self._transcribe(item, frames, respond, feed)
+        return item
 
-    def _transcribe(self, item: dict[str, Any], frames: list[rtc.AudioFrame],
-                    respond: bool, feed: RecogniserFeed | None = None) -> None:
-        """The item's transcript (from the recogniser fed during the speech, if one was:
-        its final pass already ran in the VAD's hangover)."""
+    def _transcribe(self, item: dict[str, Any], frames: list[rtc.AudioFrame]) -> None:
+        """The item's transcript, in the background (a reply waits for it)."""
         async def run() -> None:
-            try:
-                ev: stt.SpeechEvent = await self.stt.transcribe(
-                    frames, feed.utt if feed else None, NOT_GIVEN, DEFAULT_API_CONNECT_OPTIONS)
-                text = ev.alternatives[0].text if ev.alternatives else ""
-            except Exception as e:  # the ear failed: the item stays, untranscribed
-                if feed is not None:
-                    await feed.aclose()
-                log.warning("realtime %s: transcription failed: %s", self.id, e)
-                self.emit("conversation.item.input_audio_transcription.failed",
-                          item_id=item["id"], content_index=0,
-                          error={"type": "server_error", "code": "transcription_failed",
-                                 "message": str(e)[:300]})
-                return
-            if feed is not None:
-                await feed.aclose()
-            item["content"][0]["transcript"] = text
-            self.emit("conversation.item.input_audio_transcription.completed",
-                      item_id=item["id"], content_index=0, transcript=text, usage={
-                          "type": "duration", "seconds": round(
-                              sum(f.duration for f in frames), 3)})
-            self.emit("conversation.item.done", item=item)
-            # a reply on server VAD, unless the caller has started speaking again
-            if respond and self._speech_item is None and self.response is None:
-                self._start_response({})
+            self._transcribed(item, frames, await self._hear(frames, None), respond=False)
 
         task = self._spawn(run())
         self._transcribing.add(task)
         task.add_done_callback(self._transcribing.discard)
+
+    def _transcribed(self, item: dict[str, Any], frames: list[rtc.AudioFrame],
+                     heard: str | Exception, respond: bool) -> None:
+        """The item's transcript said (or why there is none); then, on server VAD, a reply
+        unless the caller has started speaking again."""
+        if isinstance(heard, Exception):
+            self.emit("conversation.item.input_audio_transcription.failed",
+                      item_id=item["id"], content_index=0,
+                      error={"type": "server_error", "code": "transcription_failed",
+                             "message": str(heard)[:300]})
+            return
+        item["content"][0]["transcript"] = heard
+        self.emit("conversation.item.input_audio_transcription.completed",
+                  item_id=item["id"], content_index=0, transcript=heard, usage={
+                      "type": "duration", "seconds": round(sum(f.duration for f in frames), 3)})
+        self.emit("conversation.item.done", item=item)
+        if respond and self._speech_item is None and self.response is None:
+            self._start_response({})
 
     # -- conversation items ------------------------------------------------------------
 
@@ -462,7 +503,7 @@ class RealtimeSession:
         prev_id = self.items[at - 1]["id"] if at > 0 else None
         self.emit("conversation.item.added", previous_item_id=prev_id, item=self._item_json(item))
         if item.get("_audio") is not None:  # an input_audio part: transcribed first
-            self._transcribe(item, item.pop("_audio"), respond=False)
+            self._transcribe(item, item.pop("_audio"))
         else:
             self.emit("conversation.item.done", item=self._item_json(item))
 

@@ -1,0 +1,102 @@
+"""`/v1/realtime`'s server VAD ends a turn by the agent's one end-of-turn policy
+(conversation/parts.py, as /v1/talk's AgentSession does): after the VAD's end of speech
+the turn stays open min_endpointing_delay_s when its words could end it, up to
+max_endpointing_delay_s when they cannot ("... how to get to"), and speech within that
+wait joins the same item. It used to end every turn on Silero's silence alone: a 0.45 s
+pause inside a sentence was two turns.
+
+Synthetic speech (espeak-ng) through the real Silero VAD; what the ear heard is fixed per
+test (the words decide, not the ear's accuracy on synthetic speech); no backend runs
+(create_response off: no reply is asked for)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+from voice_agent.realtime.session import RealtimeSession
+
+from .backends import espeak
+from .test_realtime_bad_clients import settings
+from .test_ws_talk import serve
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def at_24k(pcm16k: np.ndarray) -> np.ndarray:
+    t_in = np.arange(len(pcm16k)) / 16000
+    t_out = np.arange(len(pcm16k) * 3 // 2) / 24000
+    return np.interp(t_out, t_in, pcm16k.astype(np.float32)).astype(np.int16)
+
+
+async def turns_heard(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str, pause_s: float,
+                      first_words: str) -> list[dict[str, Any]]:
+    """Two spoken parts with `pause_s` of silence between, on server VAD; the ear hears
+    `first_words` for the first part. Returns the server's events."""
+    heard = [first_words, "the nearest pharmacy"]
+
+    async def hear(self: RealtimeSession, frames: list[Any], feed: Any) -> str:
+        if feed is not None:
+            await feed.aclose()
+        return heard.pop(0) if heard else "the nearest pharmacy"
+
+    monkeypatch.setattr(RealtimeSession, "_hear", hear)
+    agent = await serve(settings(turn_detection=mode, stt_backend="pocketsphinx",
+                                 min_endpointing_delay_s=0.3, max_endpointing_delay_s=3.0))
+    a = at_24k(espeak("Can you tell me how to get to", tmp))
+    b = at_24k(espeak("the nearest pharmacy", tmp))
+    silence = np.zeros(int(24000 * pause_s), dtype=np.int16)
+    pcm = np.concatenate([np.zeros(7200, np.int16), a, silence, b, np.zeros(24000 * 4, np.int16)])
+    got: list[dict[str, Any]] = []
+    try:
+        url = agent.http.replace("http://", "ws://") + "/v1/realtime"
+        async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
+            async def read() -> None:
+                async for msg in ws:
+                    got.append(json.loads(msg.data))
+
+            reader = asyncio.create_task(read())
+            await ws.send_json({"type": "session.update", "session": {"audio": {"input": {
+                "turn_detection": {"type": "server_vad", "create_response": False}}}}})
+            n, t0 = 960, time.perf_counter()  # 40 ms appends, paced by the clock
+            for i in range(0, len(pcm), n):
+                await ws.send_json({"type": "input_audio_buffer.append", "audio":
+                                    base64.b64encode(pcm[i:i + n].tobytes()).decode()})
+                await asyncio.sleep(max(0.0, t0 + (i // n + 1) * 0.04 - time.perf_counter()))
+            reader.cancel()
+    finally:
+        await agent.runner.cleanup()
+    return got
+
+
+def of(got: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in got if e["type"] == kind]
+
+
+async def test_a_pause_after_unfinished_words_is_one_turn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = await turns_heard(tmp_path, monkeypatch, "text", 1.0, "can you tell me how to get to")
+    committed = of(got, "input_audio_buffer.committed")
+    assert len(committed) == 1, [e["type"] for e in got]
+    assert len(of(got, "input_audio_buffer.speech_started")) == 1
+    [stopped] = of(got, "input_audio_buffer.speech_stopped")
+    assert stopped["item_id"] == committed[0]["item_id"]
+    [done] = of(got, "conversation.item.input_audio_transcription.completed")
+    assert done["transcript"] == "the nearest pharmacy"  # the whole held speech, heard again
+    assert done["usage"]["seconds"] > 2.0  # both parts' audio in the one item
+
+
+async def test_the_same_pause_after_words_that_end_a_turn_ends_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: a complete-sounding first part ends its turn after the short delay,
+    and the second part is a turn of its own (as with the silence rule: "vad")."""
+    for mode in ("text", "vad"):
+        got = await turns_heard(tmp_path, monkeypatch, mode, 1.0, "can you tell me the way")
+        assert len(of(got, "input_audio_buffer.committed")) == 2, (mode, [e["type"] for e in got])
