@@ -165,7 +165,7 @@ def main() -> None:
                    "(then one barge-in turn)")
     p.add_argument("--spread", type=float, default=3.0,
                    help="conversations start uniformly over this many seconds")
-    p.add_argument("--stt", default="pocketsphinx", choices=["pocketsphinx", "thinker"])
+    p.add_argument("--stt", default="offline", choices=["offline", "thinker"])
     p.add_argument("--max-tokens", type=int, default=32, help="reply tokens (the thinker)")
     p.add_argument("--max-frames", type=int, default=50,
                    help="reply audio cap, codec frames of 80 ms (AGENT_TTS_MAX_FRAMES)")

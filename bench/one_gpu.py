@@ -186,7 +186,7 @@ def agent_env(args: argparse.Namespace, sessions: int) -> dict[str, str]:
     return {"AGENT_TTS_ADDR": TTS_ADDR, "AGENT_THINKER_ADDR": LLM_ADDR,
             "AGENT_WS_MAX_SESSIONS": str(sessions), "AGENT_HTTP_HOST": "127.0.0.1",
             # a random thinker hears nothing: the offline ear; its text is no markdown
-            "AGENT_STT_BACKEND": "pocketsphinx", "AGENT_TTS_TEXT_FILTERS": "false",
+            "AGENT_STT_BACKEND": "offline", "AGENT_TTS_TEXT_FILTERS": "false",
             "AGENT_LLM_MAX_TOKENS": "32", "AGENT_LLM_TEMPERATURE": "1.0",
             **dict(kv.split("=", 1) for kv in args.agent_env)}
 

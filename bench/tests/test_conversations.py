@@ -235,7 +235,7 @@ def test_three_callers_on_a_tiny_stack_of_two_conversations(tmp_path: Path) -> N
             "AGENT_TTS_ADDR": f"127.0.0.1:{tg}", "AGENT_THINKER_ADDR": f"127.0.0.1:{lg}",
             "AGENT_HTTP_HOST": "127.0.0.1", "AGENT_HTTP_PORT": str(ah),
             "AGENT_WS_MAX_SESSIONS": "2", "AGENT_GREETING": "", "AGENT_TTS_VOICE": "aiden",
-            "AGENT_STT_BACKEND": "pocketsphinx", "AGENT_TTS_TEXT_FILTERS": "false",
+            "AGENT_STT_BACKEND": "offline", "AGENT_TTS_TEXT_FILTERS": "false",
             # replies of 2.4 s at most (30 codec frames): long enough to barge into
             "AGENT_LLM_MAX_TOKENS": "40", "AGENT_TTS_MAX_FRAMES": "30",
             "AGENT_LLM_TEMPERATURE": "1.0", "AGENT_LLM_SEED": "3"}, tmp_path / "agent.log"))

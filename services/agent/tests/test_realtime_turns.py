@@ -48,7 +48,7 @@ async def turns_heard(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str, pau
         return heard.pop(0) if heard else "the nearest pharmacy"
 
     monkeypatch.setattr(RealtimeSession, "_hear", hear)
-    agent = await serve(settings(turn_detection=mode, stt_backend="pocketsphinx",
+    agent = await serve(settings(turn_detection=mode, stt_backend="offline",
                                  min_endpointing_delay_s=0.3, max_endpointing_delay_s=3.0))
     a = at_24k(espeak("Can you tell me how to get to", tmp))
     b = at_24k(espeak("the nearest pharmacy", tmp))

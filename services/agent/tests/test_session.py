@@ -34,7 +34,7 @@ def make_settings(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
         tts_addr=tts.addr, thinker_addr=thinker.addr, tts_voice="aiden", http_port=0,
         # a real recogniser (deterministic for the same speech): the thinker's tiny random
         # ASR step could hear nothing, and a turn with an empty transcript is dropped
-        stt_backend="pocketsphinx", tts_max_frames=25, llm_max_tokens=24,
+        stt_backend="offline", tts_max_frames=25, llm_max_tokens=24,
         llm_temperature=1.0, llm_seed=3,
     )
     base.update(kw)

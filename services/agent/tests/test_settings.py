@@ -73,3 +73,17 @@ async def test_the_turn_model_loads_offline_behind_the_vad() -> None:  # the ses
     assert isinstance(detector, TurnDetector) and detector._model == "turn-detector-v1-mini"
     vad = load_settings(turn_detection="vad")
     assert build_pipeline(vad).session.options.turn_handling["turn_detection"] == "vad"
+
+
+def test_the_offline_ear_is_named_for_what_it_is(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """AGENT_STT_BACKEND=offline runs the offline ear (Moonshine by default); the old
+    value "pocketsphinx" (it named an ear that runs Moonshine) is still taken as it."""
+    from voice_agent.plugins import STT
+
+    for old in ("pocketsphinx", "offline"):
+        monkeypatch.setenv("AGENT_STT_BACKEND", old)
+        monkeypatch.setenv("AGENT_STT_FALLBACK", old)
+        s = AgentSettings()
+        assert (s.stt_backend, s.stt_fallback) == ("offline", "offline")
+    ear = STT(backend="pocketsphinx", fallback="pocketsphinx")
+    assert ear.backend == "offline" and ear.ear == "moonshine"

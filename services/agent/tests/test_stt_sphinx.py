@@ -166,10 +166,10 @@ async def test_a_text_only_thinker_hands_over_to_pocketsphinx(tmp_path: Path) ->
     text_only = start_thinker(tmp_path)  # no ASR step: audio is INVALID_ARGUMENT
     speech = espeak("How are you today?", tmp_path)
     try:
-        s = STT(addr=text_only.addr)  # fallback "pocketsphinx" is the default
+        s = STT(addr=text_only.addr)  # fallback "offline" is the default
         ev = await s.recognize(frames(speech), conn_options=ONCE)
         assert {"how", "you"} <= words(ev.alternatives[0].text)
-        assert s.backend == "pocketsphinx" and s.audio_rejected == 1
+        assert s.backend == "offline" and s.audio_rejected == 1
         await s.recognize(frames(speech), conn_options=ONCE)
         assert s.audio_rejected == 1  # remembered: the thinker is not asked again
         await s.aclose()
@@ -181,8 +181,8 @@ async def test_a_text_only_thinker_hands_over_to_pocketsphinx(tmp_path: Path) ->
 async def test_the_stream_recognises_while_the_user_speaks(tmp_path: Path) -> None:
     speech = espeak("How are you today?", tmp_path)
     silence = np.zeros(16000, dtype=np.int16)
-    settings = AgentSettings(stt_backend="pocketsphinx")
-    s = STT(backend="pocketsphinx", vad=load_vad(settings))
+    settings = AgentSettings(stt_backend="offline")
+    s = STT(backend="offline", vad=load_vad(settings))
     await s.prewarm_async()
     stream = s.stream(conn_options=ONCE)
     ended_at: list[float] = []
@@ -211,13 +211,13 @@ async def test_the_stream_recognises_while_the_user_speaks(tmp_path: Path) -> No
 async def test_a_pause_shorter_than_the_hangover_keeps_one_utterance(tmp_path: Path) -> None:
     """The recogniser finishes early in the pause (the user is quiet past PREPARE_AFTER),
     the user goes on: the transcript has both halves."""
-    settings = AgentSettings(stt_backend="pocketsphinx")
+    settings = AgentSettings(stt_backend="offline")
     pause_ms = int(settings.vad_silence_ms * 0.8)
     speech = np.concatenate([
         np.zeros(8000, dtype=np.int16), spoken("How are you today?", tmp_path),
         np.zeros(16 * pause_ms, dtype=np.int16), spoken("What is the weather like?", tmp_path),
         np.zeros(16000, dtype=np.int16)])
-    s = STT(backend="pocketsphinx", vad=load_vad(settings))
+    s = STT(backend="offline", vad=load_vad(settings))
     await s.prewarm_async()
     stream = s.stream(conn_options=ONCE)
     reader, finals = read_finals(stream)
@@ -233,7 +233,7 @@ async def test_a_dead_recogniser_is_an_stt_error_and_the_stream_goes_on(
         tmp_path: Path) -> None:
     speech = espeak("How are you today?", tmp_path)
     silence = np.zeros(12000, dtype=np.int16)
-    s = STT(backend="pocketsphinx", vad=load_vad(AgentSettings()))
+    s = STT(backend="offline", vad=load_vad(AgentSettings()))
     await s.prewarm_async()
     errors: list[stt.STTError] = []
     s.on("error", errors.append)

@@ -43,7 +43,7 @@ def settings_for(tts: Server, thinker: Server, **kw: object) -> AgentSettings:
     # thinker's tiny random ASR step hears gibberish or nothing
     base: dict[str, object] = dict(
         tts_addr=tts.addr, thinker_addr=thinker.addr, tts_voice="aiden", http_port=0,
-        stt_backend="pocketsphinx",
+        stt_backend="offline",
         stt_max_tokens=16, tts_max_frames=60, llm_max_tokens=1000, llm_temperature=0.3,
         llm_seed=1, greeting="", ws_max_sessions=2,
         admit_max_lag_ms=0,  # no load admission (one test turns it on): the host is shared

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .backchannel import DEFAULT_WORDS as DEFAULT_BACKCHANNEL_WORDS
@@ -112,14 +112,15 @@ class AgentSettings(BaseSettings):
     # (one thinker call a turn, needs an audio-capable thinker; the context holds markers).
     stt_mode: Literal["transcribe", "audio"] = "transcribe"
     # Recogniser of "transcribe": "thinker" (its audio path, the GPU default) or
-    # "pocketsphinx" (offline, CPU, in worker processes; English only, a small model).
-    stt_backend: Literal["thinker", "pocketsphinx"] = "thinker"
+    # "offline" (the offline ear: stt_offline_model on the CPU, in worker processes;
+    # English only). "pocketsphinx", its old name, is still taken (as "offline").
+    stt_backend: Literal["thinker", "offline"] = "thinker"
     # When the thinker cannot take audio (INVALID_ARGUMENT, e.g. a text-only model):
-    # "pocketsphinx" = recognise locally from then on; "placeholder" = hand the LLM a
+    # "offline" = the offline ear from then on; "placeholder" = hand the LLM a
     # clearly marked "[untranscribed speech, N.N s]" turn (a test mode, never production);
-    # "none" = an STT error (the fallback phrase is spoken).
-    stt_fallback: Literal["pocketsphinx", "placeholder", "none"] = "pocketsphinx"
-    # The offline ear's model ("pocketsphinx" above): "moonshine" (Moonshine tiny-en,
+    # "none" = an STT error (the fallback phrase is spoken). "pocketsphinx": "offline".
+    stt_fallback: Literal["offline", "placeholder", "none"] = "offline"
+    # The offline ear's model ("offline" above): "moonshine" (Moonshine tiny-en,
     # in the moonshine-voice wheel) or "pocketsphinx". Chosen by bench/ear.py on 2 cores,
     # espeak-ng speech in 5 voices x 3 rates: WER 0.15 vs 0.59 (services/agent/README).
     stt_offline_model: Literal["moonshine", "pocketsphinx"] = "moonshine"
@@ -213,6 +214,12 @@ class AgentSettings(BaseSettings):
     agent_name: str = ""
     # Data-message topic for the per-turn latency report the web page (and AutoRTC) reads.
     latency_topic: str = TOPIC_LATENCY
+
+    @field_validator("stt_backend", "stt_fallback", mode="before")
+    @classmethod
+    def _offline_ear(cls, value: object) -> object:
+        """The offline ear's old name ("pocketsphinx", from when that was its only model)."""
+        return "offline" if value == "pocketsphinx" else value
 
     @model_validator(mode="after")
     def _check(self) -> AgentSettings:

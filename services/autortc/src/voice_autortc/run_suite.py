@@ -171,7 +171,7 @@ async def run_cases(runner: Runner, cases: list[Case], gates: tuple[gates_mod.Ga
 # A random TTS never stops on its own (it runs to the frame cap): cap each utterance at
 # 4 s (50 codec frames), keep the greeting one word, seed both models (same replies
 # run after run, so --compare compares like with like).
-TINY_AGENT_DEFAULTS = {"stt_backend": "pocketsphinx", "llm_max_tokens": 8,
+TINY_AGENT_DEFAULTS = {"stt_backend": "offline", "llm_max_tokens": 8,
                        "greeting": "Hi.", "tts_max_frames": 50,
                        "llm_seed": 7, "tts_seed": 7}
 

@@ -119,7 +119,7 @@ def turn_handling(settings: AgentSettings) -> dict[str, Any]:
 
 
 async def end_of_turn_wait(settings: AgentSettings, detector: Any, transcript: str) -> float:
-    """After the VAD's end of speech, how long the turn stays open for the user to go on:
+    """After the user's last speech sample, how long the turn stays open for them to go on:
     the same rule an AgentSession applies with `turn_handling` (min_endpointing_delay_s
     when the detector finds the end likely, max_endpointing_delay_s when it does not),
     for a door that runs its own turns (the Realtime API's server VAD)."""

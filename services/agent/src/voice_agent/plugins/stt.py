@@ -4,14 +4,14 @@ Two recognisers:
 - the thinker (`AGENT_STT_BACKEND=thinker`, the default): the whole utterance goes to
   Thinker.Chat as a 16 kHz PCM audio part with a "transcribe" instruction (seed:
   OmniSTT, P50 104 ms on Qwen3-Omni), temperature 0: a transcript, not a reply;
-- the offline ear (`pocketsphinx`, sphinx.py; its model `offline_model`: Moonshine
+- the offline ear (`offline`, sphinx.py; its model `offline_model`: Moonshine
   tiny-en by default, or PocketSphinx): offline, in worker processes, fed while the
   user speaks, and its final pass run early, once the user has been quiet for
   `PREPARE_AFTER` of the VAD's silence hangover (undone if they speak again), so the
   transcript is usually ready when the hangover ends.
 
 A thinker that cannot take audio (INVALID_ARGUMENT: a text-only model, such as the tiny
-random thinker of the local mesh) gets what `fallback` says: "pocketsphinx" (default;
+random thinker of the local mesh) gets what `fallback` says: "offline" (default;
 remembered, later turns go straight to it), "placeholder" (a marked "[untranscribed
 speech, N.N s]" turn: a named test mode, not recognition) or "none" (an error).
 
@@ -58,11 +58,14 @@ from .utterances import UtteranceStore
 log = logging.getLogger("voice_agent.stt")
 
 PLACEHOLDER_PREFIX = "[untranscribed speech"
-BACKENDS = ("thinker", "pocketsphinx")
+BACKENDS = ("thinker", "offline")
 # Share of the VAD's silence hangover after which the recogniser finishes early: at the
 # default 200 ms the pass starts ~100 ms into the silence and has ~120 ms to run.
 PREPARE_AFTER = 0.3
-FALLBACKS = ("pocketsphinx", "placeholder", "none")
+FALLBACKS = ("offline", "placeholder", "none")
+# The offline ear's old name: it was "pocketsphinx" when that was its only model (Moonshine
+# is the default now: AGENT_STT_OFFLINE_MODEL); still taken, as "offline".
+OLD_OFFLINE = "pocketsphinx"
 
 
 class STT(stt.STT):
@@ -75,7 +78,7 @@ class STT(stt.STT):
         max_tokens: int = 96,
         language: str = "en",
         backend: str = "thinker",
-        fallback: str = "pocketsphinx",
+        fallback: str = "offline",
         vad: VAD | None = None,
         sphinx_workers: int = 2,
         offline_model: str = "moonshine",
@@ -88,6 +91,8 @@ class STT(stt.STT):
         super().__init__(
             capabilities=stt.STTCapabilities(streaming=vad is not None, interim_results=False)
         )
+        backend = "offline" if backend == OLD_OFFLINE else backend
+        fallback = "offline" if fallback == OLD_OFFLINE else fallback
         if backend not in BACKENDS:
             raise ValueError(f"STT backend must be one of {BACKENDS}, not {backend!r}")
         if fallback not in FALLBACKS:
@@ -105,14 +110,14 @@ class STT(stt.STT):
         self._tracker = tracker
         # "audio" mode: no transcription call, the LLM plugin sends the audio itself
         self._utterances = utterances
-        # the recogniser in use; "thinker" turns into "pocketsphinx" on the first refusal
+        # the recogniser in use; "thinker" turns into "offline" on the first refusal
         self.backend = backend
         self.audio_rejected = 0  # utterances the thinker refused as audio
         self._thinker_hears = False  # set by the first transcript the thinker returns
 
     @property
     def model(self) -> str:
-        return self._offline_model if self.backend == "pocketsphinx" \
+        return self._offline_model if self.backend == "offline" \
             else "voice.llm.v1/transcribe"
 
     @property
@@ -122,22 +127,22 @@ class STT(stt.STT):
         transcribed (the thinker hears the utterance in the reply request)."""
         if self._utterances is not None:
             return "audio"
-        return self._offline_model if self.backend == "pocketsphinx" else "thinker"
+        return self._offline_model if self.backend == "offline" else "thinker"
 
     def describe(self) -> str:
         """Which ear hears the user, in words, for the start-up log."""
         if self._utterances is not None:
             return "none: the thinker hears the audio in the reply request"
-        if self.backend == "pocketsphinx":
+        if self.backend == "offline":
             return f"{self._offline_model} (offline)"
-        if self._fallback == "pocketsphinx":
+        if self._fallback == "offline":
             return (f"the thinker at {self._addr}; {self._offline_model} (offline) if it "
                     "takes no audio")
         return f"the thinker at {self._addr} (if it takes no audio: {self._fallback})"
 
     @property
     def provider(self) -> str:
-        return "local" if self.backend == "pocketsphinx" else self._addr
+        return "local" if self.backend == "offline" else self._addr
 
     def sphinx(self) -> SphinxPool:
         return shared_pool(self._sphinx_workers, self._offline_model)
@@ -147,8 +152,8 @@ class STT(stt.STT):
         refusal costs no extra wait."""
         if self._utterances is not None:
             return False
-        return self.backend == "pocketsphinx" or (
-            self._fallback == "pocketsphinx" and not self._thinker_hears)
+        return self.backend == "offline" or (
+            self._fallback == "offline" and not self._thinker_hears)
 
     async def prewarm_async(self) -> None:
         """Start a recogniser process now if this STT may need one."""
@@ -192,7 +197,7 @@ class STT(stt.STT):
                 request_id = f"{self._tracker.current.trace_id}-stt"
         if self._utterances is not None:
             text = self._utterances.put(frames_to_pcm16k(frames))
-        elif self.backend == "pocketsphinx":
+        elif self.backend == "offline":
             text = await self._sphinx(frames, utt)
         else:
             text = await self._thinker(frames, utt, request_id, conn_options)
@@ -245,7 +250,7 @@ class STT(stt.STT):
             # configured fallback, said once per STT, not a fault of the call
             log.info("the thinker takes no audio (%s): the offline ear (%s) transcribes "
                      "from now on", e.details(), self._offline_model)
-            self.backend = "pocketsphinx"
+            self.backend = "offline"
             return await self._sphinx(frames, utt)
         self._thinker_hears = True
         if utt is not None:

@@ -21,6 +21,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import contextvars
 import dataclasses
 import json
 import logging
@@ -99,6 +100,12 @@ class Response:
     first_audio_at: float | None = None
     audio_ms: float = 0.0
     audio_done: bool = False
+    # A reply made while server VAD still holds the user's turn open (their words, not
+    # yet an item, ride along): its events wait here until the turn ends, and are dropped
+    # with it if the user goes on. None: its events go out as they come.
+    held: list[dict[str, Any]] | None = None
+    pending_user: str | None = None
+
 
     def heard_ms(self) -> float:
         """The audio the caller has heard by now (it plays deltas as they arrive)."""
@@ -188,8 +195,14 @@ class RealtimeSession:
 
     def emit(self, ga_name: str, **fields: Any) -> None:
         name = self.dialect.name(ga_name)
-        if name is not None:
-            self._put({"type": name, "event_id": new_id("event"), **fields})
+        if name is None:
+            return
+        ev = {"type": name, "event_id": new_id("event"), **fields}
+        r = _EMITTING_FOR.get()  # the reply whose task (or its subtask) emits this
+        if r is not None and r.held is not None:
+            r.held.append(ev)
+        else:
+            self._put(ev)
 
     def error(self, e: RealtimeError, event_id: str | None = None) -> None:
         self._put(error_event(e, event_id))
@@ -410,14 +423,62 @@ class RealtimeSession:
         heard = await self._hear(frames, feed)
         text = heard if isinstance(heard, str) else ""
         wait = await end_of_turn_wait(self.settings, self._detector, text)
-        await asyncio.sleep(max(0.0, wait - (time.perf_counter() - end.decided)))
+        reply = None
+        if respond and text and self.response is None and self.settings.preemptive_generation:
+            # the reply starts now, during the wait, and is heard the moment the turn ends
+            reply = self._start_response({}, pending_user=text)
+        try:
+            # counted from the last speech sample, as the framework's endpointing delay is
+            # (the VAD's own silence is part of it)
+            await asyncio.sleep(max(0.0, wait - (time.perf_counter() - end.at)))
+        except asyncio.CancelledError:  # the user went on: the reply was never theirs
+            if reply is not None:
+                self._drop(reply)
+            raise
         self._held, self._speech_item = [], None
         self.emit("input_audio_buffer.speech_stopped", audio_end_ms=audio_end_ms,
                   item_id=item_id)
         self._clear_buffer()
         self.tracker.user_turn_ended(end)  # at its last speech sample, as the VAD located it
         item = self._commit(item_id)
-        self._transcribed(item, frames, heard, respond)
+        self._transcribed(item, frames, heard, respond and reply is None)
+        if reply is not None:
+            self._release(reply, item)
+
+    def _release(self, r: Response, user_item: dict[str, Any]) -> None:
+        """A reply made during the turn's wait goes out: its items after the user's, its
+        events in order, its first audio heard from now."""
+        for out in r.output:  # made before the user's item was committed
+            if out in self.items:
+                self.items.remove(out)
+                self.items.append(out)
+        r.pending_user = None
+        held, r.held = r.held or [], None
+        for ev in held:
+            if ev.get("type") in ("conversation.item.added", "conversation.item.created") \
+                    and ev.get("item", {}).get("id") in {o["id"] for o in r.output}:
+                ev["previous_item_id"] = user_item["id"]  # the reply answers that item
+            self._put(ev)
+        if r.audio_ms > 0:
+            r.first_audio_at = time.monotonic()
+            self.tracker.audio_published()
+
+    def _drop(self, r: Response) -> None:
+        """A held reply whose turn went on: cancelled without a word to the client, its
+        items gone."""
+        def forget(_: object) -> None:
+            for out in r.output:
+                if out in self.items:
+                    self.items.remove(out)
+            if self._playing is not None and self._playing[0] is r:
+                self._playing = None
+        if r.task is not None and not r.task.done():
+            r.status, r.status_details = "cancelled", {"type": "cancelled",
+                                                       "reason": "turn_detected"}
+            r.task.cancel()
+            r.task.add_done_callback(forget)
+        else:
+            forget(None)
 
     async def _hear(self, frames: list[rtc.AudioFrame],
                     feed: RecogniserFeed | None) -> str | Exception:
@@ -656,7 +717,8 @@ class RealtimeSession:
                             "over a WebSocket send response.cancel and "
                             "conversation.item.truncate")
 
-    def _start_response(self, opts: dict[str, Any]) -> None:
+    def _start_response(self, opts: dict[str, Any],
+                        pending_user: str | None = None) -> Response:
         cfg = self.cfg
         modalities = cfg.modalities
         for key in ("output_modalities", "modalities"):
@@ -684,10 +746,16 @@ class RealtimeSession:
         r = Response(
             id=new_id("resp"), modalities=modalities, tools=tools, tool_choice=choice,
             instructions=cfg.instructions if instructions is None else instructions,
-            temperature=cfg.temperature, max_tokens=limit, voice=cfg.voice, metadata=metadata)
+            temperature=cfg.temperature, max_tokens=limit, voice=cfg.voice, metadata=metadata,
+            held=[] if pending_user is not None else None, pending_user=pending_user)
         self.response = r
-        self.emit("response.created", response=self._response_json(r))
-        r.task = self._spawn(self._respond(r))
+        token = _EMITTING_FOR.set(r)  # its events, and its task's (a copy of this context)
+        try:
+            self.emit("response.created", response=self._response_json(r))
+            r.task = self._spawn(self._respond(r))
+        finally:
+            _EMITTING_FOR.reset(token)
+        return r
 
     def _interrupt(self) -> None:
         """The caller speaks: a reply in progress is cancelled (its item cut when it
@@ -771,7 +839,10 @@ class RealtimeSession:
             kw: dict[str, Any] = {"tools": tools} if tools else {}
             if choice is not None and tools:
                 kw["tool_choice"] = choice
-            llm_stream = self.llm.chat(chat_ctx=self._chat_ctx(r.instructions),
+            ctx = self._chat_ctx(r.instructions)
+            if r.pending_user:  # a held turn's words: its item comes when the turn ends
+                ctx.add_message(role="user", content=r.pending_user)
+            llm_stream = self.llm.chat(chat_ctx=ctx,
                                        extra_kwargs=self._sampling(r), conn_options=ONCE, **kw)
             async for chunk in llm_stream:
                 if chunk.usage is not None:
@@ -941,7 +1012,7 @@ class RealtimeSession:
                 data = pcm.tobytes() if down is None else encode_g711(pcm, fmt)
                 if not data:
                     continue
-                if r.first_audio_at is None:
+                if r.first_audio_at is None and r.held is None:
                     r.first_audio_at = time.monotonic()
                     self.tracker.audio_published()  # the turn's first audio left
                 r.audio_ms += f.duration * 1000
@@ -1057,6 +1128,10 @@ def item_chars(item: dict[str, Any]) -> int:
     # a reply's message: its text as made (`_text`), which its transcript repeats
     return max(n, len(item.get("_text", ""))) + len(item.get("arguments", "")) \
         + len(item.get("output", ""))
+
+
+_EMITTING_FOR: contextvars.ContextVar[Response | None] = contextvars.ContextVar(
+    "realtime_response", default=None)
 
 
 def _no_constant(name: str) -> None:
