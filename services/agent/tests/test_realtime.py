@@ -98,6 +98,14 @@ def silence(s: float) -> np.ndarray:
     return np.zeros(int(24000 * s), dtype=np.int16)
 
 
+async def ask(conn: Any, evs: Events, text: str) -> dict[str, Any]:
+    """A user text item, then response.create: the response.done that follows."""
+    await conn.conversation.item.create(item={
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+    await conn.response.create()
+    return await evs.wait("response.done")
+
+
 def audio_of(evs: Events, response_id: str, kind: str = "response.output_audio.delta") -> bytes:
     return b"".join(base64.b64decode(e["delta"]) for e in evs.of(kind)
                     if e["response_id"] == response_id)
@@ -491,11 +499,7 @@ async def test_a_forced_client_tool_call_and_its_output(
             "max_output_tokens": 400,  # room for the whole call (random weights ramble)
             "audio": {"input": {"turn_detection": None}}})
         await evs.wait("session.updated", timeout=10)
-        await conn.conversation.item.create(item={
-            "type": "message", "role": "user",
-            "content": [{"type": "input_text", "text": "What is the weather in Oslo?"}]})
-        await conn.response.create()
-        done = await evs.wait("response.done")
+        done = await ask(conn, evs, "What is the weather in Oslo?")
         calls = [o for o in done["response"]["output"] if o["type"] == "function_call"]
         assert calls and calls[0]["name"] == "get_weather", (done["response"], evs.of("error"))
         call = calls[0]
@@ -671,11 +675,7 @@ async def test_a_forced_call_cut_by_its_token_limit_is_never_spoken(agent: Agent
             "type": "realtime", "tools": [note], "tool_choice": "required",
             "max_output_tokens": 6, "audio": {"input": {"turn_detection": None}}})
         await evs.wait("session.updated", timeout=10)
-        await conn.conversation.item.create(item={
-            "type": "message", "role": "user",
-            "content": [{"type": "input_text", "text": "Note that the milk is out."}]})
-        await conn.response.create()
-        done = await evs.wait("response.done")
+        done = await ask(conn, evs, "Note that the milk is out.")
     r = done["response"]
     assert r["status"] == "incomplete", r
     assert r["status_details"]["reason"] == "max_output_tokens"
