@@ -13,8 +13,9 @@ The published weight names are mapped to ours in ONE place, `WEIGHT_PREFIXES`: o
 modules reuse the official attribute names below a prefix, so mapping is a prefix strip.
 Names we do not use are listed in `IGNORED_PREFIXES`; anything else unknown is an error.
 `speaker_encoder.*` (the Base model's ECAPA-TDNN) and the speech tokenizer's `encoder.*`
-(its Mimi encoder: reference codes) are loaded iff `tts_model_type` is "base"; other types
-skip them (released CustomVoice checkpoints carry `encoder.*` too).
+(its Mimi encoder: reference codes) are loaded iff `tts_model_type` is `ModelType.BASE`;
+other types skip them (released CustomVoice checkpoints carry `encoder.*` too). An unknown
+type is an error (`ModelConfig.from_dir` reads it).
 No hub access: `path` must be a local directory.
 """
 
@@ -29,6 +30,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .model import Qwen3TTS
+from .model_type import ModelType
 
 # (file, published prefix) -> our module prefix. The whole mapping lives here.
 WEIGHT_PREFIXES: dict[tuple[str, str], str] = {
@@ -41,7 +43,6 @@ IGNORED_PREFIXES: dict[str, tuple[str, ...]] = {
     "model": (),
     "speech_tokenizer": (),
 }
-MODEL_TYPES = ("custom_voice", "base", "voice_design")
 # Derived buffers some exports carry; we recompute them.
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -89,10 +90,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu",
     if not path.is_dir():
         raise FileNotFoundError(f"checkpoint directory not found: {path} (no hub access; "
                                 "download the model and pass its local path)")
-    cfg = ModelConfig.from_dir(path)
-    if cfg.tts_model_type not in MODEL_TYPES:
-        raise ValueError(f"unknown tts_model_type {cfg.tts_model_type!r} in {path}; "
-                         f"supported: {', '.join(MODEL_TYPES)}")
+    cfg = ModelConfig.from_dir(path)  # ValueError: an unknown tts_model_type
     with torch.device("meta"):
         model = Qwen3TTS(cfg)
     state = map_weights("model", _read_safetensors(path))
@@ -107,7 +105,8 @@ def load_model(path: str | Path, device: torch.device | str = "cpu",
         raise ValueError(f"checkpoint {path} has unexpected weights: {sorted(unexpected)[:8]}")
     missing = expected - set(state)
     if any(k.startswith("speaker_encoder.") for k in missing):
-        raise ValueError(f"checkpoint {path} is a Base model (tts_model_type 'base') but lacks "
+        raise ValueError(f"checkpoint {path} is a Base model (tts_model_type "
+                         f"'{ModelType.BASE}') but lacks "
                          f"speaker encoder weights: {sorted(missing)[:8]}")
     if missing:
         raise ValueError(f"checkpoint {path} lacks weights: {sorted(missing)[:8]}")

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .model_type import ModelType
+
 # Speaker / language tables of the presets. Real checkpoints bring their own from
 # config.json; these ids only matter for random-weight presets (any id < vocab works).
 _PRESET_SPEAKERS: dict[str, int] = {
@@ -226,22 +228,27 @@ class ModelConfig:
     talker: TalkerConfig = field(default_factory=TalkerConfig)
     code_predictor: CodePredictorConfig = field(default_factory=CodePredictorConfig)
     speech_decoder: SpeechDecoderConfig = field(default_factory=SpeechDecoderConfig)
-    # Parsed for every type, as the official config does; built only for "base".
+    # Parsed for every type, as the official config does; built only for Base.
     speaker_encoder: SpeakerEncoderConfig = field(default_factory=SpeakerEncoderConfig)
-    # The speech tokenizer's encoder (reference codes); built only for "base" too.
+    # The speech tokenizer's encoder (reference codes); built only for Base too.
     speech_encoder: SpeechEncoderConfig = field(default_factory=SpeechEncoderConfig)
     tts_model_size: str = "0b6"
-    tts_model_type: str = "custom_voice"
+    tts_model_type: ModelType = ModelType.CUSTOM_VOICE  # a str is parsed (ValueError)
     im_start_token_id: int = 151644
     im_end_token_id: int = 151645
     tts_pad_token_id: int = 151671
     tts_bos_token_id: int = 151672
     tts_eos_token_id: int = 151673
     name: str = "custom"
+
+    def __post_init__(self) -> None:
+        # config.json's string (or a ModelType) -> a ModelType; ValueError if unknown
+        object.__setattr__(self, "tts_model_type", ModelType.parse(self.tts_model_type))
+
     @property
     def can_clone(self) -> bool:
         """Builds the speaker (and speech) encoder: voices from reference audio."""
-        return self.tts_model_type == "base"
+        return self.tts_model_type == ModelType.BASE
 
     @property
     def supports_instruct(self) -> bool:
@@ -264,7 +271,7 @@ class ModelConfig:
         t = dict(cfg.get("talker_config", {}))
         cp = dict(t.pop("code_predictor_config", {}) or {})
         rope = t.get("rope_scaling") or {}
-        if cfg.get("tts_model_type", "custom_voice") != "custom_voice":
+        if cfg.get("tts_model_type", ModelType.CUSTOM_VOICE) != ModelType.CUSTOM_VOICE:
             # Base / VoiceDesign have no preset speakers: never default to ours.
             t.setdefault("spk_id", {})
             t.setdefault("spk_is_dialect", {})
@@ -291,6 +298,7 @@ class ModelConfig:
     def from_dir(cls, path: str | Path) -> ModelConfig:
         path = Path(path)
         cfg = json.loads((path / "config.json").read_text())
+        ModelType.parse(cfg.get("tts_model_type") or ModelType.CUSTOM_VOICE, str(path))
         speech_path = path / "speech_tokenizer" / "config.json"
         speech = json.loads(speech_path.read_text()) if speech_path.exists() else None
         return cls.from_hf_dict(cfg, speech, name=path.name)
@@ -364,7 +372,7 @@ def _tiny(talker_hidden: int, size: str, name: str) -> ModelConfig:
     )
 
 
-def _of_type(cfg: ModelConfig, model_type: str, name: str, tiny: bool) -> ModelConfig:
+def _of_type(cfg: ModelConfig, model_type: ModelType, name: str, tiny: bool) -> ModelConfig:
     """`cfg` as a Base or VoiceDesign model: no preset speakers; Base gets a speaker encoder
     whose x-vector width is the talker's hidden size (tiny: narrow channels, still
     divisible by the Res2Net scale 8)."""
@@ -389,13 +397,14 @@ PRESETS: dict[str, ModelConfig] = {
 }
 # Base (voice clone: speaker encoder) and VoiceDesign (1.7B only; no speaker encoder).
 PRESETS |= {
-    "tiny-base": _of_type(PRESETS["tiny"], "base", "tiny-base", tiny=True),
-    "tiny-1.7b-base": _of_type(PRESETS["tiny-1.7b"], "base", "tiny-1.7b-base", tiny=True),
-    "tiny-1.7b-design": _of_type(PRESETS["tiny-1.7b"], "voice_design", "tiny-1.7b-design",
-                                 tiny=True),
-    "0.6b-base": _of_type(PRESETS["0.6b"], "base", "0.6b-base", tiny=False),
-    "1.7b-base": _of_type(PRESETS["1.7b"], "base", "1.7b-base", tiny=False),
-    "1.7b-design": _of_type(PRESETS["1.7b"], "voice_design", "1.7b-design", tiny=False),
+    "tiny-base": _of_type(PRESETS["tiny"], ModelType.BASE, "tiny-base", tiny=True),
+    "tiny-1.7b-base": _of_type(PRESETS["tiny-1.7b"], ModelType.BASE, "tiny-1.7b-base",
+                               tiny=True),
+    "tiny-1.7b-design": _of_type(PRESETS["tiny-1.7b"], ModelType.VOICE_DESIGN,
+                                 "tiny-1.7b-design", tiny=True),
+    "0.6b-base": _of_type(PRESETS["0.6b"], ModelType.BASE, "0.6b-base", tiny=False),
+    "1.7b-base": _of_type(PRESETS["1.7b"], ModelType.BASE, "1.7b-base", tiny=False),
+    "1.7b-design": _of_type(PRESETS["1.7b"], ModelType.VOICE_DESIGN, "1.7b-design", tiny=False),
 }
 # The stack's CPU default (`make up`'s mesh, compose's cpu profile): tiny's preset speakers
 # and tiny-base's encoders in one random-weight model, so the agent's preset voice and the

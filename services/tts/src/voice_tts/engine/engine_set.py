@@ -22,7 +22,9 @@ import numpy as np
 
 from .api import SessionParams
 from .engine import Engine
+from .model_type import ModelType
 from .session import Session, Sink
+from .text import TextTokenizer
 from .voices import Voice, VoiceNames, VoicePrompt
 from .voices.table import voice_named
 
@@ -100,6 +102,9 @@ class EngineSet:
                                  "rate, frame size or device")
         self.engines = engines
         self.voice_table = MergedVoiceTable(engines)
+        # the same on every engine (checked above)
+        self.sample_rate, self.frame_samples = first.sample_rate, first.frame_samples
+        self.device = first.device
 
     # --- what the server reads ---------------------------------------------------------------
     @property
@@ -110,10 +115,11 @@ class EngineSet:
     def members(self) -> list[Engine]:
         return self.engines
 
-    def __getattr__(self, name: str) -> Any:
-        # the rest of the engine surface (cfg, tokenizer, device, sample_rate, ...): the
-        # first engine's, which all share (checked above) or which describe the primary
-        return getattr(self.engines[0], name)
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        """The first engine's: every Qwen3-TTS checkpoint has the same Qwen2 text tokenizer
+        (the OpenAI front counts a request's tokens with it)."""
+        return self.engines[0].tokenizer
 
     @property
     def bucket_step_ms(self) -> dict[int, float]:
@@ -148,7 +154,7 @@ class EngineSet:
     def _maker(self, kind: str) -> Engine:
         e = self.maker_for(kind)
         if e is None:
-            need = "Base" if kind == "clone" else "VoiceDesign"
+            need = ModelType.for_voice_kind(kind).label
             raise ValueError(f"no checkpoint here makes a {kind} voice (a {need} one does)")
         return e
 

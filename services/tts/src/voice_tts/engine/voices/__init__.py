@@ -10,7 +10,6 @@ the table.
 
 from .making import VoiceMaker, icl_codec_rows, resample_24k
 from .prompt import (
-    MODEL_TYPES,
     IclPrompt,
     LibraryVoice,
     ResolvedVoice,
@@ -21,7 +20,6 @@ from .prompt import (
 from .table import VoiceNames, VoiceTable
 
 __all__ = [
-    "MODEL_TYPES",
     "IclPrompt",
     "LibraryVoice",
     "ResolvedVoice",

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ModelConfig
+from ..model_type import ModelType
 from .making import VoiceMaker
 from .prompt import Voice, VoicePrompt
 from .table import VoiceTable
@@ -22,8 +23,8 @@ class EngineVoices:
     voice_maker: VoiceMaker
 
     @property
-    def model_type(self) -> str:
-        """"base" (cloned voices), "custom_voice" (presets) or "voice_design"."""
+    def model_type(self) -> ModelType:
+        """Base (cloned voices), CustomVoice (presets) or VoiceDesign (described voices)."""
         return self.cfg.tts_model_type
 
     @property
@@ -33,7 +34,7 @@ class EngineVoices:
 
     def makes(self, kind: str) -> bool:
         """Whether it makes (and speaks) library voices of `kind`: "clone", "design"."""
-        return self.can_clone if kind == "clone" else self.model_type == "voice_design"
+        return self.model_type.makes_voices and self.model_type.voice_kind == kind
 
     def maker_for(self, kind: str) -> Any:
         """The engine that makes voices of `kind` (this one or none; `EngineSet`: several)."""

@@ -11,6 +11,7 @@ import torch
 
 from ..audio_features import to_24k
 from ..model import Qwen3TTS
+from ..model_type import ModelType
 from ..text import TextTokenizer
 from .prompt import IclPrompt, LibraryVoice, VoicePrompt
 
@@ -29,7 +30,7 @@ class VoiceMaker:
         self.dtype, self.max_seq_len = dtype, max_seq_len
 
     @property
-    def model_type(self) -> str:
+    def model_type(self) -> ModelType:
         return self.cfg.tts_model_type
 
     def from_audio(self, audio: np.ndarray, sample_rate: int, ref_text: str = "",
@@ -38,7 +39,7 @@ class VoiceMaker:
         `x_vector_only` or without a transcript, its codes for in-context cloning. Mono
         (or channels last, averaged) at any rate."""
         if not self.cfg.can_clone:
-            raise ValueError(f"voice cloning needs a base checkpoint; this one is "
+            raise ValueError(f"voice cloning needs a {ModelType.BASE} checkpoint; this one is "
                              f"{self.model_type}")
         from ..model.speaker_encoder import x_vector
         from ..model.speech_encoder import reference_codes
@@ -51,9 +52,9 @@ class VoiceMaker:
 
     def from_description(self, description: str) -> VoicePrompt:
         """A designed voice (VoiceDesign checkpoints): the description is its instruct."""
-        if self.model_type != "voice_design":
-            raise ValueError(f"voice design needs a voice_design checkpoint; this one is "
-                             f"{self.model_type}")
+        if self.model_type != ModelType.VOICE_DESIGN:
+            raise ValueError(f"voice design needs a {ModelType.VOICE_DESIGN} checkpoint; this "
+                             f"one is {self.model_type}")
         prompt = VoicePrompt(instruct=description)
         prompt.check(self.model_type)
         return prompt

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-MODEL_TYPES = ("base", "custom_voice", "voice_design")
+from ..model_type import ModelType
 
 
 class UnknownVoice(ValueError):
@@ -38,7 +38,7 @@ class VoicePrompt:
     def kind(self) -> str:
         return "design" if self.x_vector is None else "clone"
 
-    def check(self, model_type: str) -> None:
+    def check(self, model_type: ModelType) -> None:
         """ValueError unless this prompt is whole and fits a checkpoint of `model_type`
         (clones need Base, designs VoiceDesign)."""
         if self.x_vector is None and not self.instruct.strip():
@@ -50,7 +50,7 @@ class VoicePrompt:
                                            or not self.ref_text.strip()):
             raise ValueError("an in-context clone needs (T_ref, 16) reference codes and "
                              "their transcript")
-        need = "base" if self.kind == "clone" else "voice_design"
+        need = ModelType.for_voice_kind(self.kind)
         if model_type != need:
             raise ValueError(f"a {self.kind} voice needs a {need} checkpoint; this one is "
                              f"{model_type}")

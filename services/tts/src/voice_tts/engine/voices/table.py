@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterable
 
 from ..config import TalkerConfig
+from ..model_type import ModelType
 from .prompt import LibraryVoice, ResolvedVoice, UnknownVoice, Voice
 
 
@@ -57,9 +58,10 @@ def voice_named(voices: Iterable[Voice], name: str) -> Voice:
 class VoiceTable:
     """Presets (CustomVoice checkpoints only) and library voices, by lower-case name."""
 
-    def __init__(self, cfg: TalkerConfig, model_type: str = "custom_voice") -> None:
-        self.cfg, self.model_type = cfg, model_type
-        presets = cfg.spk_id if model_type == "custom_voice" else {}
+    def __init__(self, cfg: TalkerConfig,
+                 model_type: ModelType = ModelType.CUSTOM_VOICE) -> None:
+        self.cfg, self.model_type = cfg, ModelType.parse(model_type)
+        presets = cfg.spk_id if self.model_type.voice_kind == "preset" else {}
         self.speakers = {k.lower(): v for k, v in presets.items()}
         self.dialects = {k.lower(): v for k, v in cfg.spk_is_dialect.items()}
         self.language_ids = {k.lower(): v for k, v in cfg.codec_language_id.items()}

@@ -216,7 +216,7 @@ class Ticket:
 
 class TrackedSession:
     """The engine session as the stream sees it, telling the ticket when text arrives
-    and when utterances are dropped; everything else passes through."""
+    and when utterances are dropped; the rest of what the stream uses passes through."""
 
     def __init__(self, session: Any, ticket: Ticket) -> None:
         self._session = session
@@ -238,5 +238,16 @@ class TrackedSession:
         self._session.close()
         self._ticket.close()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._session, name)
+    # --- the rest of the session, as it is -----------------------------------------------
+    @property
+    def utterance_id(self) -> int:
+        return self._session.utterance_id
+
+    def flush(self) -> None:
+        self._session.flush()
+
+    def pause(self) -> None:
+        self._session.pause()
+
+    def resume(self) -> None:
+        self._session.resume()
