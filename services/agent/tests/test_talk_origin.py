@@ -1,7 +1,8 @@
-"""`/v1/talk`'s Origin rule (`TalkHub.origin_allowed`), without servers: the agent's own
-host counts as same-origin only where the name is one it knows (a loopback name, an IP
-literal, a host in AGENT_WS_ORIGINS); a DNS-rebinding page (evil.example resolved to
-127.0.0.1: its Origin and the Host both evil.example) is refused."""
+"""The Origin rule of `/v1/talk` and `/v1/realtime` (`Door.origin_allowed`), without
+servers: the agent's own host counts as same-origin only where the name is one it knows
+(a loopback name, an IP literal, a host in AGENT_WS_ORIGINS); a DNS-rebinding page
+(evil.example resolved to 127.0.0.1: its Origin and the Host both evil.example) is
+refused."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
-from voice_agent.talk.hub import TalkHub
+from voice_agent.conversation.door import Door
 
 
 @pytest.mark.parametrize(("origin", "host", "ws_origins", "ok"), [
@@ -27,6 +28,6 @@ from voice_agent.talk.hub import TalkHub
 ])
 def test_same_origin_only_for_the_agents_own_names(origin: str, host: str, ws_origins: str,
                                                     ok: bool) -> None:
-    hub = SimpleNamespace(settings=SimpleNamespace(ws_origins=ws_origins))
+    door = SimpleNamespace(settings=SimpleNamespace(ws_origins=ws_origins))
     request = make_mocked_request("GET", "/v1/talk", headers={"Origin": origin, "Host": host})
-    assert TalkHub.origin_allowed(hub, request) is ok  # type: ignore[arg-type]
+    assert Door.origin_allowed(door, request) is ok  # type: ignore[arg-type]

@@ -32,7 +32,9 @@ def example(side: str, type_: str) -> dict[str, object]:
 
 
 def server_source() -> str:
-    return "\n".join(p.read_text() for p in sorted(TALK.glob("*.py")))
+    """The talk route's code and the door it shares (whose refusals are its errors)."""
+    door = TALK.parent / "conversation" / "door.py"
+    return "\n".join(p.read_text() for p in [*sorted(TALK.glob("*.py")), door])
 
 
 def page_source() -> str:
@@ -75,7 +77,7 @@ def test_the_server_sends_and_handles_every_type_in_the_file() -> None:
 
 
 def test_the_servers_error_codes_are_the_files() -> None:
-    raised = set(re.findall(r"""(?:ProtocolError|error_event)\(\s*["'](\w+)["']""",
+    raised = set(re.findall(r"""(?:ProtocolError|error_event|Refused)\(\s*["'](\w+)["']""",
                             server_source()))
     assert raised == set(SPEC["errors"]), (raised ^ set(SPEC["errors"]))
     with pytest.raises(ValueError, match=r"not in protocol\.json"):

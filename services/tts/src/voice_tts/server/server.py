@@ -15,13 +15,16 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
 import torch
+from aiohttp import web
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from voice.tts.v1 import tts_pb2
+from voice_keys import ApiKeys
 
 from voice_tts.engine import Engine, EngineSettings
 from voice_tts.engine.engine_set import EngineSet
@@ -141,7 +144,31 @@ class RunningServer:
 
 async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None = None
                        ) -> RunningServer:
+    """Load (or take) the engine, start it, serve gRPC and HTTP, then say SERVING."""
     engine = engine or load_engine(settings)
+    metrics = _server_metrics(settings, engine)
+    calls, library = _synthesis(settings, engine, metrics)
+    _start_engine(engine, metrics, calls)
+    server, keys = grpc_server(settings, reuseport=False)
+    handler, health_servicer = _add_grpc_services(server, calls, library)
+    loop = asyncio.get_running_loop()
+    fronts, port = await _serve_grpc(settings, server, handler,
+                                     lambda msg: loop.create_task(running.fail(msg)))
+    _freeze_heap()
+    running = RunningServer(server, calls, health_servicer, port, None, fronts=fronts)
+    if settings.http_port:
+        running.http_runner = await _serve_http(settings, metrics, running, keys, library)
+    _watch_faults(running, engine, settings.engine_stall_s)
+    running.serving = True
+    await running.set_health(True)
+    log.info("TTS serving on :%d (gRPC), :%d (HTTP) model=%s device=%s max_sessions=%d "
+             "api_keys=%s", port, settings.http_port, engine.model_name, settings.device,
+             settings.max_sessions, "required" if keys.enabled else "off")
+    return running
+
+
+def _server_metrics(settings: TTSSettings, engine: Engine | EngineSet) -> TTSMetrics:
+    """The server's metrics, with what this server runs as `tts_server_info`."""
     metrics = TTSMetrics()
     metrics.server_info.info({
         "model": engine.model_name, "device": str(engine.device),
@@ -150,7 +177,25 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
         "pace_lead_s": f"{settings.pace_lead_s:g}",
         "admit_frame_budget_ms": f"{settings.admit_frame_budget_ms:g}",
         "first_step_apart_max_rows": str(settings.first_step_apart_max_rows)})
+    return metrics
 
+
+def _synthesis(settings: TTSSettings, engine: Engine | EngineSet, metrics: TTSMetrics
+               ) -> tuple[Synthesis, VoiceLibrary]:
+    """The calls and the voice library, ready before the engine's first step."""
+    calls = Synthesis(engine, settings, metrics)  # before the first step
+    library = VoiceLibrary(engine, settings.voice_dir, settings.voice_max_upload_bytes,
+                           metrics=metrics)
+    library.load()  # stored voices are there before the first call
+    library.start_watching(settings.voice_rescan_s)  # replicas sharing the directory
+    calls.library = library
+    # Capacity before any traffic: the warm-up's step time per batch bucket (GPU).
+    calls.admission.model.seed(engine.bucket_step_ms)
+    return calls, library
+
+
+def _start_engine(engine: Engine | EngineSet, metrics: TTSMetrics, calls: Synthesis) -> None:
+    """Start the engine's loop, each step feeding the metrics and admission's model."""
     gpu_sampled = [0.0]  # last tts_gpu_memory_bytes update (monotonic s)
 
     def sample_gpu_memory() -> None:
@@ -166,18 +211,14 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
         if time.monotonic() - gpu_sampled[0] >= 0.5:
             sample_gpu_memory()
 
-    calls = Synthesis(engine, settings, metrics)  # before the first step
-    library = VoiceLibrary(engine, settings.voice_dir, settings.voice_max_upload_bytes,
-                           metrics=metrics)
-    library.load()  # stored voices are there before the first call
-    library.start_watching(settings.voice_rescan_s)  # replicas sharing the directory
-    calls.library = library
-    # Capacity before any traffic: the warm-up's step time per batch bucket (GPU).
-    calls.admission.model.seed(engine.bucket_step_ms)
     engine.on_step = on_step
     sample_gpu_memory()
     engine.start()
-    server, keys = grpc_server(settings, reuseport=False)
+
+
+def _add_grpc_services(server: grpc.aio.Server, calls: Synthesis, library: VoiceLibrary
+                       ) -> tuple[grpc.GenericRpcHandler, health.aio.HealthServicer]:
+    """TTS, health and reflection on `server`; the TTS handler serves the fronts too."""
     handler = TextToSpeechServicer(calls, library).handler()  # this server's and the fronts'
     server.add_generic_rpc_handlers([handler])
     health_servicer = health.aio.HealthServicer()
@@ -186,13 +227,19 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
         [SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
          reflection.SERVICE_NAME], server)
     _ = tts_pb2.DESCRIPTOR  # registers the file descriptor that reflection serves
+    return handler, health_servicer
+
+
+async def _serve_grpc(settings: TTSSettings, server: grpc.aio.Server,
+                      handler: grpc.GenericRpcHandler, on_front_lost: Callable[[str], None]
+                      ) -> tuple[FrontProcs | None, int]:
+    """Bind and start gRPC: on TTS_GRPC_PORT, or privately behind the TTS_FRONT_PROCS
+    fronts (then started on it); the port the clients use."""
     fronts = None
     if settings.front_procs:
         if not settings.grpc_port:
             raise RuntimeError("TTS_FRONT_PROCS needs a fixed TTS_GRPC_PORT, not 0")
-        loop = asyncio.get_running_loop()
-        fronts = FrontProcs(settings, handler,
-                            lambda msg: loop.create_task(running.fail(msg)))
+        fronts = FrontProcs(settings, handler, on_front_lost)
         # this process's own gRPC server: private (its handlers run the fronts' calls)
         port = server.add_insecure_port("127.0.0.1:0")
     else:
@@ -204,21 +251,31 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
     if fronts is not None:
         await fronts.start()
         port = settings.grpc_port
+    return fronts, port
+
+
+def _freeze_heap() -> None:
+    """Move the start-up heap out of the garbage collector's way for the process's life."""
     # The heap holds torch and the model's objects for the process's life: out of the
     # collector's way, so a full collection (triggered by the front's per-message garbage)
     # no longer walks it (7% of the front's time at 128 streams, bench/front_bench.py).
     gc.collect()
     gc.freeze()
-    running = RunningServer(server, calls, health_servicer, port, None, fronts=fronts)
-    if settings.http_port:
-        running.http_runner = await start_http(settings.grpc_host, settings.http_port,
-                                               metrics.registry, lambda: running.serving,
-                                               calls, keys, library=library,
-                                               cors_origins=[
-                                                   o.strip() for o in
-                                                   settings.cors_origins.split(",")
-                                                   if o.strip()],
-                                               header_timeout_s=settings.header_timeout_s)
+
+
+async def _serve_http(settings: TTSSettings, metrics: TTSMetrics, running: RunningServer,
+                      keys: ApiKeys, library: VoiceLibrary) -> web.AppRunner:
+    """Start the HTTP side: metrics, health, OpenAI-style speech, the speech WebSocket."""
+    cors_origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    return await start_http(settings.grpc_host, settings.http_port, metrics.registry,
+                            lambda: running.serving, running.calls, keys, library=library,
+                            cors_origins=cors_origins,
+                            header_timeout_s=settings.header_timeout_s)
+
+
+def _watch_faults(running: RunningServer, engine: Engine | EngineSet, stall_s: float
+                  ) -> None:
+    """Fail the server on an engine fault (from its thread) or stall (the watchdog)."""
     loop = asyncio.get_running_loop()
 
     def on_fatal(exc: BaseException) -> None:  # engine thread
@@ -229,13 +286,7 @@ async def start_server(settings: TTSSettings, engine: Engine | EngineSet | None 
     engine.on_fatal = on_fatal
     if engine.fatal is not None:  # it failed before the hook was set
         on_fatal(engine.fatal)
-    running.watchdog = loop.create_task(_watch_engine(running, settings.engine_stall_s))
-    running.serving = True
-    await running.set_health(True)
-    log.info("TTS serving on :%d (gRPC), :%d (HTTP) model=%s device=%s max_sessions=%d "
-             "api_keys=%s", port, settings.http_port, engine.model_name, settings.device,
-             settings.max_sessions, "required" if keys.enabled else "off")
-    return running
+    running.watchdog = loop.create_task(_watch_engine(running, stall_s))
 
 
 async def _watch_engine(running: RunningServer, stall_s: float) -> None:

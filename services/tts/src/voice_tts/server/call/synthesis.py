@@ -29,6 +29,7 @@ from voice_tts.engine.session import Sink
 from voice_tts.server.admission.admission import (
     Admission,
     Rejected,
+    Ticket,
     TrackedSession,
     frame_budget_ms,
 )
@@ -45,7 +46,7 @@ from voice_tts.server.call.protocol import resolve_config
 from voice_tts.server.call.refusal import until_client_stops_writing
 from voice_tts.server.call.stream import Codec, SynthesizeStream
 from voice_tts.server.errors import CallError, VoiceError, invalid, status_for
-from voice_tts.server.metrics import TTSMetrics
+from voice_tts.server.metrics import CallMetrics, TTSMetrics
 from voice_tts.server.voices.voice_library import VoiceLibrary
 from voice_tts.settings import TTSSettings
 
@@ -101,35 +102,13 @@ class Synthesis:
         ticket = None
         stream: SynthesizeStream | None = None
         reader: asyncio.Task[None] | None = None
-        self.active.add(task)
-        m.requests.inc()
-        m.active_sessions.inc()
+        self._enter(task, m)
         t0, outcome = time.perf_counter(), "ok"
         try:
             it = requests.__aiter__()
             try:
-                if self.failed is not None:
-                    raise CallError("unavailable", self.failed)
-                if self.draining:
-                    raise CallError("unavailable", "server is draining; retry on another "
-                                    "replica")
-                ticket = self.admission.admit()  # decided at once, before the config
-                cfg, inline = await self._first_config(it)
-                lead = self.settings.pace_lead_s if pace_lead_s is None else pace_lead_s
-                params = SessionParams(voice=cfg.voice, language=cfg.language,
-                                       instruct=cfg.instruct, seed=cfg.seed,
-                                       sampling=cfg.sampling,
-                                       max_text_chars=self.settings.max_text_chars,
-                                       max_frames=cfg.max_frames or None, voice_prompt=inline)
-                admitted = ticket
-
-                def open_session(sink: Sink) -> TrackedSession:
-                    return TrackedSession(self.engine.open_session(
-                        params, sink=admitted.sink(sink)), admitted)
-
-                stream = SynthesizeStream(cfg, open_session, m, self.codec,
-                                          self.settings.max_backlog_s,
-                                          0.0 if self.draining else lead)
+                ticket = self._admit()  # decided at once, before the config
+                stream, cfg = await self._open_stream(it, m, ticket, pace_lead_s)
             except Exception:
                 if ticket is not None:  # its place is free while the client finishes
                     ticket.close()
@@ -139,9 +118,7 @@ class Synthesis:
             session = stream.session
             self.streams[task] = stream
             if log.isEnabledFor(logging.DEBUG):  # one INFO line a session: at its end
-                log.debug("session started protocol=%s session=%s trace=%s voice=%s "
-                          "rate=%d frame_ms=%d", protocol, cfg.session_id, cfg.trace_id,
-                          cfg.voice, cfg.sample_rate, cfg.frame_ms)
+                self._log_started(protocol, cfg)
             reader = asyncio.create_task(stream.read(it))
             responses = stream.write(SessionStarted(cfg))
             async with contextlib.aclosing(responses):
@@ -155,37 +132,100 @@ class Synthesis:
                 raise
             outcome = "unavailable"
             # Cut by the server: tell the client why (else it sees CANCELLED at stop).
-            error = CallError("unavailable", self.cut[task])
-            m.error(error.status.grpc.name).inc()
-            raise error from None
+            raise self._cut_error(task, m) from None
         except Exception as e:  # every failure ends the call with one clear status
-            error = status_for(e)
+            error = self._failure(protocol, m, e)
             outcome = error.kind
-            if error.kind == "internal":
-                log.exception("synthesis call failed protocol=%s", protocol)
-            m.error(error.status.grpc.name).inc()
-            if isinstance(e, Rejected | EngineFull):
-                m.rejected(e.reason if isinstance(e, Rejected) else "sessions").inc()
             raise CallError(error.kind, error.message) from None
         finally:
             if reader is not None:
                 reader.cancel()
             if stream is not None:
                 stream.close()
-                # the session's one INFO line, at its end, with its numbers
-                log.info("session ended protocol=%s session=%s trace=%s voice=%s "
-                         "frames=%d ttfa_ms=%s seconds=%.2f end=%s", protocol,
-                         stream.state.cfg.session_id, stream.state.cfg.trace_id,
-                         stream.state.cfg.voice, stream.seq, stream.ttfas_ms,
-                         time.perf_counter() - t0, outcome)
+                self._log_ended(protocol, stream, t0, outcome)
             if session is not None:
                 session.close()  # frees the engine slot within one step
             if ticket is not None:
                 ticket.close()
-            m.active_sessions.dec()
-            self.active.discard(task)
-            self.cut.pop(task, None)
-            self.streams.pop(task, None)
+            self._leave(task, m)
+
+    # --- the steps of a call, in its order ---------------------------------------------
+
+    def _enter(self, task: asyncio.Task[Any], m: CallMetrics) -> None:
+        """Count the call as open (the drain waits for it, a cut reaches it)."""
+        self.active.add(task)
+        m.requests.inc()
+        m.active_sessions.inc()
+
+    def _admit(self) -> Ticket:
+        """The call's place, or its refusal: the engine failed, draining, or full."""
+        if self.failed is not None:
+            raise CallError("unavailable", self.failed)
+        if self.draining:
+            raise CallError("unavailable", "server is draining; retry on another "
+                            "replica")
+        return self.admission.admit()
+
+    async def _open_stream(self, it: AsyncIterator[Request], m: CallMetrics, ticket: Ticket,
+                           pace_lead_s: float | None
+                           ) -> tuple[SynthesizeStream, ResolvedConfig]:
+        """The first config, then the call's stream over an engine session in `ticket`."""
+        cfg, inline = await self._first_config(it)
+        lead = self.settings.pace_lead_s if pace_lead_s is None else pace_lead_s
+        params = SessionParams(voice=cfg.voice, language=cfg.language,
+                               instruct=cfg.instruct, seed=cfg.seed,
+                               sampling=cfg.sampling,
+                               max_text_chars=self.settings.max_text_chars,
+                               max_frames=cfg.max_frames or None, voice_prompt=inline)
+
+        def open_session(sink: Sink) -> TrackedSession:
+            return TrackedSession(self.engine.open_session(
+                params, sink=ticket.sink(sink)), ticket)
+
+        stream = SynthesizeStream(cfg, open_session, m, self.codec,
+                                  self.settings.max_backlog_s,
+                                  0.0 if self.draining else lead)
+        return stream, cfg
+
+    @staticmethod
+    def _log_started(protocol: str, cfg: ResolvedConfig) -> None:
+        """The session's start, at DEBUG (its one INFO line comes at its end)."""
+        log.debug("session started protocol=%s session=%s trace=%s voice=%s "
+                  "rate=%d frame_ms=%d", protocol, cfg.session_id, cfg.trace_id,
+                  cfg.voice, cfg.sample_rate, cfg.frame_ms)
+
+    def _cut_error(self, task: asyncio.Task[Any], m: CallMetrics) -> CallError:
+        """A call cut by the server (drain timeout, engine fault): UNAVAILABLE and why."""
+        error = CallError("unavailable", self.cut[task])
+        m.error(error.status.grpc.name).inc()
+        return error
+
+    @staticmethod
+    def _failure(protocol: str, m: CallMetrics, e: Exception) -> CallError:
+        """Any failure as its one status (counted; logged with its trace if internal)."""
+        error = status_for(e)
+        if error.kind == "internal":
+            log.exception("synthesis call failed protocol=%s", protocol)
+        m.error(error.status.grpc.name).inc()
+        if isinstance(e, Rejected | EngineFull):
+            m.rejected(e.reason if isinstance(e, Rejected) else "sessions").inc()
+        return error
+
+    @staticmethod
+    def _log_ended(protocol: str, stream: SynthesizeStream, t0: float, outcome: str) -> None:
+        """The session's one INFO line, at its end, with its numbers."""
+        log.info("session ended protocol=%s session=%s trace=%s voice=%s "
+                 "frames=%d ttfa_ms=%s seconds=%.2f end=%s", protocol,
+                 stream.state.cfg.session_id, stream.state.cfg.trace_id,
+                 stream.state.cfg.voice, stream.seq, stream.ttfas_ms,
+                 time.perf_counter() - t0, outcome)
+
+    def _leave(self, task: asyncio.Task[Any], m: CallMetrics) -> None:
+        """Count the call as ended and forget it (the counterpart of `_enter`)."""
+        m.active_sessions.dec()
+        self.active.discard(task)
+        self.cut.pop(task, None)
+        self.streams.pop(task, None)
 
     def hurry(self) -> None:
         """Draining: open calls stop pacing, so in-flight utterances end in time."""
