@@ -274,7 +274,7 @@ def test_no_engine_falls_back_to_the_local_mesh(layout):
     proc = run(root, "up.sh", env | {"FAKE_NO_ENGINE": "1"})
     assert proc.returncode == 0, proc.stderr
     assert not calls(log, "docker compose")
-    assert calls(log, "make") == ["make --no-print-directory venvs-mesh"]
+    assert calls(log, "make") == ["make -s --no-print-directory venvs-mesh"]
     assert calls(log, "mesh") == ["mesh up"]
     assert not (root / ".env").exists()
 
