@@ -37,7 +37,7 @@ def at_24k(pcm16k: np.ndarray) -> np.ndarray:
 
 
 async def turns_heard(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str, pause_s: float,
-                      first_words: str) -> list[dict[str, Any]]:
+                      first_words: str, respond: bool = False) -> list[dict[str, Any]]:
     """Two spoken parts with `pause_s` of silence between, on server VAD; the ear hears
     `first_words` for the first part. Returns the server's events."""
     heard = [first_words, "the nearest pharmacy"]
@@ -64,7 +64,7 @@ async def turns_heard(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str, pau
 
             reader = asyncio.create_task(read())
             await ws.send_json({"type": "session.update", "session": {"audio": {"input": {
-                "turn_detection": {"type": "server_vad", "create_response": False}}}}})
+                "turn_detection": {"type": "server_vad", "create_response": respond}}}}})
             n, t0 = 960, time.perf_counter()  # 40 ms appends, paced by the clock
             for i in range(0, len(pcm), n):
                 await ws.send_json({"type": "input_audio_buffer.append", "audio":
@@ -100,3 +100,19 @@ async def test_the_same_pause_after_words_that_end_a_turn_ends_it(
     for mode in ("text", "vad"):
         got = await turns_heard(tmp_path, monkeypatch, mode, 1.0, "can you tell me the way")
         assert len(of(got, "input_audio_buffer.committed")) == 2, (mode, [e["type"] for e in got])
+
+
+async def test_a_reply_made_during_the_hold_is_dropped_unheard_when_the_user_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With create_response, a reply starts during each wait (held, its events kept back):
+    the one made after "... get to" is dropped when the user goes on, never seen; the one
+    for the whole turn goes out after the commit. (No thinker answers here: that reply
+    fails, which is all the client may see of it.)"""
+    got = await turns_heard(tmp_path, monkeypatch, "text", 1.0, "can you tell me how to get to",
+                            respond=True)
+    kinds = [e["type"] for e in got]
+    assert kinds.count("input_audio_buffer.committed") == 1, kinds
+    created = of(got, "response.created")
+    assert len(created) == 1, kinds  # the dropped reply said nothing
+    assert kinds.index("response.created") > kinds.index("input_audio_buffer.committed")
+    assert {e["response"]["id"] for e in of(got, "response.done")} == {created[0]["response"]["id"]}

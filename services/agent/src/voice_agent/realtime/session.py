@@ -424,8 +424,11 @@ class RealtimeSession:
         text = heard if isinstance(heard, str) else ""
         wait = await end_of_turn_wait(self.settings, self._detector, text)
         reply = None
-        if respond and text and self.response is None and self.settings.preemptive_generation:
-            # the reply starts now, during the wait, and is heard the moment the turn ends
+        # The reply starts now, during the wait, and is heard the moment the turn ends;
+        # not with the agent's own tools, whose results start a follow-up reply that this
+        # hold does not cover (that reply starts at the turn's end instead).
+        if respond and text and self.response is None and not self.server_tools \
+                and self.settings.preemptive_generation:
             reply = self._start_response({}, pending_user=text)
         try:
             # counted from the last speech sample, as the framework's endpointing delay is
