@@ -47,7 +47,7 @@ MAX_VOICE_CACHES = 32  # voices whose starter phrases are kept (the default's al
 
 def protocol_error(e: Refused) -> ProtocolError:
     """A refusal of the door in this protocol's words (after the upgrade)."""
-    return ProtocolError(e.code, e.message, Close.TRY_AGAIN_LATER, reason=e.reason)
+    return ProtocolError(e.code, e.message, e.close_code, reason=e.reason)
 
 
 class TalkHub:
