@@ -13,6 +13,7 @@ import pytest
 from voice_agent.agent import build_pipeline
 from voice_agent.bridge import BridgeConfig
 from voice_agent.conversation.parts import Parts, turn_handling
+from voice_agent.conversation.turn_end import TurnEnd, WordDetector, turn_detector
 from voice_agent.metrics import TurnTracker
 from voice_agent.realtime.session import RealtimeSession
 from voice_agent.settings import AgentSettings
@@ -35,12 +36,17 @@ def check(parts: Parts, tracker: TurnTracker) -> None:
     # every part reports to the conversation's turn tracker: its turns are in the metrics
     assert parts.stt._tracker is tracker and parts.llm._tracker is tracker
     assert parts.tts._tracker is tracker and parts.vad._on_speech_end == tracker.vad_speech_ended
+    # one end-of-turn detector, hearing the conversation's audio (its tracker's)
+    assert isinstance(parts.turn, TurnEnd) and parts.turn.tracker is tracker
+    assert isinstance(parts.turn.detector, WordDetector)
 
 
 async def test_a_setting_reaches_the_talk_door() -> None:
     p = build_pipeline(AgentSettings(**CHANGED))  # what TalkSession (and the worker) build
     try:
-        check(Parts(stt=p.stt, llm=p.llm, tts=p.tts, vad=p.session.vad), p.tracker)  # type: ignore[arg-type]
+        turn = p.session.options.turn_handling["turn_detection"]
+        check(Parts(stt=p.stt, llm=p.llm, tts=p.tts, vad=p.session.vad,  # type: ignore[arg-type]
+                    turn=turn), p.tracker)
         assert p.session.vad is not None
     finally:
         await p.session.aclose()
@@ -63,6 +69,6 @@ async def test_a_setting_reaches_the_realtime_door() -> None:
 def test_one_end_of_turn_policy(mode: str) -> None:
     s = AgentSettings(turn_detection=mode, min_endpointing_delay_s=0.4,
                       max_endpointing_delay_s=2.5)
-    th: dict[str, Any] = turn_handling(s)
+    th: dict[str, Any] = turn_handling(s, turn_detector(s))
     assert th["endpointing"] == {"mode": "fixed", "min_delay": 0.4, "max_delay": 2.5}
     assert (th["turn_detection"] == "vad") == (mode == "vad")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from livekit.agents import llm
+from voice_agent.conversation.turn_end import TurnEnd, WordDetector
 from voice_agent.turn_words import (
     LIKELY,
     UNLIKELY,
-    TrailingWordTurnDetector,
     end_of_turn_probability,
 )
 
@@ -28,7 +28,7 @@ def test_the_last_word_says_whether_more_is_coming(text: str, p: float) -> None:
 
 
 async def test_the_framework_asks_it_about_the_newest_user_words() -> None:
-    d = TrailingWordTurnDetector()
+    d = TurnEnd(load_settings(), WordDetector())
     ctx = llm.ChatContext()
     ctx.add_message(role="user", content="Hello there.")
     ctx.add_message(role="assistant", content="Hi, how can I help?")
@@ -46,5 +46,5 @@ async def test_by_default_it_sits_behind_the_vad() -> None:
     from voice_agent.agent import build_pipeline
 
     p = build_pipeline(load_settings())  # the default
-    assert isinstance(p.session.options.turn_handling["turn_detection"],
-                      TrailingWordTurnDetector)
+    d = p.session.options.turn_handling["turn_detection"]
+    assert isinstance(d, TurnEnd) and isinstance(d.detector, WordDetector)

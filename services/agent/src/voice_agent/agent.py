@@ -206,7 +206,7 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     once = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=10.0)
     session: AgentSession = AgentSession(
         stt=parts.stt, llm=parts.llm, tts=parts.tts, vad=parts.vad,
-        turn_handling=turn_handling(s),  # type: ignore[arg-type]
+        turn_handling=turn_handling(s, parts.turn),  # type: ignore[arg-type]
         conn_options=SessionConnectOptions(stt_conn_options=once, llm_conn_options=once,
                                            tts_conn_options=once,
                                            max_unrecoverable_errors=1_000_000),

@@ -176,7 +176,18 @@ class AgentSettings(BaseSettings):
     # finished turns waited 3 s. bench/turns.py compares them (services/agent/README.md):
     # "text" cut off 1 of 8 paused turns at end of turn -> first audio p50 515 ms, "vad"
     # 6 of 8 at 505 ms (0 of 8 needs min_endpointing_delay_s 0.9: p50 1,112 ms).
-    turn_detection: Literal["model", "text", "vad"] = "text"
+    # "audio" = Smart Turn v3.2 on the turn's audio (smart_turn.py); "fused" = the words
+    # hold a turn they say is unfinished, else the audio decides (conversation/turn_end.py).
+    turn_detection: Literal["audio", "fused", "model", "text", "vad"] = "text"
+    # The audio turn model (AGENT_TURN_DETECTION=audio|fused): Smart Turn v3.2's ONNX file
+    # ("" = the copy `make venvs` takes from the pipecat-ai wheel; smart_turn.py).
+    smart_turn_model: str = ""
+    # Threads of the process's one Smart Turn session (its batches of conversations).
+    smart_turn_threads: int = Field(1, ge=1, le=16)
+    # The page's opt-in "you cut me off" / "too slow" buttons save that turn's audio and
+    # the agent's decision here ("" = off: nothing is written), at most feedback_max_mb.
+    feedback_dir: str = ""
+    feedback_max_mb: int = Field(200, ge=1, le=100_000)
     # Extra wait after the VAD end of speech before the turn ends (seed: 0.3 s);
     # with the 200 ms hangover that is the whole endpointing budget.
     min_endpointing_delay_s: float = Field(0.3, ge=0.0, le=10.0)

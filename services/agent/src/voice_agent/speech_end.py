@@ -39,7 +39,7 @@ LOOKBACK_S = 0.3  # how far before the VAD's end the speech may have ended
 WINDOW_S = 0.01
 SPEECH_DBFS = -45.0  # a 10 ms window this loud is speech (as bench/dialogs.py counts it)
 OVER_SILENCE_DB = 6.0
-KEEP_S = 2.0  # audio kept behind the VAD's position
+KEEP_S = 8.0  # audio kept behind the VAD's position: what the audio turn model hears
 VAD_RATE = 16000  # Silero's rate (load_vad), that of its samples_index
 VAD_WINDOW = 512  # samples of one inference, at VAD_RATE
 
@@ -50,6 +50,10 @@ class SpeechEnd:
     decided: float  # perf_counter: the VAD said "end of speech"
     silence_s: float  # the silence the VAD waited for
     lag_s: float | None = None  # decided - arrival of the audio decided on (None: unknown)
+    # the last KEEP_S of the stream's audio up to the VAD's decision (int16 at `rate`):
+    # the turn as an audio turn model hears it (conversation/turn_end.py)
+    audio: np.ndarray | None = field(default=None, repr=False, compare=False)
+    rate: int = VAD_RATE
 
 
 def stamp(frame: rtc.AudioFrame, arrivals: Sequence[tuple[int, float]]) -> rtc.AudioFrame:
@@ -169,11 +173,21 @@ class TimedVADStream:
         vad_end = pos - round(ev.silence_duration * rate)  # its last speech window's end
         end = loud_end(frames, rate, vad_end, pos) or vad_end
         at, heard = arrival(frames, end - 1), arrival(frames, pos - 1)
+        audio = recent_audio(frames, pos)
         if at is None or heard is None:  # audio not kept: the decision, back-dated
             return SpeechEnd(at=decided - (pos - end) / rate, decided=decided,
-                             silence_s=ev.silence_duration)
+                             silence_s=ev.silence_duration, audio=audio, rate=rate)
         return SpeechEnd(at=at, decided=decided, silence_s=ev.silence_duration,
-                         lag_s=decided - heard)
+                         lag_s=decided - heard, audio=audio, rate=rate)
+
+
+def recent_audio(frames: Sequence[_Frame], pos: int) -> np.ndarray | None:
+    """The kept audio up to sample `pos` (the VAD's position), oldest first."""
+    kept = [f for f in frames if f.start < pos]
+    if not kept:
+        return None
+    x = np.concatenate([f.pcm for f in kept])
+    return x[:pos - kept[0].start]
 
 
 def arrival(frames: Sequence[_Frame], sample: int) -> float | None:

@@ -11,8 +11,7 @@ an auxiliary verb, a possessive or a filler ("to", "the", "and", "is", "my", "um
 verb still missing its object ("tell me", "remind us"), or on a comma. Measured on
 AutoRTC's paused turns (bench/turns.py; services/agent/README.md).
 
-It implements livekit-agents' `_TurnDetector` protocol (voice/turn.py: `model`,
-`provider`, `unlikely_threshold`, `supports_language`, `predict_end_of_turn`); English only:
+conversation/turn_end.py asks it (alone, or beside the audio model); English only:
 other languages get the silence policy.
 """
 
@@ -56,27 +55,3 @@ def end_of_turn_probability(text: str) -> float:
     if len(words) >= 2 and words[-1] in OBJECT_PRONOUNS and words[-2] in TWO_OBJECT_VERBS:
         return UNLIKELY
     return LIKELY
-
-
-class TrailingWordTurnDetector:
-    """livekit-agents' turn detector protocol over `end_of_turn_probability`."""
-
-    @property
-    def model(self) -> str:
-        return "trailing-words"
-
-    @property
-    def provider(self) -> str:
-        return "voice_agent"
-
-    async def unlikely_threshold(self, language: str | None) -> float | None:
-        return 0.5
-
-    async def supports_language(self, language: str | None) -> bool:
-        # The offline ears report no language (None) and hear English only.
-        return language is None or str(language).lower().startswith("en")
-
-    async def predict_end_of_turn(self, chat_ctx: llm.ChatContext, *,
-                                  timeout: float | None = None) -> float:
-        users = [m for m in chat_ctx.messages() if m.role == "user"]
-        return end_of_turn_probability((users[-1].text_content or "") if users else "")

@@ -1,6 +1,7 @@
 """The one place settings become a conversation's parts: the ear (STT), the thinker
 (LLM), the voice (TTS) and the VAD, each reporting its moments to the conversation's
-turn tracker; and the end-of-turn policy (`turn_handling`). Every door builds its
+turn tracker; the end-of-turn detector (turn_end.py) and the policy around it
+(`turn_handling`). Every door builds its
 conversations here (`/v1/talk`, `/v1/realtime`, LiveKit rooms, direct mode), so a
 setting changed once reaches them all.
 
@@ -14,7 +15,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from livekit.agents import llm
 from livekit.agents.inference.eot import TurnDetector
 from livekit.plugins import silero
 
@@ -26,7 +26,7 @@ from ..plugins.utterances import UtteranceStore
 from ..quiet_logs import quiet_framework_warnings
 from ..settings import AgentSettings
 from ..speech_end import TimedVAD
-from ..turn_words import TrailingWordTurnDetector
+from .turn_end import TurnEnd, turn_detector
 
 log = logging.getLogger("voice_agent.conversation")
 
@@ -39,6 +39,7 @@ class Parts:
     llm: LLM
     tts: TTS
     vad: TimedVAD
+    turn: TurnEnd | TurnDetector | str  # the end-of-turn detector (turn_end.py)
 
     async def aclose(self) -> None:
         for part in (self.stt, self.llm, self.tts):
@@ -85,25 +86,17 @@ def build_parts(settings: AgentSettings, tracker: TurnTracker, *,
                seed=s.tts_seed, max_frames=s.tts_max_frames, bridge=bridge,
                flush_on_sentence=s.bridge_flush_on_sentence, tracker=tracker,
                api_key=s.tts_api_key.get_secret_value())
-    return Parts(stt=stt_, llm=llm_, tts=tts_, vad=vad)
+    return Parts(stt=stt_, llm=llm_, tts=tts_, vad=vad, turn=turn_detector(s, tracker))
 
 
-def turn_detector(mode: str) -> TurnDetector | TrailingWordTurnDetector | str:
-    """AGENT_TURN_DETECTION as the session takes it: a detector behind the VAD (the
-    framework's local audio model, weights in livekit-local-inference, or ours on the
-    transcript's last word), or "vad"."""
-    if mode == "model":
-        return TurnDetector(version="v1-mini", local_fallback=True)
-    return TrailingWordTurnDetector() if mode == "text" else "vad"
-
-
-def turn_handling(settings: AgentSettings) -> dict[str, Any]:
+def turn_handling(settings: AgentSettings, turn: Any) -> dict[str, Any]:
     """The end-of-turn policy and the interruption rules, as an AgentSession takes them:
     the VAD's end of speech with the turn detector behind it, the endpointing delays,
-    interruptions decided by the duplex controller (duplex.py), preemptive replies."""
+    interruptions decided by the duplex controller (duplex.py), preemptive replies.
+    `turn`: the conversation's detector (`Parts.turn`)."""
     s = settings
     return {
-        "turn_detection": turn_detector(s.turn_detection),
+        "turn_detection": turn,
         "endpointing": {"mode": "fixed", "min_delay": s.min_endpointing_delay_s,
                         "max_delay": s.max_endpointing_delay_s},
         "interruption": {"enabled": s.allow_interruptions, "mode": "vad",
@@ -116,24 +109,3 @@ def turn_handling(settings: AgentSettings) -> dict[str, Any]:
         "preemptive_generation": {"enabled": s.preemptive_generation,
                                   "preemptive_tts": s.preemptive_tts},
     }
-
-
-async def end_of_turn_wait(settings: AgentSettings, detector: Any, transcript: str) -> float:
-    """After the user's last speech sample, how long the turn stays open for them to go on:
-    the same rule an AgentSession applies with `turn_handling` (min_endpointing_delay_s
-    when the detector finds the end likely, max_endpointing_delay_s when it does not),
-    for a door that runs its own turns (the Realtime API's server VAD)."""
-    s = settings
-    if isinstance(detector, str):  # "vad": silence alone
-        return s.min_endpointing_delay_s
-    ctx = llm.ChatContext.empty()
-    ctx.add_message(role="user", content=transcript)
-    try:
-        p = await detector.predict_end_of_turn(ctx)
-        threshold = await detector.unlikely_threshold(None)
-    except Exception as e:  # a model that fails: the silence rule, this turn
-        log.warning("end of turn: %s failed (%s); the silence rule this turn",
-                    getattr(detector, "model", detector), e)
-        return s.min_endpointing_delay_s
-    unlikely = threshold is not None and p < threshold
-    return s.max_endpointing_delay_s if unlikely else s.min_endpointing_delay_s

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..conversation.turn_end import EAGERNESS
+
 RATE = 24000  # pcm16 in and out, as the API defines it
 G711_RATE = 8000
 MAX_APPEND_BYTES = 15 * 1024 * 1024  # one input_audio_buffer.append's base64 (OpenAI's)
@@ -66,20 +68,26 @@ def error_event(e: RealtimeError, event_id: str | None = None) -> dict[str, Any]
 
 @dataclass
 class TurnDetection:
-    """Server VAD (`type: server_vad`); `semantic_vad` is taken as server VAD with the
-    agent's own end-of-turn settings."""
-    threshold: float | None = None
-    silence_duration_ms: int | None = None
+    """Server VAD, as `server_vad` or `semantic_vad`: both end a turn by the agent's one
+    end-of-turn policy (conversation/turn_end.py); `semantic_vad`'s eagerness scales its
+    waits, `server_vad`'s threshold and silence tune the VAD. Unset values are the agent's
+    (AGENT_VAD_*), reported as they are."""
+    threshold: float
+    silence_duration_ms: int
     prefix_padding_ms: int = 300
     create_response: bool = True
     interrupt_response: bool = True
     type: str = "server_vad"
+    eagerness: str = "auto"
 
     def as_json(self) -> dict[str, Any]:
-        return {"type": self.type, "threshold": self.threshold,
-                "silence_duration_ms": self.silence_duration_ms,
-                "prefix_padding_ms": self.prefix_padding_ms,
-                "create_response": self.create_response,
+        out: dict[str, Any] = {"type": self.type}
+        if self.type == "semantic_vad":
+            out["eagerness"] = self.eagerness
+        else:
+            out.update(threshold=self.threshold, silence_duration_ms=self.silence_duration_ms,
+                       prefix_padding_ms=self.prefix_padding_ms)
+        return {**out, "create_response": self.create_response,
                 "interrupt_response": self.interrupt_response}
 
 
@@ -88,11 +96,12 @@ class SessionConfig:
     """What `session.update` may set, in the API's terms (formats by their beta names)."""
     instructions: str
     voice: str
+    turn_detection: TurnDetection | None
+    agent_turn: TurnDetection  # the agent's own VAD settings: a client's unset values
     model: str = "voice-agent"
     input_format: str = "pcm16"
     output_format: str = "pcm16"
     modalities: tuple[str, ...] = ("audio",)  # ("text",) for text-only replies
-    turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: str | dict[str, Any] = "auto"
     temperature: float | None = None
@@ -152,7 +161,8 @@ def finite_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _turn_detection(value: Any, old: TurnDetection | None) -> TurnDetection | None:
+def _turn_detection(value: Any, old: TurnDetection | None,
+                    default: TurnDetection) -> TurnDetection | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -162,8 +172,14 @@ def _turn_detection(value: Any, old: TurnDetection | None) -> TurnDetection | No
     if kind not in ("server_vad", "semantic_vad"):
         raise RealtimeError("invalid_value", "turn_detection.type must be server_vad or "
                             f"semantic_vad, not {kind!r}", "session.turn_detection.type")
-    td = old or TurnDetection()
+    td = old or default
     updates: dict[str, Any] = {"type": kind}
+    if "eagerness" in value and value["eagerness"] is not None:
+        if value["eagerness"] not in EAGERNESS:
+            raise RealtimeError("invalid_value", "turn_detection.eagerness must be one of "
+                                f"{sorted(EAGERNESS)}, not {_shown(value['eagerness'])}",
+                                "session.turn_detection.eagerness")
+        updates["eagerness"] = value["eagerness"]
     for key, kind_ in (("threshold", float), ("silence_duration_ms", int),
                        ("prefix_padding_ms", int), ("create_response", bool),
                        ("interrupt_response", bool)):
@@ -173,10 +189,10 @@ def _turn_detection(value: Any, old: TurnDetection | None) -> TurnDetection | No
                 raise RealtimeError("invalid_value", f"turn_detection.{key} must be a "
                                     f"{kind_.__name__}", f"session.turn_detection.{key}")
             updates[key] = kind_(v)
-    if not 0.0 <= updates.get("threshold", td.threshold or 0.5) <= 1.0:
+    if not 0.0 <= updates.get("threshold", td.threshold) <= 1.0:
         raise RealtimeError("invalid_value", "turn_detection.threshold must be in [0, 1]",
                             "session.turn_detection.threshold")
-    if not 0 <= updates.get("silence_duration_ms", td.silence_duration_ms or 0) <= 10_000:
+    if not 0 <= updates.get("silence_duration_ms", td.silence_duration_ms) <= 10_000:
         raise RealtimeError("invalid_value", "turn_detection.silence_duration_ms must be "
                             "in [0, 10000]", "session.turn_detection.silence_duration_ms")
     if not 0 <= updates.get("prefix_padding_ms", td.prefix_padding_ms) <= 10_000:
@@ -273,7 +289,8 @@ def update_session(cfg: SessionConfig, s: Any) -> SessionConfig:
             u["modalities"] = check_modalities(s[key], f"session.{key}")
     for src in (s, inp):
         if "turn_detection" in src:
-            u["turn_detection"] = _turn_detection(src["turn_detection"], cfg.turn_detection)
+            u["turn_detection"] = _turn_detection(src["turn_detection"], cfg.turn_detection,
+                                                  cfg.agent_turn)
     for src, key in ((s, "input_audio_transcription"), (inp, "transcription")):
         if key in src:
             u["transcription"] = src[key] if isinstance(src[key], dict) else None

@@ -36,7 +36,8 @@ from livekit import rtc
 from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, llm, stt, vad
 from livekit.agents.utils.audio import AudioByteStream
 
-from ..conversation.parts import build_parts, end_of_turn_wait, turn_detector
+from ..conversation.parts import build_parts
+from ..conversation.turn_end import end_of_turn_wait
 from ..metrics import TurnTracker
 from ..plugins.stt import PREPARE_AFTER, RecogniserFeed
 from ..settings import AgentSettings
@@ -50,6 +51,7 @@ from .events import (
     Dialect,
     RealtimeError,
     SessionConfig,
+    TurnDetection,
     check_modalities,
     check_tool_choice,
     check_tools,
@@ -154,8 +156,11 @@ class RealtimeSession:
         self.id = new_id("sess")
         self.settings = s = settings
         self.dialect = Dialect(beta)
+        agent_turn = TurnDetection(threshold=s.vad_activation_threshold,
+                                   silence_duration_ms=s.vad_silence_ms)
         self.cfg = SessionConfig(instructions=s.system_prompt, voice=s.tts_voice,
-                                 temperature=s.llm_temperature)
+                                 temperature=s.llm_temperature, turn_detection=agent_turn,
+                                 agent_turn=agent_turn)
         self._send = send
         self._check_voice = check_voice  # async: the TTS's name for a voice, or raises
         self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
@@ -185,7 +190,6 @@ class RealtimeSession:
         # its speech so far, while the end-of-turn policy waits to see if the user goes on
         self._held: list[rtc.AudioFrame] = []
         self._turn_end: asyncio.Task[None] | None = None
-        self._detector = turn_detector(s.turn_detection)  # the agent's one policy
         # the last reply all made, with the item whose audio may still be playing
         self._playing: tuple[Response, dict[str, Any]] | None = None
         self._feed: RecogniserFeed | None = None  # the offline ear, fed as it is heard
@@ -422,7 +426,9 @@ class RealtimeSession:
         frames = list(self._held)
         heard = await self._hear(frames, feed)
         text = heard if isinstance(heard, str) else ""
-        wait = await end_of_turn_wait(self.settings, self._detector, text)
+        td = self.cfg.turn_detection
+        wait = await end_of_turn_wait(self.settings, self.parts.turn, text,
+                                      td.eagerness if td is not None else None)
         reply = None
         # The reply starts now, during the wait, and is heard the moment the turn ends;
         # not with the agent's own tools, whose results start a follow-up reply that this

@@ -1,0 +1,246 @@
+"""The end of the user's turn, decided one way for every door.
+
+At each silence after speech (the VAD's end of speech), a detector says how likely the
+turn is over from what it has: the transcript's words (turn_words.py), the turn's audio
+(Smart Turn v3.2, smart_turn.py), or both. Below 0.5 the turn stays open up to
+`max_endpointing_delay_s` after the last speech sample (in doubt: the user may go on),
+else `min_endpointing_delay_s` (confident). A user who speaks again meanwhile keeps the
+turn open. AGENT_TURN_DETECTION picks the detector:
+
+- `text`: the word rule;
+- `audio`: Smart Turn on the turn's last <= 8 s of audio;
+- `fused`: words that cannot end a turn ("... how to get to") hold it whatever the audio
+  says; else the audio decides (a turn whose words could end, but whose voice goes on);
+- `model`: livekit-agents' local text model; `vad`: silence alone.
+
+An AgentSession (/v1/talk, LiveKit rooms, direct mode) asks `TurnEnd` through
+livekit-agents' turn-detector protocol; the Realtime API's server VAD asks
+`end_of_turn_wait`. Both are the same object per conversation, so a setting reaches every
+door. A detector that fails falls back to the word rule for that turn (one WARNING, and
+agent_turn_detector_errors_total).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from livekit.agents import llm
+from livekit.agents.inference.eot import TurnDetector
+from prometheus_client import Counter, Histogram
+
+from ..metrics import REGISTRY, TurnTracker
+from ..settings import AgentSettings
+from ..turn_words import end_of_turn_probability
+
+log = logging.getLogger("voice_agent.turn_end")
+
+THRESHOLD = 0.5  # below: the turn is unlikely over (the framework's `unlikely_threshold`)
+AUDIO_FRESH_S = 3.0  # a located end of speech older than this is not this silence's
+
+DECISIONS = Counter("agent_turn_decisions_total", "End-of-turn decisions at a silence, by "
+                    "detector and result (end: the short wait; hold: the long one)",
+                    ["detector", "result"], registry=REGISTRY)
+DETECTOR_ERRORS = Counter("agent_turn_detector_errors_total", "End-of-turn detectors that "
+                          "failed (that turn fell back to the word rule)", ["detector"],
+                          registry=REGISTRY)
+DETECTOR_SECONDS = Histogram("agent_turn_detector_seconds", "One end-of-turn decision's "
+                             "time (the audio model's inference, batched per process)",
+                             ["detector"], buckets=(0.001, 0.003, 0.01, 0.02, 0.05, 0.1,
+                                                    0.2, 0.5), registry=REGISTRY)
+
+
+@dataclass(frozen=True)
+class TurnView:
+    """What a detector has at a silence: the words heard, and the turn's audio (float32
+    at 16 kHz, up to the VAD's decision; None where no audio was kept)."""
+    transcript: str
+    audio: np.ndarray | None = None
+
+
+class Detector(Protocol):
+    name: str
+
+    async def p_end(self, view: TurnView) -> float: ...
+
+
+class WordDetector:
+    name = "text"
+
+    async def p_end(self, view: TurnView) -> float:
+        return end_of_turn_probability(view.transcript)
+
+
+class AudioDetector:
+    """Smart Turn on the turn's audio (batched with the process's other conversations)."""
+    name = "audio"
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    async def p_end(self, view: TurnView) -> float:
+        if view.audio is None or not len(view.audio):
+            raise ValueError("no audio of the turn was kept")
+        return float(await self.model.predict(view.audio))
+
+
+class FusedDetector:
+    """Unfinished words hold the turn; else the audio decides."""
+    name = "fused"
+
+    def __init__(self, model: Any) -> None:
+        self.audio = AudioDetector(model)
+
+    async def p_end(self, view: TurnView) -> float:
+        words = end_of_turn_probability(view.transcript)
+        if words < THRESHOLD:
+            return words
+        return await self.audio.p_end(view)
+
+
+def make_detector(settings: AgentSettings, mode: str | None = None) -> Detector | None:
+    """The detector AGENT_TURN_DETECTION (or `mode`) names; None for "vad" and "model"
+    (silence alone; the framework's own model)."""
+    mode = mode or settings.turn_detection
+    if mode == "text":
+        return WordDetector()
+    if mode in ("audio", "fused"):
+        from .. import smart_turn  # onnxruntime and the model file: only when asked for
+
+        model = smart_turn.load(settings.smart_turn_model, settings.smart_turn_threads)
+        return AudioDetector(model) if mode == "audio" else FusedDetector(model)
+    return None
+
+
+@dataclass
+class Decision:
+    """The latest decision of a conversation (the feedback recorder saves it)."""
+    detector: str
+    transcript: str
+    p_end: float
+    wait_s: float
+    at: float  # perf_counter
+    audio: np.ndarray | None  # float32 16 kHz, the turn as the detector heard it
+    fallback: bool = False
+
+
+class TurnEnd:
+    """One conversation's end-of-turn detector, in livekit-agents' turn-detector protocol
+    (voice/turn.py), its audio the VAD's (the tracker's latest located end of speech)."""
+
+    def __init__(self, settings: AgentSettings, detector: Detector,
+                 tracker: TurnTracker | None = None) -> None:
+        self.settings = settings
+        self.detector = detector
+        self.tracker = tracker
+        self.last: Decision | None = None
+        self._words = WordDetector()
+
+    @property
+    def model(self) -> str:
+        return f"voice-agent-{self.detector.name}"
+
+    @property
+    def provider(self) -> str:
+        return "voice_agent"
+
+    async def unlikely_threshold(self, language: str | None) -> float | None:
+        return THRESHOLD
+
+    async def supports_language(self, language: str | None) -> bool:
+        # The words are English; so were Smart Turn's main data. The offline ears say no
+        # language (None).
+        return language is None or str(language).lower().startswith("en")
+
+    async def predict_end_of_turn(self, chat_ctx: llm.ChatContext, *,
+                                  timeout: float | None = None) -> float:
+        users = [m for m in chat_ctx.messages() if m.role == "user"]
+        text = (users[-1].text_content or "") if users else ""
+        return await self.p_end(text)
+
+    def _audio(self) -> np.ndarray | None:
+        end = self.tracker.speech_end if self.tracker is not None else None
+        if end is None or end.audio is None or time.perf_counter() - end.decided > AUDIO_FRESH_S:
+            return None
+        return to_float16k(end.audio, end.rate)
+
+    async def p_end(self, transcript: str, audio: np.ndarray | None = None,
+                    wait: tuple[float, float] | None = None) -> float:
+        """How likely the turn is over; `audio`: the turn's (float32, 16 kHz), else the
+        VAD's latest; `wait`: the (min, max) delays the decision is logged with."""
+        view = TurnView(transcript, audio if audio is not None else self._audio())
+        name = self.detector.name
+        t0 = time.perf_counter()
+        fallback = False
+        try:
+            p = await self.detector.p_end(view)
+        except Exception as e:
+            DETECTOR_ERRORS.labels(detector=name).inc()
+            log.warning("end of turn: the %s detector failed (%s); the word rule this turn",
+                        name, e)
+            p, fallback = await self._words.p_end(view), True
+        DETECTOR_SECONDS.labels(detector=name).observe(time.perf_counter() - t0)
+        lo, hi = wait or (self.settings.min_endpointing_delay_s,
+                          self.settings.max_endpointing_delay_s)
+        DECISIONS.labels(detector=name, result="end" if p >= THRESHOLD else "hold").inc()
+        self.last = Decision(detector=name, transcript=transcript, p_end=p,
+                             wait_s=lo if p >= THRESHOLD else hi, at=time.perf_counter(),
+                             audio=view.audio, fallback=fallback)
+        return p
+
+
+def to_float16k(pcm: np.ndarray, rate: int) -> np.ndarray:
+    """int16 audio at `rate` as float32 at 16 kHz (linear interpolation: the VAD's audio
+    is 16 kHz already on every door; other rates are rare)."""
+    x = pcm.astype(np.float32) / 32768.0
+    if rate == 16000 or not len(x):
+        return x
+    n = int(round(len(x) * 16000 / rate))
+    return np.interp(np.arange(n) * (rate / 16000), np.arange(len(x)), x).astype(np.float32)
+
+
+def turn_detector(settings: AgentSettings,
+                  tracker: TurnTracker | None = None) -> TurnEnd | TurnDetector | str:
+    """AGENT_TURN_DETECTION as an AgentSession takes it: ours (`TurnEnd`), the framework's
+    local text model ("model"), or "vad"."""
+    if settings.turn_detection == "model":
+        return TurnDetector(version="v1-mini", local_fallback=True)
+    detector = make_detector(settings)
+    return "vad" if detector is None else TurnEnd(settings, detector, tracker)
+
+
+# semantic_vad's eagerness (the Realtime API): how soon a turn ends, as a scale on the
+# agent's endpointing delays ("auto" and "medium": the agent's own).
+EAGERNESS = {"low": 2.0, "medium": 1.0, "auto": 1.0, "high": 0.5}
+
+
+def endpointing(settings: AgentSettings, eagerness: str | None = None) -> tuple[float, float]:
+    """(min, max) wait after the last speech sample, scaled by a Realtime eagerness."""
+    k = EAGERNESS.get(eagerness or "auto", 1.0)
+    return settings.min_endpointing_delay_s * k, settings.max_endpointing_delay_s * k
+
+
+async def end_of_turn_wait(settings: AgentSettings, detector: Any, transcript: str,
+                           eagerness: str | None = None) -> float:
+    """After the user's last speech sample, how long the turn stays open for them to go on:
+    the rule an AgentSession applies with `turn_handling`, for a door that runs its own
+    turns (the Realtime API's server VAD)."""
+    lo, hi = endpointing(settings, eagerness)
+    if isinstance(detector, str):  # "vad": silence alone
+        return lo
+    ctx = llm.ChatContext.empty()
+    ctx.add_message(role="user", content=transcript)
+    try:
+        if isinstance(detector, TurnEnd):
+            p = await detector.p_end(transcript, wait=(lo, hi))
+        else:
+            p = await detector.predict_end_of_turn(ctx)
+        threshold = await detector.unlikely_threshold(None)
+    except Exception as e:  # a model that fails: the silence rule, this turn
+        log.warning("end of turn: %s failed (%s); the silence rule this turn",
+                    getattr(detector, "model", detector), e)
+        return lo
+    return hi if threshold is not None and p < threshold else lo
