@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import re
 
-from livekit.agents import llm
-
 # Words an English turn rarely ends on: the speaker has more to say. Words that often
 # end one ("in", "on", "that", "so", "do", "can" ...) are left out: a wrong hold costs the
 # user up to max_endpointing_delay_s of waiting, a wrong end only the chance to go on.

@@ -198,7 +198,7 @@ def to_float16k(pcm: np.ndarray, rate: int) -> np.ndarray:
     x = pcm.astype(np.float32) / 32768.0
     if rate == 16000 or not len(x):
         return x
-    n = int(round(len(x) * 16000 / rate))
+    n = round(len(x) * 16000 / rate)
     return np.interp(np.arange(n) * (rate / 16000), np.arange(len(x)), x).astype(np.float32)
 
 
