@@ -54,6 +54,7 @@ class SpeechEnd:
     # the turn as an audio turn model hears it (conversation/turn_end.py)
     audio: np.ndarray | None = field(default=None, repr=False, compare=False)
     rate: int = VAD_RATE
+    audio_end_s: float | None = None  # where in `audio` the speech ended
 
 
 def stamp(frame: rtc.AudioFrame, arrivals: Sequence[tuple[int, float]]) -> rtc.AudioFrame:
@@ -174,11 +175,13 @@ class TimedVADStream:
         end = loud_end(frames, rate, vad_end, pos) or vad_end
         at, heard = arrival(frames, end - 1), arrival(frames, pos - 1)
         audio = recent_audio(frames, pos)
+        kept = {"audio": audio, "rate": rate, "audio_end_s": None if audio is None
+                else max(0.0, (len(audio) - (pos - end)) / rate)}
         if at is None or heard is None:  # audio not kept: the decision, back-dated
             return SpeechEnd(at=decided - (pos - end) / rate, decided=decided,
-                             silence_s=ev.silence_duration, audio=audio, rate=rate)
+                             silence_s=ev.silence_duration, **kept)
         return SpeechEnd(at=at, decided=decided, silence_s=ev.silence_duration,
-                         lag_s=decided - heard, audio=audio, rate=rate)
+                         lag_s=decided - heard, **kept)
 
 
 def recent_audio(frames: Sequence[_Frame], pos: int) -> np.ndarray | None:

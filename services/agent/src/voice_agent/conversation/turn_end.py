@@ -124,6 +124,7 @@ class Decision:
     wait_s: float
     at: float  # perf_counter
     audio: np.ndarray | None  # float32 16 kHz, the turn as the detector heard it
+    stop_s: float | None = None  # where in `audio` the speech stopped
     fallback: bool = False
 
 
@@ -161,17 +162,21 @@ class TurnEnd:
         text = (users[-1].text_content or "") if users else ""
         return await self.p_end(text)
 
-    def _audio(self) -> np.ndarray | None:
+    def _audio(self) -> tuple[np.ndarray | None, float | None]:
+        """The VAD's audio of this silence (float32, 16 kHz) and where its speech stopped."""
         end = self.tracker.speech_end if self.tracker is not None else None
         if end is None or end.audio is None or time.perf_counter() - end.decided > AUDIO_FRESH_S:
-            return None
-        return to_float16k(end.audio, end.rate)
+            return None, None
+        return to_float16k(end.audio, end.rate), end.audio_end_s
 
     async def p_end(self, transcript: str, audio: np.ndarray | None = None,
                     wait: tuple[float, float] | None = None) -> float:
         """How likely the turn is over; `audio`: the turn's (float32, 16 kHz), else the
         VAD's latest; `wait`: the (min, max) delays the decision is logged with."""
-        view = TurnView(transcript, audio if audio is not None else self._audio())
+        stop_s = None
+        if audio is None:
+            audio, stop_s = self._audio()
+        view = TurnView(transcript, audio)
         name = self.detector.name
         t0 = time.perf_counter()
         fallback = False
@@ -188,7 +193,7 @@ class TurnEnd:
         DECISIONS.labels(detector=name, result="end" if p >= THRESHOLD else "hold").inc()
         self.last = Decision(detector=name, transcript=transcript, p_end=p,
                              wait_s=lo if p >= THRESHOLD else hi, at=time.perf_counter(),
-                             audio=view.audio, fallback=fallback)
+                             audio=view.audio, stop_s=stop_s, fallback=fallback)
         return p
 
 
