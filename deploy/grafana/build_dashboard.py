@@ -11,6 +11,7 @@ Run with any Python 3.11 (standard library only).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass, field
@@ -148,6 +149,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
                     for m, name in (
                         ("agent_eot_to_first_audio_seconds", "whole turn"),
                         ("agent_vad_lag_seconds", "VAD lag (past its hangover)"),
+                        ("agent_eot_wait_seconds", "end-of-turn wait"),
                         ("agent_stt_seconds", "VAD end → transcript"),
                         ("agent_llm_ttft_seconds", "thinker TTFT"),
                         ("agent_tts_ttfa_seconds", "TTS TTFA"),
@@ -155,9 +157,10 @@ ROWS: list[tuple[str, list[Panel]]] = [
                     )
                 ],
                 unit="s",
-                description="P95 of each stage the agent times. The rest of a turn: the "
-                "VAD's hangover (AGENT_VAD_SILENCE_MS) and the end-of-turn wait "
-                "(AGENT_MIN_ENDPOINTING_DELAY_S, longer after a hold word).",
+                description="P95 of each stage the agent times. The end-of-turn wait: "
+                "the last speech sample -> the turn's end decided (the VAD's hangover, "
+                "AGENT_MIN_ENDPOINTING_DELAY_S, up to AGENT_MAX_ENDPOINTING_DELAY_S when the "
+                "detector doubts); the thinker and the TTS start inside it.",
             ),
             Panel(
                 "Conversations",
@@ -304,8 +307,12 @@ def render() -> dict:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=f"Render the Grafana dashboard into {OUT.name}.")
+    ap.add_argument("--check", action="store_true",
+                    help="only say whether the committed JSON is what this code renders")
+    args = ap.parse_args()
     text = json.dumps(render(), indent=2, ensure_ascii=False) + "\n"
-    if "--check" in sys.argv[1:]:
+    if args.check:
         if OUT.read_text(encoding="utf-8") != text:
             print(f"{OUT} is stale: run python {Path(__file__).as_posix()}", file=sys.stderr)
             return 1

@@ -202,7 +202,7 @@ async def test_wrong_shapes_in_every_field_never_give_a_server_error(rt: Session
             ("session", "audio", "input", "turn_detection"),
             *[("session", "turn_detection", k) for k in (
                 "type", "threshold", "silence_duration_ms", "prefix_padding_ms",
-                "create_response", "interrupt_response")],
+                "create_response", "interrupt_response", "eagerness")],
             ("session", "tools", 0), *[("session", "tools", 0, k) for k in (
                 "type", "name", "description", "parameters")],
             ("session", "tool_choice", "name"), ("session", "tool_choice", "function"),

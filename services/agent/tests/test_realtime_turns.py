@@ -116,3 +116,32 @@ async def test_a_reply_made_during_the_hold_is_dropped_unheard_when_the_user_goe
     assert len(created) == 1, kinds  # the dropped reply said nothing
     assert kinds.index("response.created") > kinds.index("input_audio_buffer.committed")
     assert {e["response"]["id"] for e in of(got, "response.done")} == {created[0]["response"]["id"]}
+
+
+async def test_the_session_reports_its_real_turn_settings_and_takes_semantic_vad() -> None:
+    """session.created says the VAD's values the agent runs with (not null); semantic_vad
+    takes an eagerness (it scales the policy's waits: test_turn_end.py) and reports it;
+    a wrong eagerness is the client's error, naming the field."""
+    from .test_realtime_bad_clients import Session
+
+    s = Session()
+    try:
+        [created] = [e for e in s.s._outbox._queue if e and e["type"] == "session.created"]
+        td = created["session"]["audio"]["input"]["turn_detection"]
+        agent = s.s.settings
+        assert td["type"] == "server_vad"
+        assert td["threshold"] == agent.vad_activation_threshold
+        assert td["silence_duration_ms"] == agent.vad_silence_ms
+        got = await s.send({"type": "session.update", "session": {"audio": {"input": {
+            "turn_detection": {"type": "semantic_vad", "eagerness": "high"}}}}})
+        [updated] = [e for e in got if e["type"] == "session.updated"]
+        td = updated["session"]["audio"]["input"]["turn_detection"]
+        assert td["type"] == "semantic_vad" and td["eagerness"] == "high"
+        assert s.s.cfg.turn_detection is not None and s.s.cfg.turn_detection.eagerness == "high"
+        got = await s.send({"type": "session.update", "session": {"audio": {"input": {
+            "turn_detection": {"type": "semantic_vad", "eagerness": "eager"}}}}})
+        [err] = [e for e in got if e["type"] == "error"]
+        assert err["error"]["param"] == "session.turn_detection.eagerness"
+        assert err["error"]["type"] == "invalid_request_error"
+    finally:
+        await s.close()

@@ -22,6 +22,14 @@ from .test_settings import load_settings
     ("Can you do that", LIKELY), ("Come in", LIKELY), ("", LIKELY), ("Thank you!", LIKELY),
     ("Can you tell me", UNLIKELY), ("Please remind me.", UNLIKELY), ("Show us", UNLIKELY),
     ("Call me", LIKELY), ("Tell me more", LIKELY), ("Help me", LIKELY),
+    # a wh-question ends on the preposition its object left behind; other openers do not
+    ("Which platform does the next train to Boston leave from?", LIKELY),
+    ("Which platform does the next train to Austin Lee from", LIKELY),  # as the ear heard it
+    ("What are you looking at", LIKELY), ("Who did you go with?", LIKELY),
+    ("Where are you from", LIKELY), ("What is this for?", LIKELY),
+    ("Can you tell me how to get to", UNLIKELY), ("How do I get to", UNLIKELY),
+    ("What is the best way to get to", UNLIKELY), ("What I want is the", UNLIKELY),
+    ("Who is", UNLIKELY),
 ])
 def test_the_last_word_says_whether_more_is_coming(text: str, p: float) -> None:
     assert end_of_turn_probability(text) == p

@@ -97,11 +97,13 @@ class PhraseCache:
 
 
 class VoiceAgent(Agent):
-    def __init__(self, settings: AgentSettings, cache: PhraseCache) -> None:
+    def __init__(self, settings: AgentSettings, cache: PhraseCache,
+                 tracker: TurnTracker | None = None) -> None:
         # AGENT_TOOLS: livekit-agents runs them (with our timeout, filler, error result)
         super().__init__(instructions=settings.system_prompt, tools=livekit_tools(settings))
         self._settings = settings
         self._cache = cache
+        self._tracker = tracker
 
     async def on_enter(self) -> None:
         greeting = self._settings.greeting
@@ -115,6 +117,8 @@ class VoiceAgent(Agent):
     async def on_user_turn_completed(
         self, turn_ctx: llm.ChatContext, new_message: llm.ChatMessage
     ) -> None:
+        if self._tracker is not None:  # the session's end-of-turn wait is over
+            self._tracker.turn_decided()
         # Bounded memory: the plugin sends a window; here the stored history is trimmed
         # too, so a long call does not grow without bound.
         limit = self._settings.max_context_messages
@@ -218,7 +222,7 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
         **({} if s.tts_text_filters else {"tts_text_transforms": None}),
     )
     count_conversation(session)
-    agent = VoiceAgent(s, cache)
+    agent = VoiceAgent(s, cache, tracker)
     p = Pipeline(settings=s, session=session, agent=agent, stt=parts.stt, llm=parts.llm,
                  tts=parts.tts, tracker=tracker, cache=cache)
     p.fallback = FallbackSpeaker(session, s, cache, tracker)

@@ -63,6 +63,11 @@ VAD_LAG = Histogram(
     "agent_vad_lag_seconds", "Audio arrived -> the VAD's end-of-speech decision on it, past "
     "the silence it waits for (a busy host decides late)", buckets=_BUCKETS, registry=REGISTRY,
 )
+EOT_WAIT = Histogram(
+    "agent_eot_wait_seconds", "The user's last speech sample -> the end of their turn decided "
+    "(the VAD's hangover and the end-of-turn wait: AGENT_TURN_DETECTION, the endpointing "
+    "delays)", buckets=_BUCKETS, registry=REGISTRY,
+)
 STT = Histogram(
     "agent_stt_seconds", "The VAD's end of speech -> the transcript", buckets=_BUCKETS,
     registry=REGISTRY,
@@ -93,6 +98,7 @@ class Turn:
     eot: float | None = None  # perf_counter: the user's last speech sample arrived
     vad_end: float | None = None  # when the VAD reported it
     vad_lag: float | None = None  # how late the VAD decided (SpeechEnd.lag_s)
+    decided: float | None = None  # the end of the turn decided (the end-of-turn wait ended)
     stt_sent: float | None = None
     stt_done: float | None = None
     llm_sent: float | None = None
@@ -125,6 +131,9 @@ class Turn:
             "llm_to_tts_ms": self.ms(self.llm_first, self.tts_first_text),
             "tts_first_to_publish_ms": self.ms(self.tts_first_audio, self.first_publish),
             "vad_lag_ms": None if self.vad_lag is None else round(self.vad_lag * 1000.0, 2),
+            # the end-of-turn wait, its own stage: a reply made during it (preemptive
+            # generation) waits for it, and its gaps above include it
+            "eot_wait_ms": self.ms(self.eot, self.decided),
         }
 
     def ended(self, end: SpeechEnd) -> None:
@@ -185,6 +194,16 @@ class TurnTracker:
         self._adopt_stt(turn)
         TURNS.inc()
         log.info("turn start trace_id=%s kind=user", turn.trace_id)
+
+    def turn_decided(self, at: float | None = None) -> None:
+        """The user's turn is over (the end-of-turn policy's wait ended): its reply may
+        be heard from now."""
+        turn = self.current
+        if turn is None or turn.kind != "user" or turn.decided is not None or turn.reported:
+            return
+        turn.decided = at if at is not None else time.perf_counter()
+        if turn.eot is not None:
+            EOT_WAIT.observe(max(0.0, turn.decided - turn.eot))
 
     def ensure_turn(self, kind: str = "say") -> Turn:
         """The turn the next reply belongs to; a reply without an utterance (greeting,

@@ -8,7 +8,8 @@ turn is over; below the detector's threshold it waits `max_endpointing_delay_s` 
 model does this with a small LLM whose weights are downloaded at run time; this one
 needs nothing: an English turn rarely ends on an article, a preposition, a conjunction,
 an auxiliary verb, a possessive or a filler ("to", "the", "and", "is", "my", "um"), on a
-verb still missing its object ("tell me", "remind us"), or on a comma. Measured on
+verb still missing its object ("tell me", "remind us"), or on a comma; a wh-question
+may end on a preposition ("Where are you from?"). Measured on
 AutoRTC's paused turns (bench/turns.py; services/agent/README.md).
 
 conversation/turn_end.py asks it (alone, or beside the audio model); English only:
@@ -36,6 +37,15 @@ HOLD_WORDS = frozenset({
 TWO_OBJECT_VERBS = frozenset({"tell", "remind", "show", "give", "let", "ask", "teach",
                               "send", "bring", "lend", "offer"})
 OBJECT_PRONOUNS = frozenset({"me", "us", "him", "her", "them"})
+# A question that moved a preposition's object to its front ends on the preposition:
+# "Which platform does the train leave from?", "What are you looking at?", "Who did you
+# go with?". Held, such a complete question waited 2.7 s every time (11 of 11 on the
+# H200 sweep). Its opening word can be that object; "how", "can", "is" cannot ("How do I
+# get to", "Can you tell me how to get to" are unfinished), nor can an infinitive's
+# own preposition ("What is the best way to get to").
+STRANDING_OPENERS = frozenset({"which", "what", "who", "whom", "whose", "where"})
+STRANDED = frozenset({"to", "of", "at", "for", "with", "from", "by", "into", "onto",
+                      "about", "like", "through", "between"})
 LIKELY, UNLIKELY = 0.9, 0.05
 _WORD = re.compile(r"[a-z']+")
 
@@ -48,8 +58,14 @@ def end_of_turn_probability(text: str) -> float:
     if text.endswith((",", "-", "...", "…")):
         return UNLIKELY
     words = _WORD.findall(text)
-    if words and words[-1] in HOLD_WORDS:
+    if words and words[-1] in HOLD_WORDS and not stranded_question(words):
         return UNLIKELY
     if len(words) >= 2 and words[-1] in OBJECT_PRONOUNS and words[-2] in TWO_OBJECT_VERBS:
         return UNLIKELY
     return LIKELY
+
+
+def stranded_question(words: list[str]) -> bool:
+    """A wh-question ending on the preposition its fronted object left behind."""
+    return (len(words) >= 4 and words[0] in STRANDING_OPENERS and words[-1] in STRANDED
+            and words[-3] != "to")

@@ -175,7 +175,7 @@ def _turn_detection(value: Any, old: TurnDetection | None,
     td = old or default
     updates: dict[str, Any] = {"type": kind}
     if "eagerness" in value and value["eagerness"] is not None:
-        if value["eagerness"] not in EAGERNESS:
+        if not isinstance(value["eagerness"], str) or value["eagerness"] not in EAGERNESS:
             raise RealtimeError("invalid_value", "turn_detection.eagerness must be one of "
                                 f"{sorted(EAGERNESS)}, not {_shown(value['eagerness'])}",
                                 "session.turn_detection.eagerness")

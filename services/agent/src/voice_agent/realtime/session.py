@@ -368,6 +368,7 @@ class RealtimeSession:
         self._clear_buffer()
         now = time.perf_counter()  # the client ended the turn: its commit is the end
         self.tracker.user_turn_ended(SpeechEnd(at=now, decided=now, silence_s=0.0))
+        self.tracker.turn_decided(now)
         self._transcribe(self._commit(new_id("item")), frames)
 
     async def on_input_audio_buffer_clear(self, ev: dict[str, Any]) -> None:
@@ -449,6 +450,7 @@ class RealtimeSession:
                   item_id=item_id)
         self._clear_buffer()
         self.tracker.user_turn_ended(end)  # at its last speech sample, as the VAD located it
+        self.tracker.turn_decided()
         item = self._commit(item_id)
         self._transcribed(item, frames, heard, respond and reply is None)
         if reply is not None:
