@@ -110,9 +110,9 @@ proto: $(VENV)/tools/.ok ## (re)generate and lint the gRPC stubs
 	@bash tests/proto/buf.sh lint
 
 # What `make up` runs on: the services' runtime venvs, no test extras.
-venvs-mesh: $(foreach s,tts llm token agent,$(if $(filter $(s),$(SERVICES)),$(VENV)/$(s)/.run))
+venvs-mesh: $(foreach s,tts llm token agent,$(if $(filter $(s),$(SERVICES)),$(VENV)/$(s)/.run)) $(VENV)/agent/.smart_turn
 
-venvs: $(VENV)/tools/.ok $(VENV)/oracle/.ok $(foreach s,$(SERVICES),$(VENV)/$(s)/.ok)
+venvs: $(VENV)/tools/.ok $(VENV)/oracle/.ok $(foreach s,$(SERVICES),$(VENV)/$(s)/.ok) $(VENV)/agent/.smart_turn
 
 bench: ## GPU benchmarks (random weights at the real sizes); needs CUDA
 	$(VENV)/tts/bin/python -m bench.run --out bench/results/latest.json
@@ -161,3 +161,9 @@ $(VENV)/$(1)/.ok: $(VENV)/$(1)/.run $(if $(filter $(1),$(TESTKIT_SERVICES)),$(TE
 	touch $$@
 endef
 $(foreach s,$(SERVICES),$(eval $(call service_venv,$(s))))
+
+# Smart Turn v3.2's ONNX file, the agent's audio turn model, taken from the pinned
+# pipecat-ai wheel into .venv/agent/share/voice-agent/ (services/agent/.../smart_turn.py).
+$(VENV)/agent/.smart_turn: $(VENV)/agent/.run services/agent/src/voice_agent/smart_turn.py
+	$(VENV)/agent/bin/python -m voice_agent.smart_turn fetch
+	touch $@

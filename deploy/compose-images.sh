@@ -6,7 +6,8 @@
 #                      ones `make images-local` makes (made now when missing; exported).
 #                      Returns 1 when neither can be had.
 #   compose_inputs     build inputs this host needs (deploy/docker/inputs/): the CA bundle
-#                      pip trusts here, the CPU torch wheel from pip's find-links.
+#                      pip trusts here, the CPU torch wheel from pip's find-links, the
+#                      agent's Smart Turn model file from .venv/agent.
 #   compose_optional   PROFILE: the optional profiles (compose.yaml) whose images are here
 #                      or pullable, in OPTIONAL_PROFILES; one line per service left out.
 #   compose_ports_free the core's host ports are free (else which variable to change).
@@ -58,6 +59,12 @@ compose_inputs() {
   if [ -n "$ca" ] && [ -f "$ca" ]; then
     mkdir -p "$inputs/ca" && cp "$ca" "$inputs/ca/host.crt"
     echo "${SAY:-up}: build input: the CA bundle pip trusts here ($ca)"
+  fi
+  # The agent's Smart Turn file as .venv/agent has it (make venvs); else the build fetches it.
+  local turn=.venv/agent/share/voice-agent/smart-turn-v3.2-cpu.onnx
+  if [ -f "$turn" ]; then
+    mkdir -p "$inputs/smart-turn" && cp "$turn" "$inputs/smart-turn/"
+    echo "${SAY:-up}: build input: $(basename "$turn")"
   fi
   version=$(compose_value TORCH_VERSION)
   for dir in ${PIP_FIND_LINKS:-$(pip config get global.find-links 2>/dev/null || true)}; do

@@ -14,6 +14,12 @@ COPY proto/pyproject.toml /src/proto/pyproject.toml
 COPY libs/voice-keys/pyproject.toml /src/libs/voice-keys/pyproject.toml
 COPY services/agent/pyproject.toml /src/services/agent/pyproject.toml
 RUN python3 /tmp/deps.py /src/proto/pyproject.toml /src/libs/voice-keys/pyproject.toml /src/services/agent/pyproject.toml > /tmp/deps.txt && pip install -r /tmp/deps.txt
+# Smart Turn v3.2's ONNX file at the venv's default place (/opt/venv/share/voice-agent/):
+# the host's copy when the build inputs have it (`make up` puts .venv/agent's there), else
+# from the pinned pipecat-ai wheel through pip (find-links first). Its own layer, kept
+# until smart_turn.py or the inputs change.
+COPY services/agent/src/voice_agent/smart_turn.py /tmp/smart_turn.py
+RUN python3 /tmp/smart_turn.py fetch --source /tmp/build/smart-turn/smart-turn-v3.2-cpu.onnx
 COPY proto /src/proto
 COPY libs/voice-keys /src/libs/voice-keys
 COPY services/agent /src/services/agent
