@@ -23,7 +23,7 @@ from voice.llm.v1.thinker_pb2 import ROLE_ASSISTANT, ROLE_USER
 from voice_agent.audio_io import OutputTap
 from voice_agent.direct import DirectSession
 from voice_agent.duplex import DuplexState
-from voice_agent.metrics import ERRORS
+from voice_agent.metrics import ERRORS, WASTED
 from voice_agent.settings import AgentSettings
 
 from .backends import Server, espeak, start_thinker, start_tts
@@ -119,6 +119,34 @@ async def test_a_user_turn_gets_a_spoken_reply(tts_server: Server, thinker: Serv
     assert roles[-2:] == [("user", False), ("assistant", False)]
     heard = str(res.chat[-2]["text"])
     assert heard and not heard.startswith("[untranscribed")  # the thinker's transcript
+
+
+async def test_a_reply_made_during_the_hold_is_dropped_unheard_when_the_user_goes_on(
+        tts_server: Server, thinker: Server, tmp_path: Path) -> None:
+    """The thinker and the TTS start during the end-of-turn wait (preemptive generation
+    and TTS): after "... how to get to" the turn is held, a reply is made meanwhile, and
+    when the user goes on it is dropped with none of its audio heard; the whole turn is
+    answered after its real end, and the work lost is counted."""
+    before = {p: WASTED.labels(part=p)._value.get() for p in ("llm", "tts")}
+    a = espeak("Can you tell me how to get to", tmp_path)
+    b = espeak("the nearest pharmacy?", tmp_path)
+    speech = np.concatenate([a, np.zeros(int(16000 * 0.9), np.int16), b])
+    settings = make_settings(tts_server, thinker, greeting="", preemptive_tts=True,
+                             max_endpointing_delay_s=2.0)  # over the pause, on a busy host
+    async with DirectSession(settings) as ds:
+        _, speech_end = await ds.say_user(speech)
+        await ds.wait_state(DuplexState.SPEAKING, timeout=30)
+        await ds.wait_until_quiet(timeout=90)
+        res = ds.result()
+    loud = np.flatnonzero(np.abs(speech.astype(np.int32)) > 500)
+    last_word = speech_end - (len(speech) - 1 - int(loud[-1])) / 16000
+    assert not [t for t in ds.speaker.ticks if t.audible and t.at < last_word], \
+        "the held reply was heard"
+    assert audible_after(ds, last_word) > 0.3, "the whole turn got no reply"
+    assert WASTED.labels(part="llm")._value.get() > before["llm"]  # a reply was made early
+    assert WASTED.labels(part="tts")._value.get() > before["tts"]  # with its audio
+    [turn] = [t for t in res.turns if t["kind"] == "user"]
+    assert isinstance(turn["eot_wait_ms"], float) and turn["eot_wait_ms"] >= 0, turn
 
 
 async def test_barge_in_stops_within_a_frame_and_cancels_the_thinker(

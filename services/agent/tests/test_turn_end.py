@@ -75,3 +75,45 @@ def test_semantic_vad_eagerness_scales_the_waits() -> None:
     assert endpointing(s, "auto") == endpointing(s, "medium") == (0.3, 1.0)
     assert endpointing(s, "high") == (0.15, 0.5)
     assert endpointing(s, "low") == (0.6, 2.0)
+
+
+async def test_the_audio_model_hears_the_turn_as_the_vad_ended_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`fused` on the real Smart Turn file: asked at the VAD's end of speech (before the
+    transcript), its answer is the one the decision uses; words that cannot end a turn
+    hold it whatever the audio says."""
+    import time
+
+    from voice_agent import smart_turn
+    from voice_agent.metrics import TurnTracker
+    from voice_agent.speech_end import SpeechEnd
+
+    from .backends import espeak
+
+    s = AgentSettings(turn_detection="fused")
+    tracker = TurnTracker()
+    turn = TurnEnd(s, FusedDetector(smart_turn.load()), tracker)
+    pcm = np.concatenate([espeak("I would like to book a table for two tonight.", tmp_path),
+                          np.zeros(3200, np.int16)])  # the VAD's 200 ms of silence
+    now = time.perf_counter()
+    tracker.vad_speech_ended(SpeechEnd(at=now - 0.2, decided=now, silence_s=0.2, audio=pcm,
+                                       rate=16000, audio_end_s=len(pcm) / 16000 - 0.2))
+    assert turn._early is not None  # asked at once
+    p = await turn.p_end("I would like to book a table for two tonight.")
+    assert p == await turn._early[2]
+    assert turn.last is not None and turn.last.stop_s is not None and not turn.last.fallback
+    assert len(turn.last.audio) == len(pcm)  # type: ignore[arg-type]
+    assert await turn.p_end("I would like to book a table for") < 0.5
+
+
+def test_a_missing_audio_model_fails_the_start_naming_the_file_and_the_fix(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+    import sys
+
+    missing = tmp_path / "nowhere" / "smart-turn.onnx"
+    env = {**os.environ, "AGENT_TURN_DETECTION": "fused",
+           "AGENT_SMART_TURN_MODEL": str(missing), "AGENT_HTTP_PORT": "0"}
+    r = subprocess.run([sys.executable, "-m", "voice_agent", "serve-direct"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert str(missing) in r.stderr and "make venvs" in r.stderr, r.stderr

@@ -61,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             raise SystemExit(f"voice-agent: {e}") from None
         logging.getLogger("voice_agent").info("tools: %s", ", ".join(names))
+    if settings.turn_detection in ("audio", "fused"):  # a missing model fails the start
+        from .conversation.turn_end import make_detector
+        from .smart_turn import ModelMissing
+
+        try:
+            make_detector(settings)
+        except ModelMissing as e:
+            raise SystemExit(f"voice-agent: {e}") from None
     if not worker:  # the worker warms in its prewarm (worker._prewarm)
         from .warmup import warm_transcript_timing
 

@@ -81,6 +81,11 @@ INTERRUPTIONS = Counter("agent_interruptions_total", "Barge-ins that cut the age
 BACKCHANNELS = Counter("agent_backchannels_total",
                        "User speech over a reply that paused it and let it resume "
                        "(backchannel words or none)", registry=REGISTRY)
+WASTED = Counter("agent_wasted_replies_total", "Replies started early (preemptive generation, "
+                 "during the end-of-turn wait) and dropped: the user went on or said more. "
+                 "part=llm: thinker calls; part=tts: TTS streams", ["part"], registry=REGISTRY)
+for _part in ("llm", "tts"):
+    WASTED.labels(part=_part)
 ERRORS = Counter("agent_errors_total", "Errors by component", ["component"],
                  registry=REGISTRY)
 for _component in ("stt", "llm", "tts"):  # exported at 0 before the first error
@@ -142,7 +147,7 @@ class Turn:
 
 # A turn's record kept for a later VAD event of the same speech (the session's and the
 # STT's VAD streams each report it): ends this close are one end.
-_SAME_END_S = 0.1
+SAME_END_S = 0.1
 
 
 class TurnTracker:
@@ -153,6 +158,8 @@ class TurnTracker:
         self.history: list[dict[str, object]] = []
         self.cancel_to_silence: list[float] = []
         self.speech_end: SpeechEnd | None = None  # the VADs' latest (speech_end.TimedVAD)
+        # told of each located end as it comes (the audio turn model starts on it)
+        self.speech_end_listeners: list[Callable[[SpeechEnd], None]] = []
         self._on_report = on_report
         self._stt: tuple[float, float | None] | None = None
         self._answered_eot = float("-inf")  # the last reported user turn's
@@ -161,6 +168,11 @@ class TurnTracker:
     def vad_speech_ended(self, end: SpeechEnd) -> None:
         """A VAD stream of this conversation located an end of speech."""
         self.speech_end = end
+        for listener in self.speech_end_listeners:
+            try:
+                listener(end)
+            except Exception:  # a broken listener must not break the VAD's stream
+                log.exception("speech end listener failed")
 
     def end_of_speech(self, now: float, silence_s: float) -> SpeechEnd:
         """The end of speech the VAD just reported (its user state went to listening at
@@ -174,7 +186,7 @@ class TurnTracker:
         """VAD end of speech: a new user turn (its reply comes next)."""
         cur = self.current
         if (cur is not None and cur.kind == "user" and cur.eot is not None and cur.reported
-                and abs(cur.eot - end.at) < _SAME_END_S):
+                and abs(cur.eot - end.at) < SAME_END_S):
             return cur  # answered already (a faster VAD stream's end): the same speech
         if (cur is not None and cur.kind == "user" and not cur.reported and cur.eot is None
                 and cur.llm_sent is not None and cur.llm_sent >= end.at):
@@ -182,6 +194,8 @@ class TurnTracker:
             # this VAD event): it is this turn's reply
             turn = cur
         else:
+            if cur is not None and cur.kind == "user" and not cur.reported:
+                wasted(cur)  # its reply was started early and the user went on
             turn = Turn(trace_id=new_trace_id(), kind="user")
             self.current = turn
         self._start(turn, end)
@@ -278,7 +292,7 @@ class TurnTracker:
         turn.first_publish = at if at is not None else time.perf_counter()
         end = self.speech_end
         if (turn.kind == "user" and turn.eot is None and end is not None
-                and end.at > self._answered_eot + _SAME_END_S
+                and end.at > self._answered_eot + SAME_END_S
                 and end.decided <= turn.first_publish):
             # a reply to speech whose turn the session's VAD has not ended (yet): its
             # transcript came from the STT's own VAD stream, which located the end first
@@ -304,6 +318,8 @@ class TurnTracker:
 
     def _finish(self, turn: Turn) -> None:
         turn.reported = True
+        if turn.llm_calls > 1:  # the early calls were replaced by the one heard
+            WASTED.labels(part="llm").inc(turn.llm_calls - 1)
         if turn.kind == "user" and turn.eot is not None:
             self._answered_eot = turn.eot
         if turn.vad_end is not None and turn.stt_done is not None:
@@ -316,3 +332,11 @@ class TurnTracker:
                 self._on_report({k: rec[k] for k in LATENCY_KEYS})
             except Exception:  # a broken listener must not break the turn
                 log.exception("latency report listener failed")
+
+
+def wasted(turn: Turn) -> None:
+    """A turn dropped before its reply was heard: the work its reply had started."""
+    if turn.llm_calls:
+        WASTED.labels(part="llm").inc(turn.llm_calls)
+    if turn.tts_first_text is not None:
+        WASTED.labels(part="tts").inc()

@@ -199,8 +199,10 @@ class AgentSettings(BaseSettings):
     # Start the LLM as soon as the transcript is in, during the endpointing delay
     # (the framework's preemptive generation; cancelled if the user goes on).
     preemptive_generation: bool = True
-    # Also start the TTS preemptively, so the first frame is ready when the turn ends.
-    preemptive_tts: bool = False
+    # Also start the TTS preemptively: the reply's first audio is made during the wait,
+    # held, and heard the moment the turn ends (dropped unheard if the user goes on; the
+    # work lost is agent_wasted_replies_total).
+    preemptive_tts: bool = True
     # The framework's markdown and emoji filters on reply text before the TTS. They hold
     # text that may still turn out to be markdown (an unpaired * or `, an open [) until
     # it resolves: off for a thinker prompted never to write markdown, and for

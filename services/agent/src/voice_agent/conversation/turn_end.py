@@ -22,6 +22,7 @@ agent_turn_detector_errors_total).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -32,8 +33,10 @@ from livekit.agents import llm
 from livekit.agents.inference.eot import TurnDetector
 from prometheus_client import Counter, Histogram
 
-from ..metrics import REGISTRY, TurnTracker
+from .. import smart_turn
+from ..metrics import REGISTRY, SAME_END_S, TurnTracker
 from ..settings import AgentSettings
+from ..speech_end import SpeechEnd
 from ..turn_words import end_of_turn_probability
 
 log = logging.getLogger("voice_agent.turn_end")
@@ -56,9 +59,12 @@ DETECTOR_SECONDS = Histogram("agent_turn_detector_seconds", "One end-of-turn dec
 @dataclass(frozen=True)
 class TurnView:
     """What a detector has at a silence: the words heard, and the turn's audio (float32
-    at 16 kHz, up to the VAD's decision; None where no audio was kept)."""
+    at 16 kHz, up to the VAD's decision; None where no audio was kept), with the audio
+    model's answer on it if already asked (`early`: started at the VAD's end of speech,
+    while the ear transcribes)."""
     transcript: str
     audio: np.ndarray | None = None
+    early: asyncio.Future[float] | None = None
 
 
 class Detector(Protocol):
@@ -82,6 +88,8 @@ class AudioDetector:
         self.model = model
 
     async def p_end(self, view: TurnView) -> float:
+        if view.early is not None:
+            return float(await view.early)
         if view.audio is None or not len(view.audio):
             raise ValueError("no audio of the turn was kept")
         return float(await self.model.predict(view.audio))
@@ -108,8 +116,6 @@ def make_detector(settings: AgentSettings, mode: str | None = None) -> Detector 
     if mode == "text":
         return WordDetector()
     if mode in ("audio", "fused"):
-        from .. import smart_turn  # onnxruntime and the model file: only when asked for
-
         model = smart_turn.load(settings.smart_turn_model, settings.smart_turn_threads)
         return AudioDetector(model) if mode == "audio" else FusedDetector(model)
     return None
@@ -139,6 +145,25 @@ class TurnEnd:
         self.tracker = tracker
         self.last: Decision | None = None
         self._words = WordDetector()
+        # the audio model's answer, asked at the VAD's end of speech (its audio is there;
+        # the transcript comes 50-300 ms later): (that end, its audio, the answer)
+        self._early: tuple[SpeechEnd, np.ndarray, asyncio.Future[float]] | None = None
+        self._model = getattr(detector, "model", None) or getattr(
+            getattr(detector, "audio", None), "model", None)
+        if tracker is not None and self._model is not None:
+            tracker.speech_end_listeners.append(self._speech_ended)
+
+    def _speech_ended(self, end: SpeechEnd) -> None:
+        """Ask the audio model now, on the audio the VAD decided on (once per end: the
+        session's and the ear's VAD streams both report it)."""
+        if end.audio is None or self._model is None:
+            return
+        if self._early is not None and abs(self._early[0].at - end.at) < SAME_END_S:
+            return
+        audio = smart_turn.to_16k(end.audio, end.rate)
+        fut = asyncio.ensure_future(self._model.predict(audio))
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # said in p_end
+        self._early = (end, audio, fut)
 
     @property
     def model(self) -> str:
@@ -162,21 +187,24 @@ class TurnEnd:
         text = (users[-1].text_content or "") if users else ""
         return await self.p_end(text)
 
-    def _audio(self) -> tuple[np.ndarray | None, float | None]:
-        """The VAD's audio of this silence (float32, 16 kHz) and where its speech stopped."""
+    def _audio(self) -> tuple[np.ndarray | None, float | None, asyncio.Future[float] | None]:
+        """The VAD's audio of this silence (float32, 16 kHz), where its speech stopped,
+        and the audio model's answer if it was asked at the VAD's end."""
         end = self.tracker.speech_end if self.tracker is not None else None
         if end is None or end.audio is None or time.perf_counter() - end.decided > AUDIO_FRESH_S:
-            return None, None
-        return to_float16k(end.audio, end.rate), end.audio_end_s
+            return None, None, None
+        if self._early is not None and abs(self._early[0].at - end.at) < SAME_END_S:
+            return self._early[1], end.audio_end_s, self._early[2]
+        return smart_turn.to_16k(end.audio, end.rate), end.audio_end_s, None
 
     async def p_end(self, transcript: str, audio: np.ndarray | None = None,
                     wait: tuple[float, float] | None = None) -> float:
         """How likely the turn is over; `audio`: the turn's (float32, 16 kHz), else the
         VAD's latest; `wait`: the (min, max) delays the decision is logged with."""
-        stop_s = None
+        stop_s = early = None
         if audio is None:
-            audio, stop_s = self._audio()
-        view = TurnView(transcript, audio)
+            audio, stop_s, early = self._audio()
+        view = TurnView(transcript, audio, early)
         name = self.detector.name
         t0 = time.perf_counter()
         fallback = False
@@ -195,16 +223,6 @@ class TurnEnd:
                              wait_s=lo if p >= THRESHOLD else hi, at=time.perf_counter(),
                              audio=view.audio, stop_s=stop_s, fallback=fallback)
         return p
-
-
-def to_float16k(pcm: np.ndarray, rate: int) -> np.ndarray:
-    """int16 audio at `rate` as float32 at 16 kHz (linear interpolation: the VAD's audio
-    is 16 kHz already on every door; other rates are rare)."""
-    x = pcm.astype(np.float32) / 32768.0
-    if rate == 16000 or not len(x):
-        return x
-    n = round(len(x) * 16000 / rate)
-    return np.interp(np.arange(n) * (rate / 16000), np.arange(len(x)), x).astype(np.float32)
 
 
 def turn_detector(settings: AgentSettings,

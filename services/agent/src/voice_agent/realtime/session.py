@@ -38,7 +38,7 @@ from livekit.agents.utils.audio import AudioByteStream
 
 from ..conversation.parts import build_parts
 from ..conversation.turn_end import end_of_turn_wait
-from ..metrics import TurnTracker
+from ..metrics import WASTED, TurnTracker
 from ..plugins.stt import PREPARE_AFTER, RecogniserFeed
 from ..settings import AgentSettings
 from ..speech_end import SpeechEnd, TimedVADStream
@@ -483,6 +483,9 @@ class RealtimeSession:
                     self.items.remove(out)
             if self._playing is not None and self._playing[0] is r:
                 self._playing = None
+        WASTED.labels(part="llm").inc()
+        if any(o.get("_tts") is not None for o in r.output):
+            WASTED.labels(part="tts").inc()
         if r.task is not None and not r.task.done():
             r.status, r.status_details = "cancelled", {"type": "cancelled",
                                                        "reason": "turn_detected"}
