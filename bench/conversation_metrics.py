@@ -228,6 +228,11 @@ def summarize(n: int, recs: list[dict[str, Any]], rows: list[dict[str, Any]],
         "errors": [f"caller {r['caller']}: {r['status']}: {r.get('error')}" for r in broken],
         "turns": len(rows), "answered": len(answered), "unanswered": len(rows) - len(answered),
         "eot_to_first_audio_ms": dist([r["eot_to_first_audio_ms"] for r in clean]),
+        # complete turns answered over 1 s after their end: a held turn (the end-of-turn
+        # wait doubted it), or a stack running late
+        "slow_complete_turns": [
+            {"text": r.get("text"), "eot_to_first_audio_ms": r["eot_to_first_audio_ms"]}
+            for r in clean if r["kind"] == "plain" and r["eot_to_first_audio_ms"] > 1000],
         "paused_turns": len(paused), "false_cutoffs": len(cut),
         "false_cutoff_rate": round(len(cut) / len(paused), 4) if paused else None,
         "barge_ins": len(barges), "barge_ins_spoken": len(spoken),

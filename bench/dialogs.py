@@ -47,6 +47,11 @@ PLAIN = (
     "How do I reset my password?",
     "Which train goes to the city centre?",
     "What should I cook for dinner tonight?",
+    # complete, though they end on a word an unfinished turn often ends on: the word rule
+    # held them ~3 s on the H200 sweep (2026-11-29's issue)
+    "Which platform does the next train to Boston leave from?",
+    "Could you call my sister at six?",
+    "Is there a way to get there by bus?",
 )
 PAUSED = (
     ("I would like to book a table", "for two people tonight."),
