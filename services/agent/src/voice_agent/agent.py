@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from livekit import rtc
 from livekit.agents import APIConnectOptions, llm
+from livekit.agents.inference.eot import TurnDetector
 from livekit.agents.voice import Agent, AgentSession
 from livekit.agents.voice.agent_session import SessionConnectOptions
 from livekit.agents.voice.events import (
@@ -34,6 +35,7 @@ from livekit.agents.voice.events import (
 
 from .backchannel import BackchannelPolicy
 from .conversation.parts import build_parts, turn_handling
+from .conversation.turn_end import TurnEnd
 from .duplex import DuplexController
 from .metrics import CONVERSATIONS, TurnTracker
 from .plugins import LLM, STT, TTS
@@ -196,6 +198,7 @@ class Pipeline:
     tts: TTS
     tracker: TurnTracker
     cache: PhraseCache
+    turn: TurnEnd | TurnDetector | str  # the end-of-turn detector (its .last: the feedback's)
     fallback: FallbackSpeaker | None = None
     duplex: DuplexController | None = None
 
@@ -224,7 +227,7 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
     count_conversation(session)
     agent = VoiceAgent(s, cache, tracker)
     p = Pipeline(settings=s, session=session, agent=agent, stt=parts.stt, llm=parts.llm,
-                 tts=parts.tts, tracker=tracker, cache=cache)
+                 tts=parts.tts, tracker=tracker, cache=cache, turn=parts.turn)
     p.fallback = FallbackSpeaker(session, s, cache, tracker)
     return p
 

@@ -7,7 +7,8 @@
 
 import { Framer, peakS16, PlayoutClock, s16ToFloat } from './pcm.js';
 import {
-  CLOSE, endState, INPUT_RATES, parseEvent, startMessage, stopMessage,
+  CLOSE, endState, feedbackMessage, INPUT_RATES, keepsCall, parseEvent, startMessage,
+  stopMessage,
 } from './talk.js';
 
 const AUDIBLE_PEAK = 300; // s16 peak above which a received frame counts as heard
@@ -97,7 +98,7 @@ export class AgentSocket {
     const ev = parseEvent(data);
     if (!ev) return;
     if (ev.type === 'ready') this.outRate = ev.output_rate;
-    if (ev.type === 'error') this.lastError = ev;
+    if (ev.type === 'error' && !keepsCall(ev)) this.lastError = ev; // why the call ended
     if (ev.type === 'clear') {
       this.stats.clears += 1;
       this.flush();
@@ -121,6 +122,11 @@ export class AgentSocket {
     node.onended = () => this.sources.delete(node);
     this.sources.add(node);
     node.start(this.clock.schedule(this.ctx.currentTime, ab.duration));
+  }
+
+  /** The user's verdict on the latest end of turn ('cut_off', 'too_slow'). */
+  feedback(label) {
+    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(feedbackMessage(label));
   }
 
   /** Barge-in: silence now, drop everything scheduled. */

@@ -24,7 +24,7 @@ import { formatMs, LATENCY_FIELDS, LATENCY_TOPIC, LatencyStats, parseLatency } f
 import {
   conversationState, IN_CALL, micNotice, noAgentDetail, noAgentState, settleState, STATES,
 } from './states.js';
-import { pageState, voiceChoices, voicesUrl } from './talk.js';
+import { keepsCall, pageState, voiceChoices, voicesUrl } from './talk.js';
 import {
   eotToFirstAudioMs, liveKitTranscript, readable, TRANSCRIPTION_TOPIC, TurnLog, UNREADABLE,
 } from './turns.js';
@@ -43,6 +43,7 @@ let socket = null; // AgentSocket, when transport is "websocket"
 let attempt = 0; // bumps on every join/leave so late events of an old room are ignored
 let where = ''; // the room name or the agent's URL of the current call, for messages
 let agentTimer = null; // runs while "waiting": the bound for an agent to answer
+let feedbackOn = false; // the agent's "ready" said it saves feedback (this call)
 const latency = new LatencyStats();
 const turns = new TurnLog();
 
@@ -62,6 +63,7 @@ function setState(next, detail = '') {
   $('leave').disabled = !(busy || inCall);
   $('mute').disabled = !inCall;
   $('voice').disabled = busy || inCall; // a call keeps the voice it started with
+  refreshFeedback();
 }
 
 // Entering "waiting" starts the agent's bound; leaving it stops it. When it runs out
@@ -165,6 +167,8 @@ async function join(event) {
 }
 
 async function joinSocket(my) {
+  feedbackOn = false;
+  feedbackNote('');
   setState('connecting', agentWsUrl);
   const voice = $('voice-label').hidden ? '' : $('voice').value;
   const s = new AgentSocket(agentWsUrl, {
@@ -190,10 +194,43 @@ async function joinSocket(my) {
 
 function onAgentEvent(ev) {
   if (ev.type === 'state' && IN_CALL.has(state)) setState(pageState(ev.state));
-  else if (ev.type === 'ready' && ['waiting', 'no-agent'].includes(state)) setState('listening');
+  else if (ev.type === 'ready') onReady(ev);
   else if (ev.type === 'caption') onCaption(ev.delta);
   else if (ev.type === 'transcript') onTranscript(ev.role, ev.text, !!ev.interrupted);
   else if (ev.type === 'latency') onData(JSON.stringify(ev), LATENCY_TOPIC);
+  else if (ev.type === 'feedback_saved') onFeedbackSaved(ev);
+  else if (keepsCall(ev)) feedbackNote(`Not saved: ${ev.message}`, 'error');
+}
+
+function onReady(ev) {
+  feedbackOn = ev.feedback === true;
+  if (['waiting', 'no-agent'].includes(state)) setState('listening');
+  else refreshFeedback();
+}
+
+// "You cut me off" / "Too slow": shown in a call whose agent saves feedback; each click
+// sends the verdict on the agent's latest end of turn, and the agent's answer shows.
+function refreshFeedback() {
+  $('feedback').hidden = !(feedbackOn && socket && IN_CALL.has(state));
+}
+
+function sendFeedback(label) {
+  if (!socket) return;
+  socket.feedback(label);
+  feedbackNote('Saving…');
+}
+
+function onFeedbackSaved(ev) {
+  const button = [...$('feedback').querySelectorAll('button')]
+    .find((el) => el.dataset.label === ev.label);
+  feedbackNote(`Saved “${button?.textContent ?? ev.label}”. Thank you!`, 'saved', ev.id);
+}
+
+function feedbackNote(text, kind = '', title = '') {
+  const note = $('feedback-note');
+  note.textContent = text;
+  note.dataset.kind = kind;
+  note.title = title; // the saved pair's id on the agent's host
 }
 
 // The reply's words while it is spoken (the agent sends them as their audio plays); its
@@ -313,6 +350,7 @@ async function leave() {
   const s = socket;
   room = null;
   socket = null;
+  feedbackOn = false;
   setState('idle', transport === 'websocket' ? 'You left the conversation.' : 'You left the room.');
   refreshMute();
   s?.close();
@@ -420,6 +458,9 @@ function init() {
   $('join-form').addEventListener('submit', join);
   $('leave').addEventListener('click', leave);
   $('mute').addEventListener('click', toggleMute);
+  for (const id of ['cut-off', 'too-slow']) {
+    $(id).addEventListener('click', () => sendFeedback($(id).dataset.label));
+  }
   $('enable-audio').addEventListener('click', async () => {
     await room?.startAudio();
     await socket?.ctx?.resume();

@@ -1,5 +1,5 @@
-// The agent's WebSocket protocol, the pure part: the start and stop messages, validating
-// what the server sends, and what the page shows for each event or close. The protocol
+// The agent's WebSocket protocol, the pure part: the start, stop and feedback messages,
+// validating what the server sends, and what the page shows for each event or close. The protocol
 // itself (message types, fields, close codes, rates) is the agent's protocol.json, bundled
 // in; services/agent/tests/test_talk_protocol.py checks the page and the agent agree.
 // Unit-tested under node (web/test/talk.test.js).
@@ -23,6 +23,20 @@ export function startMessage(sampleRate, voice = '') {
 /** The last message: the page ends the conversation. */
 export function stopMessage() {
   return JSON.stringify({ type: 'stop' });
+}
+
+// The turn-taking feedback buttons' labels: 'cut_off' ("You cut me off"), 'too_slow'.
+export const FEEDBACK_LABELS = Object.keys(PROTOCOL.feedback_labels);
+
+/** The user's verdict on the agent's latest end of turn (when `ready` said feedback). */
+export function feedbackMessage(label) {
+  if (!FEEDBACK_LABELS.includes(label)) throw new Error(`unknown feedback label ${label}`);
+  return JSON.stringify({ type: 'feedback', label });
+}
+
+/** An error event after which the call goes on (a refused feedback), not its end. */
+export function keepsCall(ev) {
+  return ev.type === 'error' && PROTOCOL.kept_errors.includes(ev.code);
 }
 
 /** The agent's list of voices, next to its /v1/talk: ws(s)://host/v1/talk -> http(s)://host/v1/voices. */
@@ -53,12 +67,13 @@ export function voiceChoices(body) {
 // The fields the page acts on, by server message type (the rest it ignores), each
 // checked by its type in protocol.json. Every type the server sends has an entry.
 export const HANDLED = {
-  ready: ['output_rate'],
+  ready: ['output_rate', 'feedback'],
   state: ['state'],
   caption: ['delta'],
   transcript: ['role', 'text'],
   latency: [], // parsed field by field (latency.js)
   clear: [],
+  feedback_saved: ['id', 'label'],
   error: [],
 };
 

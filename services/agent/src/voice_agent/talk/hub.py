@@ -1,6 +1,7 @@
 """The `/v1/talk` route (`TalkHub`): the door (conversation/door.py: origin, API key,
 open sockets, slots, load), the hello, the voice a conversation asks for and its starter
-phrases, one TalkSession each; and GET /v1/voices.
+phrases, the feedback folder its conversations share (feedback.py), one TalkSession
+each; and GET /v1/voices.
 
 What a conversation does once started is session.py's; the messages are protocol.py's.
 """
@@ -18,6 +19,7 @@ from voice_keys import bearer
 
 from ..agent import PhraseCache, build_pipeline, starter_phrases
 from ..conversation.door import REFUSED, Door, Refused
+from ..feedback import FeedbackRecorder
 from ..plugins import TTS
 from ..settings import AgentSettings
 from ..voices import (
@@ -63,6 +65,8 @@ class TalkHub:
         self.settings = settings
         self.cache = PhraseCache()  # one per process: the greeting is the same for all
         self.door = Door(settings)  # a slow hello is cut at HELLO_TIMEOUT_S
+        # AGENT_FEEDBACK_DIR: a folder that cannot be made fails the start (ValueError)
+        self.recorder = FeedbackRecorder(settings.feedback_dir, settings.feedback_max_mb)
         self.ready = asyncio.Event()  # prepared (or given up on: see the log)
         self._prepare: asyncio.Task[None] | None = None
         # the starter phrases in each voice conversations asked for (key: lower-case
@@ -210,7 +214,7 @@ class TalkHub:
                 release = self.door.take_slot()
             except Refused as e:
                 raise protocol_error(e) from None
-            session = TalkSession(settings, cache, ws, rate)
+            session = TalkSession(settings, cache, ws, rate, recorder=self.recorder)
             log.info("talk %s: start, mic %d Hz, voice %s, from %s", session.id, rate,
                      settings.tts_voice, request.remote)
             await session.run(on_end=release)

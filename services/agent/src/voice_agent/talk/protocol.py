@@ -27,6 +27,8 @@ INPUT_RATES: tuple[int, ...] = tuple(SPEC["input_rates"])
 MAX_MESSAGE_MS: int = SPEC["limits"]["max_message_ms"]  # browsers send 3-100 ms
 HELLO_TIMEOUT_S: float = float(SPEC["limits"]["hello_timeout_s"])
 ROLES: tuple[str, ...] = tuple(SPEC["roles"])  # transcript roles
+FEEDBACK_LABELS: tuple[str, ...] = tuple(SPEC["feedback_labels"])
+KEPT_ERRORS: frozenset[str] = frozenset(SPEC["kept_errors"])  # the conversation goes on
 
 # Generated from the file, so a type or code exists in one place: Client.START == "start".
 Client = StrEnum("Client", {t.upper(): t for t in SPEC["client"]})  # type: ignore[misc]
@@ -128,15 +130,24 @@ def parse_start(text: str) -> tuple[int, str | None]:
     return rate, voice
 
 
-def expect_stop(text: str) -> None:
-    """A text message once the conversation runs can only be `stop`: returns on it (the
-    client ends the conversation), raises ProtocolError on anything else."""
-    kind = parse_json(text).get("type")
-    if kind == Client.STOP:
-        return
+def parse_running(text: str) -> dict[str, object]:
+    """A text message once the conversation runs: `stop` or `feedback`, returned (its
+    fields are the caller's to check: a bad feedback label does not end the
+    conversation); ProtocolError on anything else."""
+    msg = parse_json(text)
+    kind = msg.get("type")
+    if kind in (Client.STOP, Client.FEEDBACK):
+        return msg
     if kind == Client.START:
         raise ProtocolError("duplicate_start", '"start" was already received')
     raise ProtocolError("unknown_type", f"unknown message type {kind!r}")
+
+
+def expect_stop(text: str) -> None:
+    """`text` is a `stop` message (ProtocolError if it is no message of a running
+    conversation, ValueError if another one)."""
+    if (kind := parse_running(text)["type"]) != Client.STOP:
+        raise ValueError(f"expected stop, got {kind!r}")
 
 
 def check_audio(data: bytes, rate: int) -> None:
