@@ -1,0 +1,121 @@
+"""bench/turn_eval.py on a tiny espeak-ng turn folder: the JSON's shape, the wait rule on
+real speech through the real ear (Moonshine) and the word rule, and folder errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+if importlib.util.find_spec("bench") is None:  # plain `pytest`; CI's `python -m pytest`
+    sys.path.insert(0, str(REPO))             # runs from the root, which has it
+
+from bench.turn_eval import evaluate, main  # noqa: E402
+from bench.turn_folder import FolderError, read_folder, write_turn  # noqa: E402
+from bench.turn_set import Plan, make, plan  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
+                                reason="espeak-ng (services/agent/setup.sh test)")
+
+HANGOVER = 0.2
+TURNS = [  # (id, label, kind, text, pause)
+    ("q-with", "complete", "wh-preposition", "Who did you go with?", None),
+    ("st", "complete", "statement", "My flight lands at noon tomorrow.", None),
+    ("to", "unfinished", "after-to", "Can you tell me how to get to | the nearest pharmacy?",
+     0.6),
+    ("the", "unfinished", "after-the", "Please turn up the | heating in the bedroom.", 0.5),
+    ("bc", "backchannel", "backchannel", "Yeah.", None),
+    ("nz", "noise", "burst", "", None),
+]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("turns")
+    for i, (tid, label, kind, text, pause) in enumerate(TURNS):
+        family = "noise" if label == "noise" else "espeak-ng"
+        turn, pcm = make(Plan(tid, label, kind, family, "en-us", 175.0, text, pause, i))
+        write_turn(out, turn, pcm)
+    return out
+
+
+@pytest.fixture(scope="module")
+def result(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("eval") / "result.json"
+    evaluate(folder, out, ["vad", "text"], [0.1, 0.3], max_delay=1.0, hangover_s=HANGOVER,
+             jobs=1)
+    return json.loads(out.read_text())  # what was written, not the object in memory
+
+
+def test_the_set_locates_the_pause_from_the_audio(folder: Path) -> None:
+    turns = {t.id: t for t in read_folder(folder)}
+    assert turns["to"].resume_s - turns["to"].stop_s == pytest.approx(0.6, abs=0.011)
+    assert turns["the"].resume_s - turns["the"].stop_s == pytest.approx(0.5, abs=0.011)
+    assert turns["q-with"].resume_s is None and 0.8 < turns["q-with"].stop_s < 2.5
+    assert all(t.source == "synthetic" for t in turns.values())
+
+
+def test_json_shape(result: dict) -> None:
+    assert result["source"] == "synthetic"
+    assert result["conditions"]["detectors"] == ["vad", "text"]
+    assert result["conditions"]["vad_silence_s"] == HANGOVER
+    assert set(result["summary"]) == {"vad", "text"}
+    s = result["summary"]["text"]["0.1"]
+    assert s["source"] == "synthetic"
+    assert set(s) == {"source", "cutoff", "latency", "held", "long_holds", "backchannel",
+                      "noise"}
+    assert s["cutoff"]["n"] == 2 and set(s["cutoff"]["by_kind"]) == {"after-to", "after-the"}
+    assert set(s["latency"]) >= {"p50_ms", "p95_ms", "max_ms", "n", "by_family", "by_kind"}
+    assert s["backchannel"]["n"] == 1 and s["noise"]["n"] == 1
+    assert {r["id"] for r in result["turns"]} == {t[0] for t in TURNS}
+    assert all(set(r["p_end"]) == {"vad", "text"} for r in result["turns"])
+
+
+def test_vad_cuts_the_pause_after_to_and_the_word_rule_holds_it(result: dict) -> None:
+    row = next(r for r in result["turns"] if r["id"] == "to")
+    assert row["transcript"].lower().rstrip(" .?").endswith("get to"), row["transcript"]
+    assert row["p_end"]["vad"] == 1.0 and row["p_end"]["text"] < 0.5
+    vad, text = result["summary"]["vad"]["0.1"], result["summary"]["text"]["0.1"]
+    assert vad["cutoff"]["by_kind"]["after-to"]["cut"] == 1
+    assert text["cutoff"]["by_kind"]["after-to"]["cut"] == 0
+
+
+def test_complete_turns_wait_the_min_delay_or_the_hangover(result: dict) -> None:
+    for m, expect_ms in (("0.1", HANGOVER * 1e3), ("0.3", 300)):
+        lat = result["summary"]["text"][m]["latency"]
+        assert lat["n"] == 2 and lat["max_ms"] == pytest.approx(expect_ms), lat
+        assert result["summary"]["text"][m]["long_holds"]["count"] == 0
+        assert result["summary"]["text"][m]["held"]["count"] == 0
+
+
+def test_a_bad_json_or_a_wav_without_one_is_named(folder: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    (bad / "st.json").write_text("{not json")
+    with pytest.raises(FolderError, match=r"st\.json"):
+        read_folder(bad)
+    with pytest.raises(SystemExit, match=r"st\.json"):
+        main([str(bad), "--detectors", "vad", "--out", str(tmp_path / "r.json")])
+    (bad / "st.json").unlink()
+    with pytest.raises(FolderError, match=r"st\.wav: no st\.json"):
+        read_folder(bad)
+    (bad / "st.wav").unlink()
+    meta = json.loads((bad / "bc.json").read_text())
+    (bad / "bc.json").write_text(json.dumps({**meta, "label": "maybe"}))
+    with pytest.raises(FolderError, match=r"bc\.json: label 'maybe'"):
+        read_folder(bad)
+
+
+def test_the_plan_is_deterministic_and_balanced() -> None:
+    a, b = plan(400, seed=3), plan(400, seed=3)
+    assert a == b and a != plan(400, seed=4)
+    speech = [p for p in a if p.family != "noise"]
+    for label in ("complete", "unfinished", "backchannel"):
+        fams = [p.family for p in speech if p.label == label]
+        assert fams.count("espeak-ng") == fams.count("flite") > 0
+    assert all(0.3 <= p.pause_s <= 0.9 for p in a if p.label == "unfinished")
