@@ -8,6 +8,11 @@ way to an agent that answers late. Scripted, it sends the events a real agent se
 conversation, through the page's real transport code (AgentSocket, talk.js): the page
 lists each turn, what was heard, the answer and the turn's latency. The real agent is
 tests/mesh/test_mesh_page.py. Screenshots go to artifacts/token/.
+
+The feedback buttons' test runs the real agent (`serve-direct`, from the agent's venv)
+with its folder on, its TTS and thinker absent (named boundary: the reply is not what it
+is about; the agent stays silent as in a backend outage), and a fake microphone that
+speaks espeak-ng: the agent hears and decides a real turn, and the click saves it.
 """
 
 from __future__ import annotations
@@ -15,12 +20,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import shutil
+import subprocess
 import threading
+import time
+import urllib.request
+import wave
 from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from aiohttp import WSMsgType, web
-from conftest import CHROMIUM, FLAGS, shot
+from conftest import CHROMIUM, FLAGS, REPO, shot
 from playwright.sync_api import Browser, Page, expect
+from voice_testkit import free_port, stop_process
 
 READY = {"type": "ready", "protocol": 1, "session_id": "fake", "input_rate": 48000,
          "output_rate": 24000, "frame_ms": 20, "encoding": "s16le"}
@@ -331,3 +345,131 @@ def test_page_shows_the_reply_as_captions_while_it_is_spoken(
         agent.send({"type": "transcript", "role": "user", "text": "go on"})
         expect(answer).to_have_text("–")
         shot(page, "captions")
+
+
+def test_page_shows_the_feedback_buttons_only_when_the_agent_takes_feedback(
+    server_factory, page: Page  # type: ignore[no-untyped-def]
+) -> None:
+    """No buttons when the agent's `ready` says no feedback (or, an older agent, nothing);
+    with it, a refusal (a kept error) shows next to the buttons and the call goes on."""
+    for ready in ({**READY, "feedback": False}, READY):
+        with fake_agent(on_start=[ready, {"type": "state", "state": "listening"}]) as agent:
+            srv = server_factory(LIVEKIT_URL="", TOKEN_AGENT_WS_URL=agent.url)
+            page.goto(srv.url + "/")
+            page.click("#join")
+            expect(page.locator("#state")).to_have_attribute("data-state", "listening")
+            expect(page.locator("#feedback")).to_be_hidden()
+            page.click("#leave")
+    with fake_agent(on_start=[{**READY, "feedback": True},
+                              {"type": "state", "state": "listening"}]) as agent:
+        srv = server_factory(LIVEKIT_URL="", TOKEN_AGENT_WS_URL=agent.url)
+        page.goto(srv.url + "/")
+        expect(page.locator("#feedback")).to_be_hidden()  # no call yet
+        page.click("#join")
+        expect(page.locator("#feedback")).to_be_visible()
+        agent.send({"type": "error", "code": "feedback_no_turn",
+                    "message": "no turn to give feedback on"})
+        expect(page.locator("#feedback-note")).to_have_text(
+            "Not saved: no turn to give feedback on")
+        expect(page.locator("#state")).to_have_attribute("data-state", "listening")
+        page.click("#leave")
+        expect(page.locator("#feedback")).to_be_hidden()
+
+
+AGENT_PYTHON = REPO / ".venv" / "agent" / "bin" / "python"
+
+
+@contextlib.contextmanager
+def real_agent(tmp: Path, **env: str) -> Iterator[str]:
+    """The agent's `serve-direct` on a free port, its TTS and thinker down, the offline
+    ear; yields its /v1/talk URL once its HTTP side answers."""
+    if not AGENT_PYTHON.exists():
+        pytest.fail(f"{AGENT_PYTHON} missing: build it with `make venvs`")
+    port, down = free_port(), free_port()  # nothing listens on `down`
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    full_env.update({
+        "AGENT_HTTP_HOST": "127.0.0.1", "AGENT_HTTP_PORT": str(port),
+        "AGENT_TTS_ADDR": f"127.0.0.1:{down}", "AGENT_THINKER_ADDR": f"127.0.0.1:{down}",
+        "AGENT_STT_BACKEND": "offline", "AGENT_STT_WORKERS": "1", "AGENT_GREETING": "",
+        "AGENT_ADMIT_MAX_LAG_MS": "0", **env})
+    log_path = tmp / f"agent-{port}.log"
+    with open(log_path, "wb") as log:  # the child keeps its own copy of the fd
+        proc = subprocess.Popen([str(AGENT_PYTHON), "-m", "voice_agent", "serve-direct"],
+                                env=full_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"the agent exited:\n{log_path.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no agent in 60 s:\n{log_path.read_text()[-3000:]}"
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
+                break
+            time.sleep(0.2)
+        yield f"ws://127.0.0.1:{port}/v1/talk"
+    finally:
+        stop_process(proc, 15)
+
+
+def speech_wav(tmp: Path, text: str) -> Path:
+    """espeak-ng's `text` after 1 s of silence, then 40 s of silence (chromium loops the
+    file: the question is not asked again before the test is done)."""
+    if shutil.which("espeak-ng") is None:
+        pytest.fail("espeak-ng missing: run services/agent/setup.sh")
+    raw = tmp / "speech.wav"
+    subprocess.run(["espeak-ng", "-v", "en", "-w", str(raw), text], check=True)
+    with wave.open(str(raw)) as w:
+        rate, speech = w.getframerate(), w.readframes(w.getnframes())
+    out = tmp / "mic.wav"
+    with wave.open(str(out), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(bytes(2 * rate) + speech + bytes(2 * rate * 40))
+    return out
+
+
+def test_page_feedback_saves_the_turn_on_the_agent(server_factory, browser: Browser,  # type: ignore[no-untyped-def]
+                                                   tmp_path: Path) -> None:
+    """The feedback recorder end to end: a call through the page with a fake microphone
+    that asks a question, the real agent hears the turn; "You cut me off" makes the agent
+    save it (a wav and a json in AGENT_FEEDBACK_DIR) and the page says so."""
+    folder = tmp_path / "feedback"
+    wav = speech_wav(tmp_path, "What is the weather like today?")
+    mic = browser.browser_type.launch(  # a browser whose microphone speaks `wav`
+        executable_path=CHROMIUM, headless=True,
+        args=[*FLAGS, f"--use-file-for-fake-audio-capture={wav}"])
+    try:
+        with real_agent(tmp_path, AGENT_FEEDBACK_DIR=str(folder)) as url:
+            srv = server_factory(LIVEKIT_URL="", TOKEN_AGENT_WS_URL=url)
+            page = mic.new_page(viewport={"width": 1000, "height": 820})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(srv.url + "/")
+            page.click("#join")
+            expect(page.locator("#state")).to_have_attribute("data-state", "listening",
+                                                             timeout=20_000)
+            buttons = page.locator("#feedback")
+            expect(buttons).to_be_visible()
+            expect(page.locator("#user-text")).not_to_have_text("–", timeout=60_000)
+            heard = page.locator("#user-text").inner_text()
+            page.click("#cut-off")
+            note = page.locator("#feedback-note")
+            expect(note).to_have_text("Saved “You cut me off”. Thank you!", timeout=10_000)
+            pair = note.get_attribute("title")
+            shot(page, "page_feedback")
+            page.click("#leave")
+            expect(buttons).to_be_hidden()
+            assert errors == [], errors
+    finally:
+        mic.close()
+    assert sorted(p.name for p in folder.iterdir()) == [f"{pair}.json", f"{pair}.wav"]
+    meta = json.loads((folder / f"{pair}.json").read_text())
+    assert meta["label"] == "unfinished" and meta["source"] == "feedback"
+    assert meta["text"] == heard and meta["decision"]["detector"] == "text"
+    with wave.open(str(folder / f"{pair}.wav")) as w:
+        assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 16000)
+        pcm = w.readframes(w.getnframes())
+        seconds = w.getnframes() / 16000
+    peak = max(abs(int.from_bytes(pcm[i:i + 2], "little", signed=True))
+               for i in range(0, len(pcm), 2))
+    assert seconds > 1.0 and peak > 1000, (seconds, peak)  # the question, as the agent heard it
