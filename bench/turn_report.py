@@ -169,7 +169,7 @@ def table(summary: dict[str, Any], source: str) -> str:
     lines += ["", f"[{tag}] complete turns held to the max delay (the same at every min delay)"]
     for det, by_min in summary.items():
         h = by_min[mins[0]]["held"]
-        texts = sorted(set(h["texts"]), key=lambda t: -h["texts"].count(t))
+        texts = sorted(set(h["texts"]), key=lambda t: (-h["texts"].count(t), t))
         shown = "; ".join(f"{t} (x{h['texts'].count(t)})" for t in texts[:8])
         lines.append(f"{det:<8} {_frac(h['count'], h['n']):>7}  {shown}"
                      + (f"; +{len(texts) - 8} more" if len(texts) > 8 else ""))
@@ -182,8 +182,9 @@ MARKERS = {"espeak-ng": "o", "flite": "s", "recorded": "^", "noise": "x"}
 
 
 def plot(summary: dict[str, Any], source: str, path: Path) -> bool:
-    """Cut-off rate vs p50 latency, a curve per detector over the min delays, a marker per
-    family; False when matplotlib is not importable (nothing written)."""
+    """Cut-off rate vs p50 latency, a curve per detector over the min delays (its label:
+    how many complete turns it held), a marker per family; False when matplotlib is not
+    importable (nothing written)."""
     try:
         import matplotlib
 
@@ -196,7 +197,9 @@ def plot(summary: dict[str, Any], source: str, path: Path) -> bool:
         color = f"C{i}"
         xs = [s["latency"]["p50_ms"] for s in by_min.values()]
         ys = [(s["cutoff"]["rate"] or 0) * 100 for s in by_min.values()]
-        ax.plot(xs, ys, "-", color=color, lw=2, label=f"{det} (all)")
+        held = next(iter(by_min.values()))["held"]
+        ax.plot(xs, ys, "-", color=color, lw=2,  # p50 hides the holds: the label says them
+                label=f"{det} (all; {held['count']}/{held['n']} complete held to max)")
         for fam in next(iter(by_min.values()))["cutoff"]["by_family"]:
             fx = [s["latency"]["by_family"].get(fam, {}).get("p50_ms") for s in by_min.values()]
             fy = [(s["cutoff"]["by_family"][fam]["rate"] or 0) * 100 for s in by_min.values()]
@@ -206,7 +209,7 @@ def plot(summary: dict[str, Any], source: str, path: Path) -> bool:
     ax.set_ylabel("unfinished turns cut off (%)")
     ax.set_title(f"Turn-taking on {source} speech: one point per min delay")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=2, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -119,3 +119,20 @@ def test_the_plan_is_deterministic_and_balanced() -> None:
         fams = [p.family for p in speech if p.label == label]
         assert fams.count("espeak-ng") == fams.count("flite") > 0
     assert all(0.3 <= p.pause_s <= 0.9 for p in a if p.label == "unfinished")
+
+
+def test_the_page_feedback_recorder_writes_turns_this_reads(tmp_path: Path) -> None:
+    import numpy as np
+    from voice_agent.conversation.turn_end import Decision
+    from voice_agent.feedback import FeedbackRecorder
+
+    audio = np.zeros(16000, np.float32)
+    audio[:8000] = 0.1 * np.sin(np.arange(8000) / 5)
+    rec = FeedbackRecorder(tmp_path, max_mb=10)
+    for label in ("unfinished", "complete"):
+        rec.save_sync(Decision(detector="text", transcript="how do I get to", p_end=0.9,
+                               wait_s=0.3, at=0.0, audio=audio, stop_s=0.5), label, "s1")
+    turns = read_folder(tmp_path)
+    assert sorted(t.label for t in turns) == ["complete", "unfinished"]
+    assert all(t.source == "feedback" and t.stop_s == 0.5 and t.resume_s is None
+               and t.decision["detector"] == "text" for t in turns)
