@@ -69,6 +69,13 @@ def main(argv: list[str] | None = None) -> int:
             make_detector(settings)
         except ModelMissing as e:
             raise SystemExit(f"voice-agent: {e}") from None
+    if settings.feedback_dir:  # a folder it cannot write fails the start, not a call
+        from .feedback import FeedbackRecorder
+
+        try:
+            FeedbackRecorder(settings.feedback_dir, settings.feedback_max_mb)
+        except ValueError as e:
+            raise SystemExit(f"voice-agent: {e}") from None
     if not worker:  # the worker warms in its prewarm (worker._prewarm)
         from .warmup import warm_transcript_timing
 
