@@ -1,6 +1,12 @@
-"""Turn-taking measured offline on a folder of labelled turns (any folder in the format of
-bench/turn_folder.py: the synthetic set of bench/turn_set.py, the page's feedback
-recordings, your own).
+"""Turn-taking measured offline on a folder of labelled turns: the synthetic set of
+bench/turn_set.py, the page's feedback recordings (AGENT_FEEDBACK_DIR), your own.
+
+The folder (bench/turn_folder.py reads it): `<id>.wav` (mono 16-bit PCM, any rate) and
+`<id>.json`: {"audio": "<id>.wav", "label": "complete"|"unfinished"|"backchannel"|"noise",
+"stop_s": where the speaker stopped (the end of the last word before the silence judged),
+"resume_s": unfinished: where they went on (null: unknown; any end is then a cut-off),
+"text", "kind", "family" ("espeak-ng"|"flite"|"recorded"|...), "voice", "source"
+("synthetic"|"feedback"), "decision" (optional: what the agent decided)}.
 
 For every turn, at the VAD's decision point (stop_s + the VAD's hangover, `--vad-silence-ms`):
 1. the transcript the agent's offline ear (Moonshine tiny-en, as voice_agent/sphinx.py's

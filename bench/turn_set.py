@@ -19,7 +19,7 @@ minute) and flite (CMU Flite 2.2, diphone `kal`/`kal16` and clustergen `awb`/`rm
 Every turn's stop_s / resume_s is located from its audio by energy (turn_folder.py), then
 1 s of silence follows its speech. Written as a turn folder (turn_folder.py), 16 kHz.
 
-  python -m bench.turn_set --out /tmp/turnset --n 400      # ~30 s on 2 cores
+  python -m bench.turn_set --out /tmp/turnset --n 400      # ~10 s on 2 cores
 """
 
 from __future__ import annotations
