@@ -29,6 +29,7 @@ from .test_settings import load_settings
     ("Where are you from", LIKELY), ("What is this for?", LIKELY),
     ("Can you tell me how to get to", UNLIKELY), ("How do I get to", UNLIKELY),
     ("What is the best way to get to", UNLIKELY), ("What I want is the", UNLIKELY),
+    ("What is the best way to", UNLIKELY), ("Who did you talk to", UNLIKELY),
     ("Who is", UNLIKELY),
 ])
 def test_the_last_word_says_whether_more_is_coming(text: str, p: float) -> None:

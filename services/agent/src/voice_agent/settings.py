@@ -188,9 +188,11 @@ class AgentSettings(BaseSettings):
     # the agent's decision here ("" = off: nothing is written), at most feedback_max_mb.
     feedback_dir: str = ""
     feedback_max_mb: int = Field(200, ge=1, le=100_000)
-    # Extra wait after the VAD end of speech before the turn ends (seed: 0.3 s);
-    # with the 200 ms hangover that is the whole endpointing budget.
-    min_endpointing_delay_s: float = Field(0.3, ge=0.0, le=10.0)
+    # The wait when the detector finds the end likely, after the last speech sample (as
+    # Silero places it): 0.2 s is the VAD's own 200 ms hangover, so a confident turn ends
+    # at the first silence the VAD reports (0.3 s, the seed's, added ~16 ms p50 on the H100
+    # sweep; the synthetic set cut 3 more of 160 paused turns at 0.2: bench/README.md).
+    min_endpointing_delay_s: float = Field(0.2, ge=0.0, le=10.0)
     # The wait when the detector doubts the turn is over (after the last speech sample;
     # speech meanwhile keeps the turn open). 1 s holds the 400-900 ms pauses people make
     # inside a sentence, and bounds what a wrong doubt costs a finished turn (3 s held
