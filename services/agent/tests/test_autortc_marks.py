@@ -83,7 +83,7 @@ async def test_a_real_reply_is_marked_start_then_end(tts_server: Server, thinker
         marks.on_data(TOPIC_USER, msg("case_start", "trace-a", "case-a"))
         marks.on_data(TOPIC_PROBE, msg("probe_ready", "trace-a", "case-a"))
         await ds.say_user(espeak("What is the weather like today?", tmp_path))
-        await ds.wait_state(DuplexState.THINKING, timeout=20)
+        await ds.wait_state(DuplexState.SPEAKING, timeout=20)
         await ds.wait_until_quiet(timeout=90)
         turns = [t for t in ds.result().turns if t["kind"] == "user"]
     kinds = [(m["type"], m.get("reply_seq")) for _, m in sent]

@@ -80,12 +80,12 @@ async def test_a_user_turn_gets_a_spoken_reply(tts_server: Server, thinker: Serv
         await ds.wait_until_quiet(timeout=60, quiet_s=0.5)
         greeting_s = ds.speaker.audible_seconds()
         _, speech_end = await ds.say_user(speech)
-        await ds.wait_state(DuplexState.THINKING, timeout=20)
+        await ds.wait_state(DuplexState.SPEAKING, timeout=20)
         await ds.wait_until_quiet(timeout=90)
         res = ds.result()
         # a second turn: the thinker gets the conversation so far (multi-turn context)
         await ds.say_user(espeak("And tomorrow?", tmp_path))
-        await ds.wait_state(DuplexState.THINKING, timeout=20)
+        await ds.wait_state(DuplexState.SPEAKING, timeout=20)
         await ds.wait_until_quiet(timeout=90)
         req = ds.pipeline.llm.last_request
     assert req is not None
@@ -397,7 +397,7 @@ async def test_audio_mode_sends_the_utterance_in_the_reply_request(
     async with DirectSession(settings, greet=False) as ds:
         await ds.wait_until_quiet(timeout=30, quiet_s=0.3)
         _, speech_end = await ds.say_user(speech)
-        await ds.wait_state(DuplexState.THINKING, timeout=20)
+        await ds.wait_state(DuplexState.SPEAKING, timeout=20)
         await ds.wait_until_quiet(timeout=90)
         req = ds.pipeline.llm.last_request
         res = ds.result()

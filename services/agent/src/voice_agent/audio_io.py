@@ -93,9 +93,10 @@ class MicrophoneInput(io.AudioInput):
         if delay > 0:
             await asyncio.sleep(delay)
         self._n += 1
-        # its samples are those of its real-time slot, however late it is read
-        return stamp(self._next_frame(max(due, time.perf_counter())),
-                     ((self.frame_samples, due),))
+        # its samples are those of its real-time slot, however late it is read: they
+        # were spoken then (a late read on a starved host does not move them, nor the
+        # times `play` reports for them)
+        return stamp(self._next_frame(due), ((self.frame_samples, due),))
 
     def _next_frame(self, now: float) -> rtc.AudioFrame:
         out = np.zeros(self.frame_samples, dtype=np.int16)

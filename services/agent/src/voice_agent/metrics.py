@@ -231,6 +231,9 @@ class TurnTracker:
     # the framework): its moments are kept here and adopted by the turn they belong to.
     def stt_started(self) -> None:
         self._stt = (time.perf_counter(), None)
+        turn = self.current  # a turn already under way (its reply began on a preflight)
+        if turn is not None and turn.kind == "user" and not turn.reported:
+            self._adopt_stt(turn)
 
     def stt_busy(self, since: float) -> bool:
         """A transcription started at or after `since` (perf_counter) is still running."""

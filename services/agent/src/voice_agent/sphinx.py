@@ -26,8 +26,10 @@ threads (the pool passes `AGENT_STT_THREADS`, default 1).
 
 Wire protocol on the worker's stdin/stdout: requests are `<kind:1><len:u32le><payload>`,
 kind A = 16 kHz s16le audio (starts an utterance if none), P = prepare (finish the
-search now; audio after it is kept, not decoded), R = resume (decode everything kept,
-go on), E = end (reply: the transcript, `<len:u32le><utf-8>`), C = cancel (no reply).
+search now; audio after it is kept, not decoded; reply: the prepared transcript, "" if
+the pass was not run early), R = resume (decode everything kept, go on), E = end (reply:
+the transcript, `<len:u32le><utf-8>`), C = cancel (no reply). The prepared transcript is
+the session's preflight: its reply starts on it, before the VAD's hangover ends.
 The worker announces itself with the reply "ready".
 """
 
@@ -83,22 +85,37 @@ class Utterance:
 
     def __init__(self, worker: _Worker) -> None:
         self._w = worker
+        self._ended = False
 
     def feed(self, pcm16k: bytes) -> None:
         if pcm16k:
             self._w.send(b"A", pcm16k)
 
     def prepare(self) -> None:
-        """The speech seems to be over: run the final pass now, so `finish()` is quick."""
+        """The speech seems to be over: run the final pass now, so `finish()` is quick
+        (its transcript: `preflight()`)."""
         self._w.send(b"P", b"")
+        self._w.unread += 1
+
+    async def preflight(self) -> str | None:
+        """The transcript of the pass `prepare()` ran ("" if it ran none); None once the
+        utterance has ended. Shielded: a cancelled caller must not cut a reply in half."""
+        async def read() -> str | None:
+            async with self._w.lock:
+                return None if self._ended else await self._w.drain()
+
+        return await asyncio.shield(read())
 
     def resume(self) -> None:
         """The user spoke again after `prepare()`: go back to decoding."""
         self._w.send(b"R", b"")
 
     async def finish(self) -> str:
+        self._ended = True
         self._w.send(b"E", b"")
-        return await self._w.reply(END_TIMEOUT_S)
+        async with self._w.lock:
+            await self._w.drain()  # the prepare replies come first
+            return await self._w.reply(END_TIMEOUT_S)
 
     def cancel(self) -> None:
         self._w.send(b"C", b"")
@@ -107,6 +124,8 @@ class Utterance:
 class _Worker:
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
+        self.unread = 0  # replies to prepare requests not read yet
+        self.lock = asyncio.Lock()  # one reader of its replies at a time
 
     @classmethod
     async def start(cls, model: str, threads: int = 1) -> _Worker:
@@ -146,6 +165,15 @@ class _Worker:
             raise SphinxError(f"sphinx worker failed ({type(e).__name__}); "
                               f"exit code {self.proc.returncode}") from None
 
+    async def drain(self) -> str | None:
+        """Reads the replies to the prepare requests sent so far (hold `lock`); the last
+        one's transcript, None if there were none."""
+        text = None
+        while self.unread:
+            text = await self.reply(END_TIMEOUT_S)
+            self.unread -= 1
+        return text
+
     def kill(self) -> None:
         if self.alive:
             self.proc.kill()
@@ -175,6 +203,8 @@ class SphinxPool:
     async def utterance(self) -> AsyncIterator[Utterance]:
         async with self._slots:
             w = self._idle.pop() if self._idle else await self._spawn()
+            async with w.lock:  # a cancelled utterance's prepare replies
+                await w.drain()
             utt = Utterance(w)
             try:
                 yield utt
@@ -350,6 +380,7 @@ def _serve(model: str, threads: int = 1) -> None:
             utt.feed(payload)
         elif kind == b"P":
             utt.prepare()
+            reply(utt.prepared or "")
         elif kind == b"R":
             utt.resume()
         elif kind == b"E":

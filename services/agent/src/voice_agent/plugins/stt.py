@@ -8,7 +8,9 @@ Two recognisers:
   tiny-en by default, or PocketSphinx): offline, in worker processes, fed while the
   user speaks, and its final pass run early, once the user has been quiet for
   `PREPARE_AFTER` of the VAD's silence hangover (undone if they speak again), so the
-  transcript is usually ready when the hangover ends.
+  transcript is usually ready when the hangover ends. That early transcript is sent as
+  a preflight: the session starts its reply (thinker and TTS, held) on it, ~140 ms
+  before the VAD ends the speech, and keeps it if the final transcript is the same.
 
 A thinker that cannot take audio (INVALID_ARGUMENT: a text-only model, such as the tiny
 random thinker of the local mesh) gets what `fallback` says: "offline" (default;
@@ -31,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 from livekit import rtc
@@ -271,16 +274,21 @@ class RecogniserFeed:
     speaks, its final pass run early once they are quiet (undone if they speak again).
     One per VAD speech segment; `aclose` gives its worker back."""
 
-    def __init__(self, prepare_after_s: float | None) -> None:
+    def __init__(self, prepare_after_s: float | None,
+                 on_preflight: Callable[[str], None] | None = None) -> None:
         self.utt: Utterance | None = None  # None: no recogniser for this speech
         self._lease = contextlib.AsyncExitStack()  # holds the recogniser's worker
         self._resampler: rtc.AudioResampler | None = None  # made at a first non-16 kHz frame
         self._prepare_after_s = prepare_after_s  # quiet this long: finish early (None: never)
         self._prepared = False  # the final pass has run (the user is quiet)
+        # told the early pass's transcript while the user is still quiet (the preflight)
+        self._on_preflight = on_preflight
+        self._preflight: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, stt_: STT, prepare_after_s: float | None) -> RecogniserFeed:
-        feed = cls(prepare_after_s)
+    async def open(cls, stt_: STT, prepare_after_s: float | None,
+                   on_preflight: Callable[[str], None] | None = None) -> RecogniserFeed:
+        feed = cls(prepare_after_s, on_preflight)
         try:
             feed.utt = await feed._lease.enter_async_context(stt_.sphinx().utterance())
         except SphinxError as e:  # reported at the end of speech
@@ -309,10 +317,24 @@ class RecogniserFeed:
             with contextlib.suppress(SphinxError):  # a dead worker: finish() says so
                 if quiet:
                     self.utt.prepare()
+                    if self._on_preflight is not None:
+                        self._preflight = asyncio.create_task(self._tell_preflight())
                 else:
                     self.utt.resume()
 
+    async def _tell_preflight(self) -> None:
+        """The early pass's transcript, if the user is still quiet when it comes: the
+        session's reply may start on it (held until the turn ends; dropped if the final
+        transcript differs)."""
+        assert self.utt is not None and self._on_preflight is not None
+        with contextlib.suppress(SphinxError):  # a dead worker: finish() says so
+            text = await self.utt.preflight()
+            if text and text.strip() and self._prepared:
+                self._on_preflight(text.strip())
+
     async def aclose(self) -> None:
+        if self._preflight is not None:
+            self._preflight.cancel()
         await self._lease.aclose()
 
 
@@ -355,7 +377,8 @@ class SpeechStream(stt.RecognizeStream):
                     self._event_ch.send_nowait(
                         stt.SpeechEvent(type=stt.SpeechEventType.START_OF_SPEECH))
                     if self._stt_.may_use_sphinx():
-                        feed = await RecogniserFeed.open(self._stt_, self._prepare_after_s)
+                        feed = await RecogniserFeed.open(self._stt_, self._prepare_after_s,
+                                                         self._preflight)
                         feed.feed(ev.frames)
                 elif ev.type == VADEventType.INFERENCE_DONE and ev.speaking:
                     if feed is not None:
@@ -367,6 +390,15 @@ class SpeechStream(stt.RecognizeStream):
         finally:
             if feed is not None:
                 await feed.aclose()
+
+    def _preflight(self, text: str) -> None:
+        """The early pass's words, before the VAD's hangover ends: the framework starts
+        its preemptive reply on them (kept if the final transcript is the same)."""
+        lang = LanguageCode(self._language if utils.is_given(self._language)
+                            else self._stt_._language)
+        self._event_ch.send_nowait(stt.SpeechEvent(
+            type=stt.SpeechEventType.PREFLIGHT_TRANSCRIPT,
+            alternatives=[stt.SpeechData(language=lang, text=text)]))
 
     async def _end_of_speech(self, ev: VADEvent, feed: RecogniserFeed | None) -> None:
         speech_end = time.time() - ev.silence_duration - ev.inference_duration
