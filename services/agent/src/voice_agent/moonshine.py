@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .onnx import session_options
+
 START_TOKEN = 1
 EOS_TOKEN = 2
 MAX_TOKENS_PER_S = 6.5
@@ -110,12 +112,7 @@ class Moonshine:
         import onnxruntime as ort
 
         path = path or model_dir()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        opts = session_options(threads)
         # as the library loads them
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         opts.add_session_config_entry("session.disable_prepacking", "1")

@@ -223,13 +223,9 @@ class SmartTurn:
         path = Path(path)
         if not path.is_file():
             raise ModelMissing(path)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # idle threads sleep: between batches the model costs no CPU
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        from .onnx import session_options  # here: `fetch` runs as a lone script too
+
+        opts = session_options(threads)  # idle threads sleep: no CPU between batches
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # as pipecat
         opts.log_severity_level = 3
         self.path = path
