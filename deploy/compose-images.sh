@@ -60,12 +60,17 @@ compose_inputs() {
     mkdir -p "$inputs/ca" && cp "$ca" "$inputs/ca/host.crt"
     echo "${SAY:-up}: build input: the CA bundle pip trusts here ($ca)"
   fi
-  # The agent's Smart Turn file as .venv/agent has it (make venvs); else the build fetches it.
+  # The agent's Smart Turn file as .venv/agent has it (make venvs); else fetched here from
+  # the pinned pipecat-ai wheel (the image build may reach no package index).
   local turn=.venv/agent/share/voice-agent/smart-turn-v3.2-cpu.onnx
+  mkdir -p "$inputs/smart-turn"
   if [ -f "$turn" ]; then
-    mkdir -p "$inputs/smart-turn" && cp "$turn" "$inputs/smart-turn/"
-    echo "${SAY:-up}: build input: $(basename "$turn")"
+    cp "$turn" "$inputs/smart-turn/"
+  elif [ ! -f "$inputs/smart-turn/$(basename "$turn")" ]; then
+    python3 services/agent/src/voice_agent/smart_turn.py fetch \
+      --dest "$inputs/smart-turn/$(basename "$turn")" >/dev/null || true
   fi
+  [ -f "$inputs/smart-turn/$(basename "$turn")" ] && echo "${SAY:-up}: build input: $(basename "$turn")"
   version=$(compose_value TORCH_VERSION)
   for dir in ${PIP_FIND_LINKS:-$(pip config get global.find-links 2>/dev/null || true)}; do
     for whl in "$dir"/torch-"$version"+cpu-cp311-*.whl; do
