@@ -35,7 +35,9 @@ KNOWN_METRICS = frozenset(
         "agent_tts_ttfa_seconds", "agent_turns_total", "agent_interruptions_total",
         "agent_backchannels_total", "agent_errors_total", "agent_conversations_active",
         "agent_ws_refused_total", "agent_loop_lag_seconds", "agent_vad_lag_seconds",
-        "agent_stt_seconds",
+        "agent_stt_seconds", "agent_eot_wait_seconds", "agent_turn_detector_seconds",
+        "agent_turn_decisions_total", "agent_turn_detector_errors_total",
+        "agent_wasted_replies_total", "agent_feedback_saved_total",
         "token_requests_total",
         "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED",
     }

@@ -149,6 +149,26 @@ async def test_a_reply_made_during_the_hold_is_dropped_unheard_when_the_user_goe
     assert isinstance(turn["eot_wait_ms"], float) and turn["eot_wait_ms"] >= 0, turn
 
 
+async def test_with_the_preflight_the_reply_starts_before_the_transcript_is_final(
+        tts_server: Server, thinker: Server, tmp_path: Path) -> None:
+    """AGENT_STT_PREFLIGHT: the ear's early pass (in the VAD's hangover) is a preflight
+    transcript; the thinker is asked on it, before the final transcript, and that reply is
+    the one heard (its words the same), after the user's last word."""
+    speech = espeak("What is the weather like today?", tmp_path)
+    async with DirectSession(make_settings(tts_server, thinker, greeting="",
+                                           stt_preflight=True)) as ds:
+        _, speech_end = await ds.say_user(speech)
+        await ds.wait_state(DuplexState.SPEAKING, timeout=20)
+        await ds.wait_until_quiet(timeout=90)
+        res = ds.result()
+    [turn] = [t for t in res.turns if t["kind"] == "user"]
+    assert turn["stt_to_llm_ms"] < 0, turn  # the thinker was asked before the final words
+    loud = np.flatnonzero(np.abs(speech.astype(np.int32)) > 500)
+    last_word = speech_end - (len(speech) - 1 - int(loud[-1])) / 16000
+    assert not [t for t in ds.speaker.ticks if t.audible and t.at < last_word]
+    assert audible_after(ds, last_word) > 0.3, "no spoken reply"
+
+
 async def test_barge_in_stops_within_a_frame_and_cancels_the_thinker(
         tts_server: Server, paced_thinker: Server, tmp_path: Path) -> None:
     thinker = paced_thinker

@@ -264,6 +264,10 @@ class TurnTracker:
         """
         turn = self.ensure_turn("user")
         self._adopt_stt(turn)
+        if turn.llm_calls and turn.first_publish is None:
+            # a newer call replaces one never heard (a preflight on words the user went
+            # on from, then on the whole turn): the turn's timings are the newest call's
+            turn.llm_sent = turn.llm_first = turn.tts_first_text = turn.tts_first_audio = None
         if turn.llm_sent is None:
             turn.llm_sent = time.perf_counter()
         turn.llm_calls += 1

@@ -8,9 +8,10 @@ Two recognisers:
   tiny-en by default, or PocketSphinx): offline, in worker processes, fed while the
   user speaks, and its final pass run early, once the user has been quiet for
   `PREPARE_AFTER` of the VAD's silence hangover (undone if they speak again), so the
-  transcript is usually ready when the hangover ends. That early transcript is sent as
-  a preflight: the session starts its reply (thinker and TTS, held) on it, ~140 ms
-  before the VAD ends the speech, and keeps it if the final transcript is the same.
+  transcript is usually ready when the hangover ends. With `preflight`
+  (AGENT_STT_PREFLIGHT) that early transcript is sent as a preflight: the session starts
+  its reply (thinker and TTS, held) on it, ~140 ms before the VAD ends the speech, and
+  keeps it if the final transcript is the same.
 
 A thinker that cannot take audio (INVALID_ARGUMENT: a text-only model, such as the tiny
 random thinker of the local mesh) gets what `fallback` says: "offline" (default;
@@ -86,6 +87,7 @@ class STT(stt.STT):
         sphinx_workers: int = 2,
         offline_model: str = "moonshine",
         early_pass: bool = True,
+        preflight: bool = False,
         utterances: UtteranceStore | None = None,
         tracker: TurnTracker | None = None,
         api_key: str = "",
@@ -109,6 +111,7 @@ class STT(stt.STT):
         self._sphinx_workers = sphinx_workers
         self._offline_model = offline_model
         self.early_pass = early_pass
+        self.preflight = preflight
         self._channels = ChannelCache(addr, api_key)  # the thinker's key (LLM_API_KEYS)
         self._tracker = tracker
         # "audio" mode: no transcription call, the LLM plugin sends the audio itself
@@ -377,8 +380,9 @@ class SpeechStream(stt.RecognizeStream):
                     self._event_ch.send_nowait(
                         stt.SpeechEvent(type=stt.SpeechEventType.START_OF_SPEECH))
                     if self._stt_.may_use_sphinx():
-                        feed = await RecogniserFeed.open(self._stt_, self._prepare_after_s,
-                                                         self._preflight)
+                        feed = await RecogniserFeed.open(
+                            self._stt_, self._prepare_after_s,
+                            self._preflight if self._stt_.preflight else None)
                         feed.feed(ev.frames)
                 elif ev.type == VADEventType.INFERENCE_DONE and ev.speaking:
                     if feed is not None:
