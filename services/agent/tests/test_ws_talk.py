@@ -168,7 +168,9 @@ async def test_conversation_with_barge_in(agent: Agent, thinker: Server, tmp_pat
         mic.say(question)
         await inbox.wait(lambda: {"state": "speaking"} in
                          [{"state": e["state"]} for e in inbox.of("state")], 60)
-        await asyncio.sleep(0.6)  # hear the reply for a while
+        # hear the reply a little: the interruption must start while it plays (a short
+        # reply of the random thinker, ~1.5 s, was over before a later one)
+        await asyncio.sleep(0.25)
         mic.say(interrupt)
         await inbox.wait(lambda: inbox.of("clear"), 20)
         clear_at = next(t for t, e in inbox.events if e["type"] == "clear")
