@@ -138,8 +138,7 @@ class AgentSettings(BaseSettings):
     # The early pass's transcript as a preflight: the reply (thinker, TTS) starts on it,
     # held until the turn ends and kept if the final transcript is the same. Off by
     # default: on the H200 it moved p95 at 16 conversations 632 -> 551 ms but p50 little
-    # (bench/README.md), and with it a barge-in's cut reply was, 1 run in 4 on 2 cores,
-    # not reported as interrupted (test_ws_talk's barge-in test; not yet understood).
+    # (bench/README.md); measure it again (with people) before making it the default.
     stt_preflight: bool = False
     # Instruction sent with the utterance audio to the thinker.
     stt_instruction: str = (
