@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from livekit.agents.inference.eot import TurnDetector
-from livekit.plugins import silero
 
 from ..bridge import BridgeConfig
 from ..duplex import FRAMEWORK_NEVER_INTERRUPTS
@@ -26,6 +25,7 @@ from ..plugins.utterances import UtteranceStore
 from ..quiet_logs import quiet_framework_warnings
 from ..settings import AgentSettings
 from ..speech_end import TimedVAD
+from ..vad_batch import BatchedVAD
 from .turn_end import TurnEnd, turn_detector
 
 log = logging.getLogger("voice_agent.conversation")
@@ -47,19 +47,22 @@ class Parts:
                 await part.aclose()
 
 
-_VAD: dict[tuple[float, float, float], silero.VAD] = {}
+_VAD: dict[tuple[float, float, float], BatchedVAD] = {}
 
 
-def load_vad(settings: AgentSettings) -> silero.VAD:
-    """Silero (ONNX, 512-sample windows at 16 kHz), loaded once per process per config."""
+def load_vad(settings: AgentSettings) -> BatchedVAD:
+    """Silero (ONNX, 512-sample windows at 16 kHz), loaded once per process per config; its
+    streams, every conversation's, run their windows in one batch a hop (vad_batch.py)."""
     quiet_framework_warnings()  # its per-window "slower than realtime": see quiet_logs.py
     key = (settings.vad_min_speech_ms / 1000, settings.vad_silence_ms / 1000,
            settings.vad_activation_threshold)
     if key not in _VAD:
-        _VAD[key] = silero.VAD.load(
+        vad = BatchedVAD.load(
             min_speech_duration=key[0], min_silence_duration=key[1],
             activation_threshold=key[2], sample_rate=16000,
         )
+        assert isinstance(vad, BatchedVAD)
+        _VAD[key] = vad
     return _VAD[key]
 
 
