@@ -8,6 +8,7 @@
   (`RETIRED`), never edited: that set moves to today's values as a whole; one edited keeps
   its values, with a note on stderr of what it misses.
 - A `.env` that still holds the example's secret: a warning on stderr, nothing changed.
+- The caps STACK_CONVERSATIONS gives (deploy/sizing.py) rewritten from it, each change said.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import re
 import secrets
 import sys
 from pathlib import Path
+
+from sizing import VAR as SIZE_VAR
+from sizing import caps
 
 SECRET_VAR = "LIVEKIT_API_SECRET"
 KEY_VAR = "VOICE_API_KEY"  # the TTS's and the thinker's API key (compose)
@@ -46,7 +50,8 @@ def sync(root: Path) -> list[str]:
                       flags=re.M)
         env.write_text(text)
         env.chmod(0o600)
-        return [f"wrote .env (from .env.example, with a random {SECRET_VAR} and {KEY_VAR})"]
+        return [f"wrote .env (from .env.example, with a random {SECRET_VAR} and {KEY_VAR})",
+                *_size(env)]
     have = variables(env.read_text())
     done = _retired(env, have, example)
     missing = [k for k in example if k not in have]
@@ -55,6 +60,7 @@ def sync(root: Path) -> list[str]:
             f.write("\n# added by make up from a newer .env.example\n")
             f.writelines(f"{k}={example[k]}\n" for k in missing)
         done.append(f"added to .env from .env.example: {', '.join(missing)}")
+    done += _size(env)
     if have.get(SECRET_VAR) == example.get(SECRET_VAR):
         print(f"up: warning: .env has .env.example's public {SECRET_VAR}; anyone who can "
               "reach LiveKit or the token service can sign tokens with it. Set your own "
@@ -62,7 +68,28 @@ def sync(root: Path) -> list[str]:
     return done
 
 
+def _size(env: Path) -> list[str]:
+    """The caps of the .env's STACK_CONVERSATIONS (and its TTS_MODEL's checkpoints) in it."""
+    have = variables(env.read_text())
+    raw = have.get(SIZE_VAR, "")
+    try:
+        want = caps(int(raw), len(have.get("TTS_MODEL", "").split(","))).compose_env()
+    except ValueError:
+        raise SystemExit(f"up: .env has {SIZE_VAR}={raw!r}: expected the number of "
+                         "conversations the stack takes at once, e.g. 64") from None
+    changed = {k: v for k, v in want.items() if have.get(k) != v}
+    if not changed:
+        return []
+    text = env.read_text()
+    for k, v in changed.items():
+        text = re.sub(rf"^{k}=.*$", lambda _m, k=k, v=v: f"{k}={v}", text, flags=re.M)
+    env.write_text(text)
+    return [f"sized .env for {SIZE_VAR}={raw}: " + ", ".join(
+        f"{k}={v} (was {have.get(k)})" for k, v in changed.items())]
+
+
 def _retired(env: Path, have: dict[str, str], example: dict[str, str]) -> list[str]:
+    sized = set(caps(1).compose_env())  # follow STACK_CONVERSATIONS, whatever was kept
     done = []
     for old, meaning in RETIRED:
         new = {k: example[k] for k in old if k in example}
@@ -76,7 +103,7 @@ def _retired(env: Path, have: dict[str, str], example: dict[str, str]) -> list[s
             done.append("updated .env's older defaults to .env.example's: " + ", ".join(
                 f"{k}={new[k]} (was {v})" for k, v in old.items()))
         elif sum(have.get(k) == v for k, v in old.items()) >= 2:  # an old .env, edited
-            kept = ", ".join(f"{k}={have.get(k)}" for k in old)
+            kept = ", ".join(f"{k}={have.get(k)}" for k in old if k not in sized)
             print(f"up: note: .env keeps {kept}, edited from an older default: {meaning}. "
                   f".env.example has {', '.join(f'{k}={v}' for k, v in new.items())}.",
                   file=sys.stderr)

@@ -147,6 +147,12 @@ if [ $compose = 1 ]; then
     profile=cpu
   fi
   if compose_bases; then
+    # The cpu profile's tiny stack on a small host: one agent process (the shell's values
+    # win over .env's, which size the gpu stack: deploy/sizing.py).
+    if [ "$profile" = cpu ]; then
+      # shellcheck disable=SC2046
+      export $("${PYTHON:-python3}" deploy/sizing.py --cpu-profile)
+    fi
     compose_inputs
     compose_optional "$profile"
     args=()

@@ -74,6 +74,8 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 def compose(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
     profiles = [a for p in PROFILES for a in ("--profile", p)]
     env = {**os.environ, "VOICE_API_KEY": KEY, **{k: str(v) for k, v in PORT.items()},
+           # the cpu profile's one agent process, as `make up` runs it (deploy/sizing.py)
+           "AGENT_PROCS": "1", "AGENT_WS_MAX_SESSIONS": "4",
            # LiveKit on: the browsers' URL (the agent joins it as a worker); off: empty
            "LIVEKIT_PUBLIC_URL": "ws://localhost:7880" if LIVEKIT else ""}
     proc = subprocess.run(

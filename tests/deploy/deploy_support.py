@@ -132,6 +132,19 @@ def env_example(path: Path = ENV_EXAMPLE) -> dict[str, str]:
 
 
 
+def deploy_module(name: str):
+    """A script of deploy/ (sizing.py, dotenv.py) as a module: deploy/ is no package."""
+    import sys
+
+    if str(DEPLOY) not in sys.path:
+        sys.path.insert(0, str(DEPLOY))  # dotenv.py imports sizing as its neighbour
+    spec = importlib.util.spec_from_file_location(name, DEPLOY / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 # --- weights: the models job (deploy/models/download.py) and what the servers load -----------
 
 

@@ -78,7 +78,7 @@ open(os.environ["FAKE_LOG"], "a").write("mesh " + " ".join(sys.argv[1:]) + "\\n"
 def layout(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     root = tmp_path / "repo"
     (root / "deploy" / "local").mkdir(parents=True)
-    for script in ("up.sh", "down.sh", "dotenv.py", "compose-images.sh"):
+    for script in ("up.sh", "down.sh", "dotenv.py", "sizing.py", "compose-images.sh"):
         shutil.copy(DEPLOY / script, root / "deploy" / script)
     (root / "deploy" / "images-local.sh").write_text(IMAGES_LOCAL_STUB)
     shutil.copy(ENV_EXAMPLE, root / ".env.example")
@@ -431,12 +431,14 @@ def test_an_old_env_moves_to_the_tts_that_clones_as_a_whole(layout):
     assert {k: have[k] for k in OLD_TTS} == {k: example[k] for k in OLD_TTS}
     assert "/models/tts-base" in have["TTS_MODEL"]
     assert "updated .env's older defaults" in proc.stdout and "(was /models/tts)" in proc.stdout
-    # edited: kept, and a note
+    # edited: kept, and a note; its caps follow STACK_CONVERSATIONS (one checkpoint now)
     _env_with(root, **{**OLD_TTS, "TTS_MAX_SESSIONS": "24"})
     proc = run(root, "up.sh", env)
     have = env_example(root / ".env")
-    assert (have["TTS_MODEL"], have["TTS_MAX_SESSIONS"]) == ("/models/tts", "24")
+    assert have["TTS_MODEL"] == "/models/tts"
+    assert have["TTS_MAX_SESSIONS"] == example["TTS_MAX_SESSIONS"]
     assert "presets only, no cloned voices" in proc.stderr and "updated" not in proc.stdout
+    assert "TTS_MAX_SESSIONS=24" not in proc.stderr and "(was 24)" in proc.stdout
     # presets only by choice, sized as today: nothing said
     _env_with(root, TTS_MODEL="/models/tts")
     proc = run(root, "up.sh", env)

@@ -4,6 +4,7 @@
     python -m voice_agent --worker-args dev       # the framework's own CLI subcommands
     python -m voice_agent --direct --in user.wav [--in more.wav] --out reply.wav
     python -m voice_agent serve-direct            # no LiveKit: /metrics + /healthz only
+    AGENT_PROCS=8 python -m voice_agent serve-direct   # 8 of them on one port (http.py)
 
 Every setting is an env var (see settings.py / README); --direct prints the per-turn
 metrics as JSON lines on stdout.
@@ -42,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="(direct) seconds to wait for each reply (default 60)")
     p.add_argument("--worker-args", nargs=argparse.REMAINDER, default=[],
                    help="arguments for the framework's worker CLI (default: start)")
+    p.add_argument("--reuse-port", action="store_true",
+                   help="(serve-direct) share AGENT_HTTP_PORT with sibling processes "
+                   "(SO_REUSEPORT); set by AGENT_PROCS's parent on its children")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -76,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
             FeedbackRecorder(settings.feedback_dir, settings.feedback_max_mb)
         except ValueError as e:
             raise SystemExit(f"voice-agent: {e}") from None
+    if args.command == "serve-direct" and settings.procs > 1:  # a parent, no agent itself
+        from .http import serve_processes
+
+        return serve_processes(settings)
+    if worker and settings.procs > 1:
+        logging.getLogger("voice_agent").warning(
+            "AGENT_PROCS=%d is for serve-direct: the LiveKit worker is one process (LiveKit "
+            "dispatch spreads rooms over workers by their load)", settings.procs)
     if not worker:  # the worker warms in its prewarm (worker._prewarm)
         from .warmup import warm_transcript_timing
 
@@ -83,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve-direct":
         from .http import serve_forever
 
-        asyncio.run(serve_forever(settings))
+        asyncio.run(serve_forever(settings, reuse_port=args.reuse_port))
         return 0
     if worker:
         from .worker import run_worker

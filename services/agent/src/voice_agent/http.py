@@ -13,16 +13,32 @@ readiness probe that should hold traffic until both backends are up. `status` al
 matches the HTTP code, as in every service (CONTRIBUTING.md "Service shell").
 `overloaded`: the process runs later than AGENT_ADMIT_MAX_LAG_MS (load.py), so /v1/talk
 refuses new conversations; it does not change the status (those under way go on).
+
+AGENT_PROCS > 1 (`serve_processes`): that many `serve-direct` processes on one port
+(SO_REUSEPORT), the kernel hashing each connection to one of them; each admits its own
+AGENT_WS_MAX_SESSIONS, so a caller hashed to a full process is refused `busy` even while
+another has room (deploy/sizing.py sizes the slots with headroom for it; a retry comes
+from a new port and hashes anew). /metrics sums every process (prometheus_client's
+multiprocess mode: gauges by pid); /healthz answers for the process it reaches. The first
+process to end ends them all, so the container restarts whole.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 
 import grpc
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from .load import MONITOR
 from .metrics import REGISTRY
@@ -30,6 +46,9 @@ from .settings import AgentSettings
 
 log = logging.getLogger("voice_agent.http")
 SETTINGS = web.AppKey("settings", AgentSettings)
+# prometheus_client's own switch, set by `serve_processes` for its children before they
+# import it: their metrics then live in files there, which any of them can sum.
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 async def _reachable(addr: str, timeout_s: float = 0.5) -> bool:
@@ -41,9 +60,17 @@ async def _reachable(addr: str, timeout_s: float = 0.5) -> bool:
             return False
 
 
+def _registry() -> CollectorRegistry:
+    if not os.environ.get(MULTIPROC_DIR):
+        return REGISTRY
+    every = CollectorRegistry()
+    MultiProcessCollector(every)
+    return every
+
+
 def make_app(settings: AgentSettings) -> web.Application:
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(REGISTRY),
+        return web.Response(body=generate_latest(_registry()),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(req: web.Request) -> web.Response:
@@ -97,21 +124,21 @@ async def _check_voice(app: web.Application) -> None:
     task.add_done_callback(_CHECKS.discard)
 
 
-async def start_http(settings: AgentSettings) -> web.AppRunner:
+async def start_http(settings: AgentSettings, reuse_port: bool = False) -> web.AppRunner:
     runner = web.AppRunner(make_app(settings), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, settings.http_host, settings.http_port).start()
+    await web.TCPSite(runner, settings.http_host, settings.http_port,
+                      reuse_port=reuse_port).start()
     log.info("http on %s:%d (/metrics, /healthz%s)", settings.http_host, settings.http_port,
              ", /v1/talk, /v1/realtime, /v1/voices" if settings.ws_max_sessions else "")
     return runner
 
 
-async def serve_forever(settings: AgentSettings) -> None:
+async def serve_forever(settings: AgentSettings, reuse_port: bool = False) -> None:
     """`serve-direct`: the HTTP side only, until SIGTERM/SIGINT (no LiveKit here): browsers
-    converse over /v1/talk; AutoRTC drives sessions in-process through voice_agent.direct."""
-    import signal
-
-    runner = await start_http(settings)
+    converse over /v1/talk; AutoRTC drives sessions in-process through voice_agent.direct.
+    `reuse_port`: one of `serve_processes`' children, sharing the port with its siblings."""
+    runner = await start_http(settings, reuse_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -119,3 +146,44 @@ async def serve_forever(settings: AgentSettings) -> None:
     log.info("serve-direct: no LiveKit worker; /metrics, /healthz, /v1/talk until SIGTERM")
     await stop.wait()
     await runner.cleanup()
+
+
+def serve_processes(settings: AgentSettings) -> int:
+    """AGENT_PROCS `serve-direct` children on AGENT_HTTP_PORT, until SIGTERM/SIGINT or the
+    first of them ends (then the others are stopped too); returns the exit status."""
+    # SO_REUSEPORT would also let the children join another server's port: refuse a taken
+    # one here first, with its name.
+    family = socket.AF_INET6 if ":" in settings.http_host else socket.AF_INET
+    with socket.socket(family) as s:
+        try:
+            s.bind((settings.http_host, settings.http_port))
+        except OSError:
+            raise SystemExit(f"voice-agent: cannot bind AGENT_HTTP_PORT={settings.http_port}: "
+                             "is it taken?") from None
+    with tempfile.TemporaryDirectory(prefix="agent-metrics-") as metrics_dir:
+        env = {**os.environ, "AGENT_PROCS": "1", MULTIPROC_DIR: metrics_dir}
+        cmd = [sys.executable, "-m", "voice_agent", "serve-direct", "--reuse-port"]
+        procs = [subprocess.Popen(cmd, env=env) for _ in range(settings.procs)]
+        stopping = False
+
+        def stop(*_: object) -> None:
+            nonlocal stopping
+            stopping = True
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        log.info("serve-direct: %d processes on :%d (AGENT_PROCS), %d conversations each",
+                 settings.procs, settings.http_port, settings.ws_max_sessions)
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.2)
+        first = next(p for p in procs if p.returncode is not None)
+        if not stopping:
+            log.error("serve-direct: process %d ended (status %s); stopping the others",
+                      first.pid, first.returncode)
+            stop()
+        for p in procs:
+            p.wait()
+        return 0 if stopping else (first.returncode or 1)

@@ -38,6 +38,10 @@ class AgentSettings(BaseSettings):
     # Concurrent conversations on the HTTP server's WebSocket transport, GET /v1/talk
     # (talk/; no LiveKit), counted from each one's `start`. 0 = no route.
     ws_max_sessions: int = Field(4, ge=0, le=1000)
+    # `serve-direct` processes sharing http_port (SO_REUSEPORT: the kernel spreads the
+    # connections), each with ws_max_sessions slots; /metrics sums them all. One event
+    # loop is one core: compose runs STACK_CONVERSATIONS / 8 (deploy/sizing.py).
+    procs: int = Field(1, ge=1, le=256)
     # API keys /v1/talk asks for (voice_keys): comma-separated, and/or a file of one a
     # line, read again when it changes. `Authorization: Bearer <key>`, or ?api_key= from a
     # browser. Neither set: no key asked (the local mesh; bind to loopback).
