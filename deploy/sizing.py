@@ -31,9 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 VAR = "STACK_CONVERSATIONS"
-# What one GPU held with every caller answered at p95 <= 800 ms (H100 + 16 cores,
-# bench/README.md "Conversations per GPU on the H100": 64 at p95 679 ms).
-DEFAULT = 64
+# The most whose caps fit one 80 GB GPU (H100: 79.6 GiB) beside compose's thinker, the bf16
+# Qwen3-Omni-30B-A3B at LLM_GPU_MEMORY_UTILIZATION 0.8 (63.7 GiB; its MPS cap 64G): 15.6 GiB
+# are left, and 10 gives the TTS 16 slots a checkpoint, 15G (14.6 GiB measured), where 11
+# wants 16G. 64 (what one H100 held at p95 <= 800 ms with a 1.7B thinker, bench/README.md)
+# needs an H200-class GPU or a smaller/AWQ thinker (deploy/README.md).
+DEFAULT = 10
 # Conversations one agent process carries: 8 processes x 8 held 64 (H100 run 1, p95 653
 # ms); at ~0.075 core a conversation that is 0.6 of the core its event loop runs on (16
 # would want 1.2: at ~12 a process the loops ran late and refused callers).

@@ -77,6 +77,19 @@ def test_env_example_and_compose_defaults_are_the_default_size():
         assert f"${{{k}:-{v}}}" in text, k
 
 
+def test_the_default_is_the_most_one_80_gb_gpu_holds_beside_the_shipped_thinker():
+    """The profile as shipped runs on an H100 (79.6 GiB) with compose's thinker at its MPS
+    cap (64G, 0.8 of the GPU); one conversation more would not fit."""
+    def gib(cap: str) -> int:
+        return int(cap.removeprefix("0=").removesuffix("G"))
+
+    example = env_example()
+    thinker = gib(example["LLM_MPS_PINNED_DEVICE_MEM_LIMIT"])
+    assert thinker >= float(example["LLM_GPU_MEMORY_UTILIZATION"]) * 79.6
+    left = 79.6 - thinker
+    assert sizing.caps(sizing.DEFAULT).tts_gib <= left < sizing.caps(sizing.DEFAULT + 1).tts_gib
+
+
 def _sized_env(tmp_path: Path, n: int) -> Path:
     """An .env as `make up` leaves it after STACK_CONVERSATIONS=n is set in it."""
     root = tmp_path / f"n{n}"
@@ -153,7 +166,8 @@ def test_compose_and_kubernetes_say_the_same_numbers(tmp_path, n):
 
 def test_a_bad_size_fails_make_up_with_the_fix(tmp_path):
     env = _sized_env(tmp_path, sizing.DEFAULT)
-    env.write_text(env.read_text().replace(f"{sizing.VAR}=64", f"{sizing.VAR}=lots"))
+    env.write_text(env.read_text().replace(f"{sizing.VAR}={sizing.DEFAULT}\n",
+                                           f"{sizing.VAR}=lots\n"))
     with pytest.raises(SystemExit, match="STACK_CONVERSATIONS='lots': expected the number"):
         dotenv.sync(env.parent)
 
