@@ -40,8 +40,9 @@ from livekit.plugins import silero
 from livekit.plugins.silero import onnx_model
 
 # Streams' windows fall due at their own phases in the 32 ms hop, so a wait of W gathers
-# about N * W / 32 of them: 8 ms (a quarter hop) makes batches of 16 at N = 64, where a row
-# costs its least, and delays a decision that waits out 550 ms of silence by <= 8 ms.
+# about N * W / 32 of them: 8 ms (a quarter hop) made batches of 16 of the 32 streams of 16
+# conversations, where a row costs its least (bench/vad_cost.py; 4 ms: 10, +7 % CPU), and
+# delays by <= 8 ms a decision that waits out 200 ms of silence (AGENT_VAD_SILENCE_MS).
 MAX_WAIT_S = 0.008
 STALE_HOPS = 2  # a stream silent this many hops is not waited for (paused, closed)
 
