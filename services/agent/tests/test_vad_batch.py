@@ -199,9 +199,13 @@ async def test_a_paused_stream_delays_others_by_at_most_the_wait(
     async for ev in live:
         if ev.type == vad.VADEventType.INFERENCE_DONE:  # its window's last frame -> now
             delays.append(loop.time() - pushed[-(-ev.samples_index // 320) - 1])
+            if len(delays) == 20:
+                waited_for = list(v.batch.hop().members)
     await pushing
     assert len(delays) == 50 * 320 // 512
-    assert np.median(delays) <= MAX_WAIT_S + 0.005, delays
+    assert waited_for == [live._model]  # not the paused stream
+    # ~1 ms here (a window held for the paused stream: MAX_WAIT_S); loose for a busy host
+    assert np.median(delays) <= MAX_WAIT_S + 0.04, delays
     await paused.aclose()
     await live.aclose()
 
