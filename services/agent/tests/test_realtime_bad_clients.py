@@ -59,11 +59,8 @@ class Session:
         """The events the server answers `ev` with (its handler's, not later tasks')."""
         raw = ev if isinstance(ev, str) else json.dumps(ev)
         await self.s.handle(raw)
-        got = []
-        while not self.s._outbox.empty():
-            e = self.s._outbox.get_nowait()
-            assert e is not None, "the session stalled"
-            got.append(e)
+        assert not self.s.stalled
+        got = [json.loads(e) for e in self.s.outbox.take()]
         self.out += got
         return got
 
@@ -274,11 +271,8 @@ def put(ev: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
     node[path[-1]] = value
 
 
-def flood_without_reading_then_reset(port: int, n: int, stop: threading.Event) -> int:
-    """A raw WebSocket client with a 4 KiB receive buffer: `n` response.cancel events with
-    a 2 KB event_id (each answered with an error quoting it), never read; then a reset
-    (SO_LINGER 0) while the server closes. Returns how many events went out before the
-    server stopped taking them."""
+def raw_client(port: int) -> socket.socket:
+    """A raw WebSocket client of /v1/realtime with a 4 KiB receive buffer."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", port))
@@ -289,25 +283,62 @@ def flood_without_reading_then_reset(port: int, n: int, stop: threading.Event) -
     while b"\r\n\r\n" not in head:
         head += sock.recv(1)
     assert head.startswith(b"HTTP/1.1 101"), head
-    payload = json.dumps({"type": "response.cancel", "event_id": "e" * 2000}).encode()
+    sock.settimeout(5.0)
+    return sock
+
+
+def frame(event: dict[str, Any]) -> bytes:
+    """`event` as a masked text frame, as a client sends it."""
+    payload = json.dumps(event).encode()
     mask = b"\x01\x02\x03\x04"
     masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-    frame = bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big") + mask + masked
-    sock.settimeout(5.0)
+    return bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big") + mask + masked
+
+
+def flood(sock: socket.socket, n: int, stop: threading.Event) -> int:
+    """`n` response.cancel events with a 2 KB event_id (each answered with an error quoting
+    it), never read. Returns how many went out before the server stopped taking them."""
+    cancel = frame({"type": "response.cancel", "event_id": "e" * 2000})
     sent = 0
     try:
         for _ in range(n):
             if stop.is_set():
                 break
-            sock.sendall(frame)
+            sock.sendall(cancel)
             sent += 1
     except OSError:
         pass  # the server stopped reading or closed: the flood is done
+    return sent
+
+
+def flood_without_reading_then_reset(port: int, n: int, stop: threading.Event) -> int:
+    """A flood (`flood`), then a reset (SO_LINGER 0) while the server closes."""
+    sock = raw_client(port)
+    sent = flood(sock, n, stop)
     # Still not reading while the server gives up on its sender (2 s) and closes, then the
     # reset: it landed in `ws.close()` as a CancelledError and skipped the slot's release.
     stop.wait(3.0)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     sock.close()  # RST
+    return sent
+
+
+def stop_reading_and_stream_on(port: int, stop: threading.Event) -> int:
+    """Enough error events asked for to fill the socket's buffers (fewer than MAX_OUTBOX),
+    then a mic streaming silence in 40 ms appends, nothing read, until `stop`. Returns
+    the appends sent."""
+    sock = raw_client(port)
+    flood(sock, 2000, stop)
+    append = frame({"type": "input_audio_buffer.append",
+                    "audio": base64.b64encode(bytes(1920)).decode()})
+    sent = 0
+    try:
+        while not stop.wait(0.04):
+            sock.sendall(append)
+            sent += 1
+    except OSError:
+        pass  # the server closed
+    sock.close()
     return sent
 
 
@@ -332,6 +363,34 @@ async def test_a_client_that_stops_reading_then_resets_gives_its_slot_back() -> 
         assert time.perf_counter() - t0 < 60
     finally:
         await agent.runner.cleanup()
+
+
+async def test_a_client_that_stops_reading_while_its_mic_streams_gives_its_slot_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every message received resets aiohttp's heartbeat, so a client whose mic streams on
+    while it reads nothing was never timed out: it kept its slot for as long as it sent.
+    A send blocked SEND_DEADLINE_S (here 2 s) now ends its session."""
+    from voice_agent.conversation import outbox
+
+    monkeypatch.setattr(outbox, "SEND_DEADLINE_S", 2.0)
+    agent = await serve(settings(ws_max_sessions=1))
+    stop = threading.Event()
+    try:
+        port = int(agent.http.rsplit(":", 1)[1])
+        client = asyncio.create_task(asyncio.to_thread(stop_reading_and_stream_on, port, stop))
+        async with asyncio.timeout(5):
+            while not agent.hub.talking:
+                await asyncio.sleep(0.05)
+        t0 = time.perf_counter()
+        async with asyncio.timeout(20):
+            while agent.hub.talking:
+                await asyncio.sleep(0.05)
+        assert not client.done()  # freed while the client still streamed
+        assert time.perf_counter() - t0 < 15
+    finally:
+        stop.set()
+        await agent.runner.cleanup()
+    assert await client > 0
 
 
 async def test_the_sdks_beta_client_connects_with_websocket_base_url() -> None:

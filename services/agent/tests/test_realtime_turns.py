@@ -126,7 +126,8 @@ async def test_the_session_reports_its_real_turn_settings_and_takes_semantic_vad
 
     s = Session()
     try:
-        [created] = [e for e in s.s._outbox._queue if e and e["type"] == "session.created"]
+        [created] = [e for e in map(json.loads, s.s.outbox.pending())
+                     if e["type"] == "session.created"]
         td = created["session"]["audio"]["input"]["turn_detection"]
         agent = s.s.settings
         assert td["type"] == "server_vad"

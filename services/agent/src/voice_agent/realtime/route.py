@@ -79,27 +79,21 @@ async def _converse(hub: TalkHub, ws: web.WebSocketResponse, request: web.Reques
     t0 = time.perf_counter()
     log.info("realtime %s: start (%s events), from %s", session.id, "beta" if beta else "GA",
              request.remote)
-    sender = asyncio.create_task(session.sender(), name=f"rt-{session.id}-send")
+    sender = asyncio.create_task(session.outbox.run(), name=f"rt-{session.id}-send")
+    receiver = asyncio.create_task(_receive(session, ws), name=f"rt-{session.id}-recv")
     try:
         session.start()
-        async for msg in ws:
-            if msg.type == WSMsgType.TEXT:
-                await session.handle(msg.data)
-            elif msg.type == WSMsgType.BINARY:
-                session.error(RealtimeError(
-                    "invalid_event", "binary messages are not part of the Realtime API: send "
-                    "audio as input_audio_buffer.append (base64)"))
-            elif msg.type == WSMsgType.ERROR:
-                break
-            if session.stalled or sender.done():
-                break
-    except Exception:
-        log.exception("realtime %s failed", session.id)
+        # either side ending ends the session: the client going, or its outbox stalled
+        # (it stopped reading: conversation/outbox.py)
+        await asyncio.wait([sender, receiver], return_when=asyncio.FIRST_COMPLETED)
+        if receiver.done() and not receiver.cancelled() and receiver.exception():
+            log.error("realtime %s failed", session.id, exc_info=receiver.exception())
     finally:
         # The slot first: the teardown below awaits a client that may have stopped reading
         # or reset, and a close that raised (CancelledError is no Exception) once skipped
         # the release and kept the slot until a restart.
         release()
+        receiver.cancel()
         try:
             # shielded: a handler cancelled here (the client reset) still stops the
             # session's thinker and TTS work
@@ -111,3 +105,16 @@ async def _converse(hub: TalkHub, ws: web.WebSocketResponse, request: web.Reques
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(ws.close(), 2.0)
             log.info("realtime %s: end after %.1f s", session.id, time.perf_counter() - t0)
+
+
+async def _receive(session: RealtimeSession, ws: web.WebSocketResponse) -> None:
+    """The client's events, one at a time, until it goes."""
+    async for msg in ws:
+        if msg.type == WSMsgType.TEXT:
+            await session.handle(msg.data)
+        elif msg.type == WSMsgType.BINARY:
+            session.error(RealtimeError(
+                "invalid_event", "binary messages are not part of the Realtime API: send "
+                "audio as input_audio_buffer.append (base64)"))
+        elif msg.type == WSMsgType.ERROR:
+            return

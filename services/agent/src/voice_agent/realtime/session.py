@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 from livekit import rtc
 from livekit.agents import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions, llm, stt, vad
-from livekit.agents.utils.audio import AudioByteStream
 
+from ..conversation.mic import VAD_RATE, MicFramer
+from ..conversation.outbox import Outbox
 from ..conversation.parts import build_parts
 from ..conversation.turn_end import end_of_turn_wait
 from ..metrics import WASTED, TurnTracker
@@ -67,7 +68,6 @@ log = logging.getLogger("voice_agent.realtime")
 # One try per thinker call: a request it refused is refused again (a retry only delays).
 ONCE = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=10.0)
 
-VAD_RATE = 16000
 MIN_COMMIT_MS = 100  # a commit of less audio is an error, as the API's
 MAX_BUFFER_S = 120.0  # uncommitted input audio kept (older is dropped, with an error)
 # What one session holds (a client's items and the replies' own; documented in the README):
@@ -76,7 +76,8 @@ MAX_BUFFER_S = 120.0  # uncommitted input audio kept (older is dropped, with an 
 MAX_ITEMS = 1000
 MAX_ITEM_CHARS = 100_000  # one item's text: its parts, a call's arguments or output
 MAX_CONVERSATION_CHARS = 1_000_000  # all items' text together (~4 MB at most)
-MAX_OUTBOX = 4000  # events waiting for a client that does not read (~80 s of audio)
+MAX_OUTBOX = 4000  # events waiting for a client that reads too slowly (~80 s of audio)
+AUDIO_EVENTS = ("response.output_audio.delta", "response.audio.delta")
 MAX_TOOL_ROUNDS = 3  # responses in a row that may run the agent's tools
 SPEECH_CHARS_PER_S = 14.0  # a reply's pace when the TTS does not say what it read
 AUDIO_LAG_S = 0.24  # the TTS's audio lags the text it has read by a few 80 ms frames
@@ -161,9 +162,8 @@ class RealtimeSession:
         self.cfg = SessionConfig(instructions=s.system_prompt, voice=s.tts_voice,
                                  temperature=s.llm_temperature, turn_detection=agent_turn,
                                  agent_turn=agent_turn)
-        self._send = send
+        self.outbox = Outbox(send, max_items=MAX_OUTBOX, name=f"realtime {self.id}")
         self._check_voice = check_voice  # async: the TTS's name for a voice, or raises
-        self._outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.items: list[dict[str, Any]] = []
         # the conversation's parts as every door builds them, its turns in the agent's
         # latency metrics (conversation/parts.py)
@@ -181,9 +181,7 @@ class RealtimeSession:
         self._buffer: list[rtc.AudioFrame] = []
         self._buffer_ms = 0.0  # of those frames (a commit flushes the framer's partial one)
         self._appended_ms = 0.0  # audio appended since the last commit, as the client counts
-        self._resampler: rtc.AudioResampler | None = None
-        self._resampler_rate = 0  # the rate it takes (24 kHz pcm16, 8 kHz G.711)
-        self._framer = AudioByteStream(VAD_RATE, 1, samples_per_channel=VAD_RATE // 50)
+        self._mic = MicFramer(RATE)  # at the input format's rate (24 kHz pcm16, 8 kHz G.711)
         self._vad: TimedVADStream | None = None
         self._vad_task: asyncio.Task[None] | None = None
         self._speech_item: str | None = None  # the user item server VAD is hearing
@@ -193,7 +191,6 @@ class RealtimeSession:
         # the last reply all made, with the item whose audio may still be playing
         self._playing: tuple[Response, dict[str, Any]] | None = None
         self._feed: RecogniserFeed | None = None  # the offline ear, fed as it is heard
-        self.stalled = False
 
     # -- the wire --------------------------------------------------------------------
 
@@ -212,17 +209,12 @@ class RealtimeSession:
         self._put(error_event(e, event_id))
 
     def _put(self, ev: dict[str, Any]) -> None:
-        if self.stalled:
-            return
-        if self._outbox.qsize() >= MAX_OUTBOX:
-            self.stalled = True  # the client stopped reading (or floods unread): it ends
-            self._outbox.put_nowait(None)
-            return
-        self._outbox.put_nowait(ev)
+        self.outbox.text(wire_json(ev), audio=ev["type"] in AUDIO_EVENTS)
 
-    async def sender(self) -> None:
-        while (ev := await self._outbox.get()) is not None:
-            await self._send(wire_json(ev))
+    @property
+    def stalled(self) -> bool:
+        """The client stopped reading (conversation/outbox.py): the session ends."""
+        return self.outbox.stalled
 
     def start(self) -> None:
         self._restart_vad()
@@ -326,21 +318,16 @@ class RealtimeSession:
     def _input_rate(self) -> int:
         return RATE if self.cfg.input_format == "pcm16" else G711_RATE
 
-    def _to_vad_rate(self, pcm: np.ndarray) -> list[rtc.AudioFrame]:
-        rate = self._input_rate()
-        if self._resampler is None or self._resampler_rate != rate:
-            self._resampler = rtc.AudioResampler(rate, VAD_RATE, num_channels=1)
-            self._resampler_rate = rate
-        frame = rtc.AudioFrame(pcm.tobytes(), rate, 1, len(pcm))
-        out: list[rtc.AudioFrame] = []
-        for f in self._resampler.push(frame):
-            out += self._framer.push(f.data.tobytes())
-        return out
+    def _mic_frames(self, pcm: np.ndarray) -> list[rtc.AudioFrame]:
+        """The mic's audio as the VAD takes it: stamped 16 kHz frames (conversation/mic.py)."""
+        if self._mic.input_rate != self._input_rate():  # the input format changed
+            self._mic = MicFramer(self._input_rate())
+        return self._mic.push(pcm.tobytes())
 
     async def on_input_audio_buffer_append(self, ev: dict[str, Any]) -> None:
         pcm = self._decode(ev.get("audio"), "audio")
         self._appended_ms += len(pcm) / self._input_rate() * 1000
-        for f in self._to_vad_rate(pcm):
+        for f in self._mic_frames(pcm):
             ms = f.samples_per_channel / VAD_RATE * 1000
             self._buffer.append(f)
             self._buffer_ms += ms
@@ -364,7 +351,7 @@ class RealtimeSession:
             raise RealtimeError("input_audio_buffer_commit_empty", "buffer too small: "
                                 f"expected at least {MIN_COMMIT_MS} ms of audio, have "
                                 f"{self._appended_ms:.0f} ms")
-        frames = self._buffer + list(self._framer.flush())
+        frames = self._buffer + self._mic.flush()
         self._clear_buffer()
         now = time.perf_counter()  # the client ended the turn: its commit is the end
         self.tracker.user_turn_ended(SpeechEnd(at=now, decided=now, silence_s=0.0))
@@ -373,7 +360,7 @@ class RealtimeSession:
 
     async def on_input_audio_buffer_clear(self, ev: dict[str, Any]) -> None:
         self._drop_held_turn()
-        self._framer.flush()
+        self._mic.flush()
         self._clear_buffer()
         self.emit("input_audio_buffer.cleared")
 
@@ -647,7 +634,8 @@ class RealtimeSession:
                 content.append({"type": t, "text": p["text"]})
             elif t == "input_audio" and role == "user" and audio is None:
                 pcm = self._decode(p.get("audio"), f"item.content[{i}].audio")
-                audio = self._to_vad_rate(pcm)
+                clip = MicFramer(self._input_rate())  # a clip, not the mic's clock
+                audio = clip.push(pcm.tobytes()) + clip.flush()
                 content.append({"type": "input_audio", "transcript": p.get("transcript")})
             else:
                 raise RealtimeError("invalid_value", f"item.content[{i}]: a {role} message "
@@ -1132,7 +1120,7 @@ class RealtimeSession:
                 await self._vad.aclose()
         await self._close_feed()
         await self.parts.aclose()
-        self._outbox.put_nowait(None)
+        self.outbox.close()
 
 
 def item_chars(item: dict[str, Any]) -> int:

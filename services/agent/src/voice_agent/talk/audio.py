@@ -1,6 +1,7 @@
 """The conversation's audio on its socket: the client's mic in (`SocketInput`: PCM at its
 rate -> 20 ms frames at 16 kHz, each stamped with when it was sent), the reply out
-(`SocketOutput`: paced frames, barge-in clears) through one ordered sender (`Outbox`).
+(`SocketOutput`: paced frames, barge-in clears) through the conversation's ordered
+sender (`TalkOutbox`: conversation/outbox.py).
 
 Knows the protocol only as far as sending its events; nothing of admission, voices or
 the pipeline's turns.
@@ -12,27 +13,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 
 from aiohttp import web
 from livekit import rtc
-from livekit.agents.utils.audio import AudioByteStream
 from livekit.agents.voice import io
 from prometheus_client import Counter
 
 from ..audio_io import PacedOutput
+from ..conversation.mic import MicFramer
+from ..conversation.outbox import Outbox
 from ..metrics import REGISTRY
-from ..speech_end import stamp
 from .protocol import ProtocolError, Server, server_message
 
 log = logging.getLogger("voice_agent.ws")
 
-VAD_RATE = 16000  # what the VAD and the STT take
 MAX_BACKLOG_S = 5.0  # mic audio the session may lag behind the client (older is dropped)
 MAX_AHEAD_S = 5.0  # mic audio a client may send ahead of real time (else: too_fast)
-CLOCK_WINDOW_S = 2.0  # how long a mic's audio clock is followed (SocketInput._sent_at)
-MAX_OUTBOX_S = 10.0  # reply audio waiting for a client that does not read
+MAX_OUTBOX_S = 10.0  # reply audio waiting for a client that reads too slowly
 
 MIC_DROPPED = Counter("agent_mic_frames_dropped_total",
                       "Mic frames dropped because the conversation fell behind reading them "
@@ -41,106 +39,46 @@ MIC_DROPPED = Counter("agent_mic_frames_dropped_total",
 
 
 
-class Outbox:
-    """What goes to the client, in order: JSON events and PCM frames, sent by one task.
-    `drop_audio()` removes frames not yet sent (barge-in). A frame may carry a call made
-    with the moment it was written to the socket (a reply's first frame: its latency)."""
+class TalkOutbox(Outbox):
+    """The conversation's outbox (conversation/outbox.py) in this protocol's words."""
 
-    def __init__(self, ws: web.WebSocketResponse, frame_s: float) -> None:
-        self._ws = ws
-        self._items: deque[str | bytes | tuple[bytes, Callable[[float], None]]] = deque()
-        self._ready = asyncio.Event()
-        self._audio = 0
-        self._max_audio = int(MAX_OUTBOX_S / frame_s)
-        self.audio_sent = 0
-        self.stalled = False  # the client stopped reading: the sender gives up
+    def __init__(self, ws: web.WebSocketResponse, frame_s: float, name: str) -> None:
+        # bounded by MAX_OUTBOX_S of reply frames (events are few beside them)
+        super().__init__(ws.send_str, ws.send_bytes, max_items=int(MAX_OUTBOX_S / frame_s),
+                         name=name)
 
     def event(self, type_: Server, **fields: object) -> None:
-        self._items.append(server_message(type_, **fields))
-        self._ready.set()
-
-    def audio(self, pcm: bytes, on_sent: Callable[[float], None] | None = None) -> None:
-        if self._audio >= self._max_audio:
-            self.stalled = True
-        self._items.append(pcm if on_sent is None else (pcm, on_sent))
-        self._audio += 1
-        self._ready.set()
-
-    def drop_audio(self) -> None:
-        self._items = deque(x for x in self._items if isinstance(x, str))
-        self._audio = 0
-
-    async def run(self) -> None:
-        """Send until cancelled; returns when the client is gone."""
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
-            while self._items:
-                item = self._items.popleft()
-                if self._ws.closed or self.stalled:
-                    return
-                try:
-                    if isinstance(item, str):
-                        await self._ws.send_str(item)
-                        continue
-                    pcm, on_sent = item if isinstance(item, tuple) else (item, None)
-                    self._audio -= 1
-                    await self._ws.send_bytes(pcm)
-                    self.audio_sent += 1
-                    if on_sent is not None:
-                        on_sent(time.perf_counter())
-                except (ConnectionError, RuntimeError):
-                    return
+        self.text(server_message(type_, **fields))
 
 
 class SocketInput(io.AudioInput):
-    """The client's mic: PCM at its rate -> 20 ms frames at 16 kHz, as they arrive.
+    """The client's mic: PCM at its rate -> stamped 20 ms frames at 16 kHz, as they arrive
+    (conversation/mic.py), queued for the session.
 
     Two limits, two causes. A client that sends audio faster than real time (more than
     MAX_AHEAD_S ahead of the clock since its first message) is refused: `too_fast`. A
     conversation that falls behind reading (its pipeline busy: starting, or an overloaded
     host) keeps the newest MAX_BACKLOG_S and drops the oldest, with a log line and
-    `agent_mic_frames_dropped_total`: the call goes on.
-
-    Each frame is stamped with when its samples were sent (speech_end.stamp), on the
-    client's audio clock: a mic sends its audio in real time, so the message whose audio
-    ends at position p was sent at p + the smallest (arrival - position) of the last
-    CLOCK_WINDOW_S. A message read late (this loop was busy) keeps the time it was sent;
-    one that arrived on time keeps its arrival."""
+    `agent_mic_frames_dropped_total`: the call goes on."""
 
     def __init__(self, input_rate: int, frame_ms: int = 20) -> None:
         super().__init__(label="SocketInput")
-        self._resampler = (rtc.AudioResampler(input_rate=input_rate, output_rate=VAD_RATE,
-                                              num_channels=1)
-                           if input_rate != VAD_RATE else None)
+        self._mic = MicFramer(input_rate, frame_ms)
         self.input_rate = input_rate  # the client's mic PCM, Hz
-        self._framer = AudioByteStream(VAD_RATE, 1, samples_per_channel=VAD_RATE * frame_ms // 1000)
         self._queue: asyncio.Queue[rtc.AudioFrame | None] = asyncio.Queue(
             maxsize=int(MAX_BACKLOG_S * 1000 / frame_ms))
         self._t0: float | None = None  # monotonic time of the first audio
-        self._received_s = 0.0  # audio received, seconds
-        self._unframed: deque[list[float]] = deque()  # [16 kHz samples, perf time sent]
-        self._offsets: deque[tuple[float, float]] = deque()  # (arrived, arrived - position)
         self.dropped = 0  # frames dropped since the last log line
 
     def push(self, pcm: bytes) -> None:
         now = time.monotonic()
-        arrived = time.perf_counter()
         if self._t0 is None:
             self._t0 = now
-        self._received_s += len(pcm) / 2 / self.input_rate
-        if self._received_s - (now - self._t0) > MAX_AHEAD_S:
+        if self._mic.received_s + len(pcm) / 2 / self.input_rate - (now - self._t0) \
+                > MAX_AHEAD_S:
             raise ProtocolError("too_fast", "mic audio arrives faster than real time "
                                 f"(over {MAX_AHEAD_S:.0f} s ahead of the clock)")
-        sent = self._sent_at(arrived)
-        if self._resampler is not None:
-            frame = rtc.AudioFrame(data=pcm, sample_rate=self.input_rate, num_channels=1,
-                                   samples_per_channel=len(pcm) // 2)
-            pcm = b"".join(bytes(f.data) for f in self._resampler.push(frame))
-        if pcm:
-            self._unframed.append([len(pcm) // 2, sent])
-        for f in self._framer.push(pcm):
-            stamp(f, self._arrivals(f.samples_per_channel))
+        for f in self._mic.push(pcm):
             if self._queue.full():  # the conversation is behind: the oldest goes
                 self._queue.get_nowait()
                 MIC_DROPPED.inc()
@@ -154,31 +92,6 @@ class SocketInput(io.AudioInput):
                          self.dropped, self.dropped * 20)
                 self.dropped = 0
             self._queue.put_nowait(f)
-
-    def _sent_at(self, arrived: float) -> float:
-        """When the message just received (its audio ends at `_received_s`) was sent: its
-        position on the client's real-time audio clock (a sliding-window minimum)."""
-        offset = arrived - self._received_s
-        while self._offsets and self._offsets[-1][1] >= offset:
-            self._offsets.pop()
-        self._offsets.append((arrived, offset))
-        while self._offsets[0][0] < arrived - CLOCK_WINDOW_S:
-            self._offsets.popleft()
-        return self._received_s + self._offsets[0][1]
-
-    def _arrivals(self, n: int) -> list[tuple[int, float]]:
-        """When the next `n` samples were sent (speech_end.stamp): runs by message."""
-        out: list[tuple[int, float]] = []
-        done = 0
-        while done < n and self._unframed:
-            run = self._unframed[0]
-            take = min(int(run[0]), n - done)
-            done += take
-            run[0] -= take
-            out.append((done, run[1]))
-            if not run[0]:
-                self._unframed.popleft()
-        return out
 
     def close(self) -> None:
         with contextlib.suppress(asyncio.QueueFull):
@@ -199,7 +112,7 @@ class SocketOutput(PacedOutput):
     is when its first frame was written to the socket (`on_first_audio`): a loop busy
     between the tick and the write delays what the caller hears."""
 
-    def __init__(self, outbox: Outbox, *, sample_rate: int, frame_ms: int,
+    def __init__(self, outbox: TalkOutbox, *, sample_rate: int, frame_ms: int,
                  on_first_audio: Callable[[float], None]) -> None:
         super().__init__("SocketOutput", sample_rate=sample_rate, frame_ms=frame_ms,
                          on_first_audio=self._first_tick)
@@ -214,8 +127,8 @@ class SocketOutput(PacedOutput):
     def _tick(self, at: float, chunk: bytes, audible: bool) -> None:
         if audible:
             first, self._first = self._first, False
-            self._outbox.audio(chunk.ljust(self.frame_samples * 2, b"\0"),
-                               self._on_first_sent if first else None)
+            self._outbox.binary(chunk.ljust(self.frame_samples * 2, b"\0"),
+                                self._on_first_sent if first else None)
             self._last_audible = at
 
     def _cleared(self, at: float) -> None:
@@ -235,7 +148,7 @@ class SocketCaptions(io.TextOutput):
     TranscriptSynchronizer releases them as the paced audio plays (after a barge-in it
     releases none of that reply's)."""
 
-    def __init__(self, outbox: Outbox) -> None:
+    def __init__(self, outbox: TalkOutbox) -> None:
         super().__init__(label="talk-captions", next_in_chain=None)
         self._outbox = outbox
 

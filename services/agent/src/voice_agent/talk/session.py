@@ -24,7 +24,7 @@ from ..duplex import DuplexState
 from ..feedback import FeedbackRecorder
 from ..metrics import TurnTracker
 from ..settings import AgentSettings
-from .audio import Outbox, SocketCaptions, SocketInput, SocketOutput
+from .audio import SocketCaptions, SocketInput, SocketOutput, TalkOutbox
 from .protocol import (
     ENCODING,
     PROTOCOL,
@@ -55,7 +55,7 @@ class TalkSession:
         self.ws = ws
         self.recorder = recorder  # the hub's: where feedback goes (None, or disabled: off)
         self._saved: tuple[Decision, str] | None = None  # the last turn saved, its pair id
-        self.outbox = Outbox(ws, settings.tts_frame_ms / 1000)
+        self.outbox = TalkOutbox(ws, settings.tts_frame_ms / 1000, name=f"talk {self.id}")
         tracker = TurnTracker(on_report=lambda rec: self.outbox.event(Server.LATENCY, **rec))
         self.pipeline = p = build_pipeline(settings, tracker=tracker, cache=cache)
         self.mic = SocketInput(input_rate)
@@ -110,6 +110,10 @@ class TalkSession:
             on_end()  # the slot is free now; the teardown takes a moment more
             receiver.cancel()
             await self._teardown()
+            # what the teardown said (a cut reply's transcript) goes out, if it can
+            self.outbox.close()
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(sender, 2.0)
             sender.cancel()
             await asyncio.gather(sender, receiver, return_exceptions=True)
         if not receiver.cancelled() and (err := receiver.exception()) is not None:
