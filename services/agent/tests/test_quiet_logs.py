@@ -55,7 +55,9 @@ def test_the_summary_line_counts_the_slow_windows_between_lines() -> None:
 def test_the_synchronizers_barge_in_warnings_are_debug(
         caplog: pytest.LogCaptureFixture) -> None:
     """Issue 62, item 10: a barge-in logged two livekit warnings every time (an
-    interrupted reply's segment ends before its text is in: that is the barge-in)."""
+    interrupted reply's segment ends before its text is in: that is the barge-in), and a
+    reply cut while still being made one more (its last text lands on the closed
+    segment: test_ws_talk.py's barge-in, 1 run in 4 on 2 cores)."""
     load_vad(AgentSettings())
     agents = logging.getLogger("livekit.agents")
     caplog.set_level(logging.DEBUG)
@@ -64,4 +66,4 @@ def test_the_synchronizers_barge_in_warnings_are_debug(
     agents.warning("some other warning")
     levels = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert [m for lvl, m in levels if lvl == "WARNING"] == ["some other warning"], levels
-    assert len(levels) == 3
+    assert len(levels) == len(quiet_logs.BARGE_IN_SEGMENT) + 1

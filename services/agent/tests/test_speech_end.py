@@ -102,3 +102,30 @@ async def test_each_segment_between_flushes_and_unstamped_frames(tmp_path: Path)
     before = time.perf_counter()
     await run(vad, [frames(two, None)])
     assert ends and before <= ends[-1].at <= ends[-1].decided
+
+
+async def test_the_end_of_speech_carries_the_silence_since_the_last_speech_sample(
+        tmp_path: Path) -> None:
+    """What reads the VAD's end of speech (the framework's endpointing delays, the ear,
+    Realtime's audio_end_ms) counts from when the caller stopped: its silence_duration is
+    the audio since the last speech sample, longer than Silero's own (its probability
+    outlasts the speech), so with a 100 ms hangover a turn ends ~200 ms after the caller
+    stopped, as a 200 ms one used to at ~300."""
+    from livekit.agents import vad as lk_vad
+
+    pcm = clip("What is the weather like today?", tmp_path)
+    settings = AgentSettings(vad_silence_ms=100)
+    vad = TimedVAD(load_vad(settings), lambda _: None)
+    stream = vad.stream()
+    for f in frames(pcm, None):
+        stream.push_frame(f)
+    stream.end_input()
+    ends = [ev async for ev in stream if ev.type == lk_vad.VADEventType.END_OF_SPEECH]
+    await stream.aclose()
+    assert len(ends) == 1
+    ev = ends[0]
+    decided_at = ev.samples_index / 16000  # the audio the VAD had read when it decided
+    since_last_speech = decided_at - true_end(pcm) / 16000
+    # the 10 ms grid on which the end is found
+    assert abs(ev.silence_duration - since_last_speech) <= 0.011, (ev, since_last_speech)
+    assert 0.1 <= ev.silence_duration < 0.4, ev  # over Silero's 100 ms: its tail counted

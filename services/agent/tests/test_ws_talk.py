@@ -207,11 +207,15 @@ async def test_conversation_with_barge_in(agent: Agent, thinker: Server, tmp_pat
     said = [t for t, _ in captions if t < clear_at]
     assert said and said[0] >= inbox.audio[0][0], (captions[:3], first_audio)
     assert not [t for t, _ in captions if clear_at < t < next_reply]
-    # what the barge-in kept of the reply is what its captions showed (a word released
-    # while the reply paused may run past it; the transcript then replaces them)
+    # what the barge-in kept of the reply is what its captions showed, but for the word in
+    # flight at the cut: the framework counts a word as heard once its time has played.
+    # The random thinker's "words" can be a second long, so a cut inside its first keeps
+    # nothing (and no transcript comes: the chat context gets no empty reply).
     cut = [e for e in inbox.of("transcript") if e["role"] == "assistant" and e["interrupted"]]
     shown = "".join(d for t, d in captions if t < clear_at)
-    assert cut and shown.startswith(cut[0]["text"]) and cut[0]["text"], (cut, shown)
+    kept = cut[0]["text"] if cut else ""
+    assert shown.startswith(kept) and len(shown[len(kept):].split()) <= 1, (cut, shown)
+    assert not cut or kept.strip()
     # a barge-in is no fault: the framework's synchronizer says nothing at WARNING about it
     said_warn = [r.getMessage() for r in caplog.records
                  if r.levelno >= logging.WARNING and "synchronizer" in r.pathname]

@@ -8,10 +8,12 @@ telling the same thing. A busy host is measured where it matters (load.py: the l
 become one INFO line at most every SUMMARY_S, with how many there were, and DEBUG
 otherwise.
 
-livekit-agents' transcript synchronizer warns twice on every barge-in ("playback_finished
+livekit-agents' transcript synchronizer warns on every barge-in ("playback_finished
 called before text/audio input is done", "rotate_segment called while previous segment
 is still being rotated"): an interrupted reply's segment ends before its text and audio
-are in, which is what a barge-in is. Those two are DEBUG (`BargeInSegmentFilter`).
+are in, which is what a barge-in is. A reply cut while it is still being made also has
+its last text and audio land on the closed segment ("push_text / end_text_input /
+push_audio / end_audio_input called after close"). Those are DEBUG (`BargeInSegmentFilter`).
 """
 
 from __future__ import annotations
@@ -55,11 +57,14 @@ AGENTS_LOGGER = "livekit.agents"
 BARGE_IN_SEGMENT = (  # the synchronizer's, when a reply is cut (synchronizer.py)
     "_SegmentSynchronizerImpl.playback_finished called before text/audio input is done",
     "rotate_segment called while previous segment is still being rotated",
+    # cut while still being made: its rest lands on the segment the cut closed
+    *(f"_SegmentSynchronizerImpl.{step} called after close"
+      for step in ("push_text", "end_text_input", "push_audio", "end_audio_input")),
 )
 
 
 class BargeInSegmentFilter(logging.Filter):
-    """On livekit-agents' logger: the synchronizer's two barge-in warnings -> DEBUG."""
+    """On livekit-agents' logger: the synchronizer's barge-in warnings -> DEBUG."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.WARNING or record.getMessage() not in BARGE_IN_SEGMENT:

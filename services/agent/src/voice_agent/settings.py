@@ -171,8 +171,14 @@ class AgentSettings(BaseSettings):
     # --- VAD and turn handling ------------------------------------------------------------
     # Silero speech probability to start speech.
     vad_activation_threshold: float = Field(0.5, gt=0.0, lt=1.0)
-    # Silence hangover before the VAD ends the utterance (seed: 200 ms; the turn model
-    # needs at least 250 ms of it).
+    # Silero's silence before the VAD ends the utterance (seed: 200 ms; the turn model
+    # needs at least 250 ms). Its speech probability outlasts the speech by ~100 ms
+    # (speech_end.py): 200 ms of its silence is ~300 ms of the caller's. The end of speech
+    # is reported with the silence since the last speech sample, so the endpointing delays
+    # below count from when the caller stopped. 100 took end of turn -> first audio p50
+    # 432 -> 332 ms on the H200 sweep, but a comma's pause (espeak-ng: 160-190 ms) then
+    # ended the turn ("Hello," answered before "can you hear me?"): speech resuming is
+    # seen ~100 ms late, past the 0.2 s delay (bench/README.md).
     vad_silence_ms: int = Field(200, ge=32, le=5000)
     # Speech needed before the VAD starts an utterance.
     vad_min_speech_ms: int = Field(64, ge=32, le=2000)
@@ -198,9 +204,10 @@ class AgentSettings(BaseSettings):
     feedback_dir: str = ""
     feedback_max_mb: int = Field(200, ge=1, le=100_000)
     # The wait when the detector finds the end likely, after the last speech sample (as
-    # Silero places it): 0.2 s is the VAD's own 200 ms hangover, so a confident turn ends
-    # at the first silence the VAD reports (0.3 s, the seed's, added ~16 ms p50 on the H100
-    # sweep; the synthetic set cut 3 more of 160 paused turns at 0.2: bench/README.md).
+    # the audio places it, speech_end.py): 0.2 s is within the VAD's own hangover, so a
+    # confident turn ends at the first silence the VAD reports (0.3 s, the seed's, added
+    # ~16 ms p50 on the H100 sweep; the synthetic set cut 3 more of 160 paused turns at
+    # 0.2: bench/README.md).
     min_endpointing_delay_s: float = Field(0.2, ge=0.0, le=10.0)
     # The wait when the detector doubts the turn is over (after the last speech sample;
     # speech meanwhile keeps the turn open). 1 s holds the 400-900 ms pauses people make

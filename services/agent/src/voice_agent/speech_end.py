@@ -25,6 +25,7 @@ to when that audio arrived:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -48,7 +49,7 @@ VAD_WINDOW = 512  # samples of one inference, at VAD_RATE
 class SpeechEnd:
     at: float  # perf_counter: the last speech sample arrived
     decided: float  # perf_counter: the VAD said "end of speech"
-    silence_s: float  # the silence the VAD waited for
+    silence_s: float  # the silence since the last speech sample, when the VAD decided
     lag_s: float | None = None  # decided - arrival of the audio decided on (None: unknown)
     # the last KEEP_S of the stream's audio up to the VAD's decision (int16 at `rate`):
     # the turn as an audio turn model hears it (conversation/turn_end.py)
@@ -147,7 +148,12 @@ class TimedVADStream:
         ev = await self.inner.__anext__()
         epoch = self._epoch_of(ev)
         if ev.type == vad.VADEventType.END_OF_SPEECH:
-            self._on_speech_end(self._speech_end(epoch, ev))
+            end = self._speech_end(epoch, ev)
+            self._on_speech_end(end)
+            # the silence since the last speech sample, not since Silero's late end: what
+            # reads it (the framework's endpointing delays, the ear's end of utterance,
+            # Realtime's audio_end_ms) counts from when the caller stopped
+            ev = dataclasses.replace(ev, silence_duration=end.silence_s)
         keep_from = epoch.at_rate(ev.samples_index) - int(KEEP_S * epoch.rate)
         while epoch.frames and epoch.frames[0].end < keep_from:
             epoch.frames.popleft()
@@ -177,11 +183,12 @@ class TimedVADStream:
         audio = recent_audio(frames, pos)
         kept = {"audio": audio, "rate": rate, "audio_end_s": None if audio is None
                 else max(0.0, (len(audio) - (pos - end)) / rate)}
+        silence_s = (pos - end) / rate
         if at is None or heard is None:  # audio not kept: the decision, back-dated
-            return SpeechEnd(at=decided - (pos - end) / rate, decided=decided,
-                             silence_s=ev.silence_duration, **kept)
-        return SpeechEnd(at=at, decided=decided, silence_s=ev.silence_duration,
-                         lag_s=decided - heard, **kept)
+            return SpeechEnd(at=decided - silence_s, decided=decided, silence_s=silence_s,
+                             **kept)
+        return SpeechEnd(at=at, decided=decided, silence_s=silence_s, lag_s=decided - heard,
+                         **kept)
 
 
 def recent_audio(frames: Sequence[_Frame], pos: int) -> np.ndarray | None:
