@@ -153,7 +153,10 @@ async def test_a_message_of_exactly_64_kib_is_taken(server) -> None:
         async with socket(server) as ws:
             await ws.send_json(CFG)
             await ws.send_str(text + " " * (size - len(text)))  # JSON allows the spaces
-            await ws.send_json({"type": "end"})
+            if close == 1000:
+                # (not after the one refused: the server has closed, and a write to it
+                # could reset the connection before its 1009 is read: 1006 on a busy host)
+                await ws.send_json({"type": "end"})
             await collect(ws)
             assert ws.close_code == close, size
 
