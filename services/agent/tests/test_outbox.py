@@ -30,7 +30,7 @@ async def test_in_order_audio_dropped_and_drained_on_close() -> None:
     sent: list[float] = []
     box.text("a")
     box.binary(b"1", on_sent=sent.append)
-    box.text("delta", audio=True)
+    box.binary(b"delta")
     box.drop_audio()  # a barge-in: unsent audio is never heard
     box.binary(b"2")
     box.text("b")

@@ -26,10 +26,10 @@ OnSent = Callable[[float], None]
 
 
 class Outbox:
-    """One client's ordered sender (see the module). Text and binary messages; those
-    marked `audio` are dropped by `drop_audio()` (a barge-in: what is not sent yet is not
-    heard). A message may carry a call made with the moment it was written (a reply's
-    first frame: its latency)."""
+    """One client's ordered sender (see the module). Text messages (events) and binary
+    ones (reply audio, dropped by `drop_audio()`: a barge-in, what is not sent yet is not
+    heard). A binary message may carry a call made with the moment it was written (a
+    reply's first frame: its latency)."""
 
     def __init__(self, send_text: Callable[[str], Awaitable[object]],
                  send_bytes: Callable[[bytes], Awaitable[object]] | None = None, *,
@@ -40,12 +40,12 @@ class Outbox:
         self._ready = asyncio.Event()
         self.max_items = max_items
         self.name = name  # for its log line
-        self.audio_sent = 0  # audio messages written
+        self.audio_sent = 0  # binary (audio) messages written
         self.stalled = False  # the client stopped reading: nothing more is queued or sent
         self.closed = False
 
-    def text(self, message: str, *, audio: bool = False) -> None:
-        self._put(message, audio, None)
+    def text(self, message: str) -> None:
+        self._put(message, False, None)
 
     def binary(self, message: bytes, on_sent: OnSent | None = None) -> None:
         """A binary message: reply audio (dropped by `drop_audio`)."""

@@ -22,7 +22,6 @@ import base64
 import binascii
 import contextlib
 import contextvars
-import dataclasses
 import json
 import logging
 import math
@@ -77,7 +76,6 @@ MAX_ITEMS = 1000
 MAX_ITEM_CHARS = 100_000  # one item's text: its parts, a call's arguments or output
 MAX_CONVERSATION_CHARS = 1_000_000  # all items' text together (~4 MB at most)
 MAX_OUTBOX = 4000  # events waiting for a client that reads too slowly (~80 s of audio)
-AUDIO_EVENTS = ("response.output_audio.delta", "response.audio.delta")
 MAX_TOOL_ROUNDS = 3  # responses in a row that may run the agent's tools
 SPEECH_CHARS_PER_S = 14.0  # a reply's pace when the TTS does not say what it read
 AUDIO_LAG_S = 0.24  # the TTS's audio lags the text it has read by a few 80 ms frames
@@ -209,7 +207,7 @@ class RealtimeSession:
         self._put(error_event(e, event_id))
 
     def _put(self, ev: dict[str, Any]) -> None:
-        self.outbox.text(wire_json(ev), audio=ev["type"] in AUDIO_EVENTS)
+        self.outbox.text(wire_json(ev))
 
     @property
     def stalled(self) -> bool:
@@ -281,11 +279,9 @@ class RealtimeSession:
         if td is None:
             return
         s = self.settings
-        # the agent's one Silero model; this session's options on its own stream (silero's
-        # streams share their VAD's options object: a copy, or one session's
-        # turn_detection would tune every other's; and no model loaded per client value)
+        # the agent's one Silero model; this session's options on its own stream (each
+        # batched stream has its own copy: vad_batch.py; no model loaded per client value)
         stream = self.parts.vad.stream()
-        stream.inner._opts = dataclasses.replace(stream.inner._opts)
         stream.inner.update_options(
             min_silence_duration=(td.silence_duration_ms or s.vad_silence_ms) / 1000,
             activation_threshold=td.threshold or s.vad_activation_threshold)

@@ -255,7 +255,8 @@ class Batcher:
         deltas = [0] * rows
         for r in active:
             ids[r.slot], positions[r.slot] = r.last, r.position
-            deltas[r.slot] = r.audio.rope_delta if r.audio is not None else 0
+            if r.audio is not None:
+                deltas[r.slot] = r.audio.rope_delta
         graph = self._graphs.get((rows, kv_len))
         if graph is not None:
             graph.ids.copy_(torch.tensor(ids)[:, None], non_blocking=True)
@@ -269,7 +270,8 @@ class Batcher:
                 torch.tensor(ids, device=self.device)[:, None],
                 torch.tensor(positions, device=self.device)[:, None],
                 torch.arange(rows, device=self.device)[:, None], kv_len,
-                torch.tensor(deltas, device=self.device)[:, None])
+                torch.tensor(deltas, device=self.device)[:, None] if self._omni is not None
+                else None)
         for r in active:
             r.position += 1  # the token this step makes goes after the one it read
         rows_used = torch.tensor([r.slot for r in active], device=self.device)
@@ -277,12 +279,13 @@ class Batcher:
 
     def _decode_forward(self, ids: torch.Tensor, positions: torch.Tensor,
                         row_index: torch.Tensor, kv_len: int,
-                        deltas: torch.Tensor) -> torch.Tensor:
+                        deltas: torch.Tensor | None) -> torch.Tensor:
         """positions (R, 1) index the KV cache; the rotary position is position + the row's
         rope delta (an omni row after audio), on a text model the position itself."""
         self.cache.bind(row_index, positions, kv_len, rows=slice(0, ids.shape[0]))
         mask = causal_mask(positions, kv_len)
-        rope = positions + deltas if self._omni is not None else positions
+        rope = positions + deltas if self._omni is not None and deltas is not None \
+            else positions
         out = self.model(input_ids=ids, position_ids=rope,
                          attention_mask={t: mask for t in self._layer_types},
                          use_cache=True, **{self._cache_arg: self.cache})
