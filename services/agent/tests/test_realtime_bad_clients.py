@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from voice_agent.realtime import items as rt_items
 from voice_agent.realtime import session as rt_session
 from voice_agent.realtime.session import RealtimeSession
 from voice_agent.settings import AgentSettings
@@ -134,11 +135,11 @@ def text_item(text: str) -> dict[str, Any]:
 
 
 async def test_items_are_bounded(rt: Session, monkeypatch: pytest.MonkeyPatch) -> None:
-    got = await rt.send(text_item("x" * (rt_session.MAX_ITEM_CHARS + 1)))
+    got = await rt.send(text_item("x" * (rt_items.MAX_ITEM_CHARS + 1)))
     assert got[0]["type"] == "error" and got[0]["error"]["param"] == "item"
-    assert rt.s.items == []
-    monkeypatch.setattr(rt_session, "MAX_CONVERSATION_CHARS", 2500)
-    monkeypatch.setattr(rt_session, "MAX_ITEMS", 5)
+    assert rt.s.items.all == []
+    monkeypatch.setattr(rt_items, "MAX_CONVERSATION_CHARS", 2500)
+    monkeypatch.setattr(rt_items, "MAX_ITEMS", 5)
     for _ in range(2):
         assert (await rt.send(text_item("y" * 1000)))[0]["type"] == "conversation.item.added"
     got = await rt.send(text_item("z" * 1000))  # 3,000 characters: over the 2,500
@@ -149,8 +150,8 @@ async def test_items_are_bounded(rt: Session, monkeypatch: pytest.MonkeyPatch) -
     assert got[0]["error"]["code"] == "conversation_too_large", got
     assert len(rt.s.items) == 5
     # the agent's own replies make room: the oldest items go, each said
-    monkeypatch.setattr(rt_session, "MAX_ITEMS", 3)
-    rt.s._make_room()
+    monkeypatch.setattr(rt_items, "MAX_ITEMS", 3)
+    rt.s.items.make_room()
     deleted = [e["item_id"] for e in await rt.send("{}") if e["type"] ==
                "conversation.item.deleted"]
     assert len(deleted) == 2 and len(rt.s.items) == 3
@@ -245,8 +246,8 @@ async def test_wrong_shapes_in_every_field_never_give_a_server_error(rt: Session
                         assert e["error"]["type"] == "invalid_request_error", (ev, e)
                         assert e["error"]["event_id"] == "ev_odd", (ev, e)
                 await rt.send({"type": "response.cancel"})  # whatever started
-                if rt.s.response is not None and rt.s.response.task is not None:
-                    await asyncio.gather(rt.s.response.task, return_exceptions=True)
+                if rt.s.response is not None:
+                    await rt.s.response.handle
     assert "error" in kinds and "session.updated" in kinds
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from livekit import rtc
@@ -40,6 +40,7 @@ from .duplex import DuplexController
 from .metrics import CONVERSATIONS, TurnTracker
 from .plugins import LLM, STT, TTS
 from .settings import AgentSettings
+from .speech_end import TimedVAD
 from .tools import livekit_tools
 
 log = logging.getLogger("voice_agent.agent")
@@ -98,14 +99,22 @@ class PhraseCache:
         return gen()
 
 
+# A door's say in a user turn the session has just ended (the Realtime API's items and
+# create_response): called with the new message before it is added; it may raise
+# StopResponse (the turn is kept by the door, not answered).
+OnUserTurn = Callable[[llm.ChatMessage], Awaitable[None]]
+
+
 class VoiceAgent(Agent):
     def __init__(self, settings: AgentSettings, cache: PhraseCache,
-                 tracker: TurnTracker | None = None) -> None:
+                 tracker: TurnTracker | None = None, on_user_turn: OnUserTurn | None = None,
+                 ) -> None:
         # AGENT_TOOLS: livekit-agents runs them (with our timeout, filler, error result)
         super().__init__(instructions=settings.system_prompt, tools=livekit_tools(settings))
         self._settings = settings
         self._cache = cache
         self._tracker = tracker
+        self._on_user_turn = on_user_turn
 
     async def on_enter(self) -> None:
         greeting = self._settings.greeting
@@ -121,6 +130,8 @@ class VoiceAgent(Agent):
     ) -> None:
         if self._tracker is not None:  # the session's end-of-turn wait is over
             self._tracker.turn_decided()
+        if self._on_user_turn is not None:
+            await self._on_user_turn(new_message)
         # Bounded memory: the plugin sends a window; here the stored history is trimmed
         # too, so a long call does not grow without bound.
         limit = self._settings.max_context_messages
@@ -198,17 +209,21 @@ class Pipeline:
     tts: TTS
     tracker: TurnTracker
     cache: PhraseCache
+    vad: TimedVAD  # this conversation's (its own options: a Realtime session's)
     turn: TurnEnd | TurnDetector | str  # the end-of-turn detector (its .last: the feedback's)
     fallback: FallbackSpeaker | None = None
     duplex: DuplexController | None = None
 
 
 def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = None,
-                   cache: PhraseCache | None = None) -> Pipeline:
+                   cache: PhraseCache | None = None, sample_rate: int | None = None,
+                   on_user_turn: OnUserTurn | None = None) -> Pipeline:
+    """One conversation's session and parts. `sample_rate`: the reply audio's, where the
+    door fixes it (the Realtime API's 24 kHz); `on_user_turn`: see OnUserTurn."""
     tracker = tracker or TurnTracker()
     cache = cache or PhraseCache()
     s = settings
-    parts = build_parts(s, tracker)
+    parts = build_parts(s, tracker, sample_rate=sample_rate)
     # one try per call: a retry would only delay the fallback on a dead backend
     once = APIConnectOptions(max_retry=0, retry_interval=0.1, timeout=10.0)
     session: AgentSession = AgentSession(
@@ -225,9 +240,10 @@ def build_pipeline(settings: AgentSettings, *, tracker: TurnTracker | None = Non
         **({} if s.tts_text_filters else {"tts_text_transforms": None}),
     )
     count_conversation(session)
-    agent = VoiceAgent(s, cache, tracker)
+    agent = VoiceAgent(s, cache, tracker, on_user_turn)
     p = Pipeline(settings=s, session=session, agent=agent, stt=parts.stt, llm=parts.llm,
-                 tts=parts.tts, tracker=tracker, cache=cache, turn=parts.turn)
+                 tts=parts.tts, tracker=tracker, cache=cache, vad=parts.vad,
+                 turn=parts.turn)
     p.fallback = FallbackSpeaker(session, s, cache, tracker)
     return p
 

@@ -132,6 +132,14 @@ class DuplexController:
         if backchannel is not None:
             session.on("user_input_transcribed", self._on_transcribed)
 
+    @property
+    def allow_interruptions(self) -> bool:
+        return self._allow
+
+    @allow_interruptions.setter
+    def allow_interruptions(self, allow: bool) -> None:  # a Realtime session's turn setting
+        self._allow = allow
+
     def on_state(self, fn: Callable[[DuplexState], None]) -> None:
         self._listeners.append(fn)
 

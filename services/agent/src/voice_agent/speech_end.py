@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -95,6 +96,10 @@ class TimedVAD(vad.VAD):
         super().__init__(capabilities=inner.capabilities)
         self.inner = inner
         self._on_speech_end = on_speech_end
+        # this conversation's own options (a Realtime session's silence and threshold):
+        # set on its streams, live and to come, never on the process's shared VAD
+        self._options: dict[str, float] = {}
+        self._streams: weakref.WeakSet[TimedVADStream] = weakref.WeakSet()
 
     @property
     def model(self) -> str:
@@ -109,7 +114,22 @@ class TimedVAD(vad.VAD):
         return getattr(self.inner, "min_silence_duration", None)
 
     def stream(self) -> TimedVADStream:  # type: ignore[override]
-        return TimedVADStream(self.inner.stream(), self._on_speech_end)
+        s = TimedVADStream(self.inner.stream(), self._on_speech_end)
+        if self._options:
+            s.inner.update_options(**self._options)  # type: ignore[attr-defined]
+        self._streams.add(s)
+        return s
+
+    def update_options(self, **options: float) -> None:
+        """Silero's `min_silence_duration` / `activation_threshold` for this conversation's
+        streams only (each batched stream has its own copy: vad_batch.py)."""
+        self._options.update(options)
+        for s in list(self._streams):
+            s.inner.update_options(**options)  # type: ignore[attr-defined]
+
+    @property
+    def streams(self) -> list[TimedVADStream]:
+        return list(self._streams)
 
 
 class TimedVADStream:

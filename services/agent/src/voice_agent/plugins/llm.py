@@ -198,6 +198,7 @@ class LLM(llm.LLM):
         self._tracker = tracker
         self._streams: weakref.WeakSet[LLMStream] = weakref.WeakSet()
         self.last_request: thinker_pb2.ChatRequest | None = None  # for logs and tests
+        self.last_stream: LLMStream | None = None  # its usage and why it ended (Realtime)
 
     @property
     def model(self) -> str:
@@ -226,7 +227,15 @@ class LLM(llm.LLM):
         s = LLMStream(self, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options,
                       tool_choice=tool_choice, overrides=extra)
         self._streams.add(s)
+        self.last_stream = s
         return s
+
+    def update_options(self, *, max_tokens: int | None = None,
+                       temperature: float | None = None) -> None:
+        """The next calls' limits (a Realtime session's, or its next response's)."""
+        changes = {k: v for k, v in (("max_tokens", max_tokens), ("temperature", temperature))
+                   if v is not None}
+        self._opts = dataclasses.replace(self._opts, **changes)  # type: ignore[arg-type]
 
     def cancel_all(self) -> int:
         """Barge-in: cancel every running thinker call now; returns how many."""
@@ -254,6 +263,7 @@ class LLMStream(llm.LLMStream):
         self.text = ""
         self.request_id = ""
         self.cut_by_length = False  # the thinker stopped at its token limit
+        self.usage: llm.CompletionUsage | None = None
 
     def cancel(self) -> bool:
         """Cancel the gRPC call (the thinker aborts the generation). True if it was live."""
@@ -308,12 +318,10 @@ class LLMStream(llm.LLMStream):
                                     call_id=call_id, name=name, arguments=arguments)])))
                     f = delta.final
                     self.cut_by_length = f.finish_reason == thinker_pb2.FINISH_REASON_LENGTH
-                    self._event_ch.send_nowait(llm.ChatChunk(
-                        id=request_id,
-                        usage=llm.CompletionUsage(
-                            completion_tokens=f.completion_tokens,
-                            prompt_tokens=f.prompt_tokens,
-                            total_tokens=f.prompt_tokens + f.completion_tokens)))
+                    self.usage = llm.CompletionUsage(
+                        completion_tokens=f.completion_tokens, prompt_tokens=f.prompt_tokens,
+                        total_tokens=f.prompt_tokens + f.completion_tokens)
+                    self._event_ch.send_nowait(llm.ChatChunk(id=request_id, usage=self.usage))
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.CANCELLED and self.cancelled_by_barge_in:
                 log.info("thinker call cancelled by barge-in request_id=%s", request_id)

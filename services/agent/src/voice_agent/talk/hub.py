@@ -9,7 +9,6 @@ What a conversation does once started is session.py's; the messages are protocol
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -258,8 +257,15 @@ class TalkHub:
         for task in list(self._warming):
             task.cancel()
         for ws in list(self.sockets):
-            with contextlib.suppress(Exception):
-                await ws.close(code=Close.GOING_AWAY, message=b"agent shutting down")
+            # A client that stopped reading blocks the close frame, and a client gone
+            # meanwhile cancels its write (aiohttp): neither may stop the shutdown.
+            close = asyncio.ensure_future(ws.close(code=Close.GOING_AWAY,
+                                                   message=b"agent shutting down"))
+            await asyncio.wait([close], timeout=2.0)
+            if close.done() and not close.cancelled():
+                close.exception()  # retrieved: said nothing more on a socket gone
+            else:
+                close.cancel()
 
 
 TALK_HUB = web.AppKey("talk_hub", TalkHub)

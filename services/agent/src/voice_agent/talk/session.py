@@ -24,7 +24,7 @@ from ..duplex import DuplexState
 from ..feedback import FeedbackRecorder
 from ..metrics import TurnTracker
 from ..settings import AgentSettings
-from .audio import SocketCaptions, SocketInput, SocketOutput, TalkOutbox
+from .audio import SocketCaptions, SocketInput, TalkOutbox, socket_output
 from .protocol import (
     ENCODING,
     PROTOCOL,
@@ -59,13 +59,13 @@ class TalkSession:
         tracker = TurnTracker(on_report=lambda rec: self.outbox.event(Server.LATENCY, **rec))
         self.pipeline = p = build_pipeline(settings, tracker=tracker, cache=cache)
         self.mic = SocketInput(input_rate)
-        self.speaker = SocketOutput(self.outbox, sample_rate=settings.tts_sample_rate,
+        self.speaker = socket_output(self.outbox, sample_rate=settings.tts_sample_rate,
                                     frame_ms=settings.tts_frame_ms,
                                     on_first_audio=tracker.audio_published)
         # the reply's words go out as captions while their audio plays
         self._sync = TranscriptSynchronizer(next_in_chain_audio=self.speaker,
                                             next_in_chain_text=SocketCaptions(self.outbox))
-        # the reply's first audio is the socket's to report (SocketOutput)
+        # the reply's first audio is the socket's to report (socket_output)
         duplex = attach_duplex(p, silent_from=self.speaker.silent_from,
                                reports_first_audio=False)
         duplex.on_state(lambda s: self.outbox.event(Server.STATE, state=s.value))
