@@ -1,7 +1,8 @@
 """One place makes a conversation's parts (conversation/parts.py): a setting changed once
-reaches every door. `/v1/talk` (and LiveKit rooms, direct mode) build their pipeline with
-it, `/v1/realtime` its session: the bridge, the flush on sentences, the ear's early pass,
-the audio STT mode and the turn tracker were once dropped by the Realtime door.
+reaches every door. `/v1/talk`, `/v1/realtime`, LiveKit rooms and direct mode all build
+their conversation with it (agent.py build_pipeline): the bridge, the flush on sentences,
+the ear's early pass, the audio STT mode and the turn tracker were once dropped by the
+Realtime door.
 
 No backend is called: the parts are built, not used."""
 
@@ -59,7 +60,12 @@ async def test_a_setting_reaches_the_realtime_door() -> None:
     rt = RealtimeSession(AgentSettings(**CHANGED), lambda _: None, beta=False,
                          check_voice=voice)
     try:
-        check(rt.parts, rt.tracker)
+        p = rt.pipeline  # the same session as /v1/talk's: its policy, its duplex controller
+        check(Parts(stt=p.stt, llm=p.llm, tts=p.tts, vad=p.vad, turn=p.turn), rt.tracker)
+        talk = build_pipeline(AgentSettings(**CHANGED)).session.options.turn_handling
+        realtime = p.session.options.turn_handling
+        assert {**realtime, "turn_detection": None} == {**talk, "turn_detection": None}
+        assert p.duplex is not None
         assert rt.tts._opts.sample_rate == 24000  # the Realtime API's own rate
     finally:
         await rt.close()

@@ -2,9 +2,13 @@
 Realtime client (the `openai` SDK's `client.realtime.connect`, LiveKit's
 `openai.realtime.RealtimeModel`, Pipecat) talks to our thinker, TTS and ear.
 
-By what a change touches:
+A door on the one conversation core (agent.py build_pipeline: the AgentSession, its
+end-of-turn policy and barge-in, shared with /v1/talk and LiveKit rooms). By what a
+change touches:
   events.py   the wire: session shapes (GA and beta), event names, errors, G.711
-  session.py  one session: input buffer and server VAD, items, responses, barge-in
+  session.py  one session: the API's events over the conversation (turns, responses, the
+              client's input buffer, client-run tools)
+  items.py    the client's items, bounded, and as the thinker's context
   route.py    the door: origin, key and slots shared with /v1/talk (talk/hub.py)
 """
 

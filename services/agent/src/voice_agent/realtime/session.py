@@ -88,6 +88,9 @@ class Response:
     metadata: dict[str, Any] | None = None  # echoed (LiveKit's plugin matches its requests)
     output: list[dict[str, Any]] = field(default_factory=list)  # items, in order
     msg: dict[str, Any] | None = None  # the message being said
+    # speech said within it (a slow tool's filler): its messages are the response's too
+    inner: list[SpeechHandle] = field(default_factory=list)
+    msg_of: SpeechHandle | None = None  # whose message `msg` is
     status: str = "in_progress"
     status_details: dict[str, Any] | None = None
     cancel_reason: str = "turn_detected"  # unless the client cancels it
@@ -573,6 +576,9 @@ class RealtimeSession:
         started before the user's turn ended is dropped unseen if they go on)."""
         asked = self._asked or {}
         cfg = self.cfg
+        if ev.source == "say" and self._asked is None and self.response is not None:
+            self.response.inner.append(ev.speech_handle)  # a tool's filler, said meanwhile
+            return
         r = Response(id=new_id("resp"), handle=ev.speech_handle,
                      modalities=asked.get("modalities", cfg.modalities), voice=cfg.voice,
                      max_tokens=asked.get("max_tokens", cfg.max_output_tokens),
@@ -599,23 +605,31 @@ class RealtimeSession:
                 return  # never said: the user went on
             self._announce(r)
             await done
+            while inner := [h for h in r.inner if not h.done()]:  # a filler still playing
+                await _until_done(inner[0])
         finally:
             scheduled.cancel()
             done.cancel()
-        if self.response is r:
-            self._done(r)
+        cur = self.response
+        if cur is not None and cur.handle is r.handle:  # r, or the reply it went on to
+            self._done(cur)
 
     def _current(self) -> Response | None:
         """The response whose words or audio come now (announced if not yet)."""
         speech = self.pipeline.session.current_speech
         r = self.response
-        if r is not None and (speech is None or r.handle is speech):
+        if r is not None and (speech is None or r.handle is speech or speech in r.inner):
             return r
         return None
 
     def _message(self, r: Response) -> dict[str, Any]:
-        """The response's message, opened at its first words or audio."""
+        """The response's message, opened at its first words or audio (one a speech)."""
+        speech = self.pipeline.session.current_speech
+        if r.msg is not None and speech is not None and r.msg_of is not speech:
+            self._close_message(r, r.msg, "completed")  # the filler's, said
+            r.msg = None
         if r.msg is None:
+            r.msg_of = speech
             audio = "audio" in r.modalities
             part = ({"type": "output_audio", "transcript": ""} if audio
                     else {"type": "output_text", "text": ""})
@@ -683,15 +697,22 @@ class RealtimeSession:
         r = self._current() or self.response
         if r is None:
             return
+        ran = False
         for call, out in zip(ev.function_calls, ev.function_call_outputs, strict=False):
             self._function_call(r, call)
             if call.name in self.server_tools and out is not None:
+                ran = True
                 item = {"id": new_id("item"), "object": "realtime.item",
                         "type": "function_call_output", "status": "completed",
                         "call_id": call.call_id, "output": out.output}
                 prev = self.items.append(item, announce=False)
                 self.emit("conversation.item.added", previous_item_id=prev, item=item)
                 self.emit("conversation.item.done", item=item)
+        if ran and not r.handle.done():  # the reply goes on with the results: a response
+            self._done(r)
+            self._announce(Response(id=new_id("resp"), handle=r.handle,
+                                    modalities=r.modalities, voice=r.voice,
+                                    max_tokens=r.max_tokens))
 
     def _function_call(self, r: Response, call: llm.FunctionCall) -> None:
         item = {"id": new_id("item"), "object": "realtime.item", "type": "function_call",
@@ -739,7 +760,8 @@ class RealtimeSession:
         else:
             r.status = "completed"
         if r.msg is not None:
-            self._close_message(r, r.msg)
+            self._close_message(r, r.msg, "completed" if r.status == "completed"
+                                else "incomplete")
         usage = stream.usage if stream is not None else None
         self.emit("response.done", response=self._response_json(r, usage))
         log.info("realtime %s: response %s %s: %d items, %.0f ms audio", self.id, r.id,
@@ -751,7 +773,7 @@ class RealtimeSession:
         # the context holds the items (a client tool's call left an empty output there)
         self._spawn(self._sync_context())
 
-    def _close_message(self, r: Response, msg: dict[str, Any]) -> None:
+    def _close_message(self, r: Response, msg: dict[str, Any], status: str) -> None:
         where = self._where(r, msg)
         audio = "audio" in r.modalities
         part = msg["content"][0]
@@ -769,7 +791,7 @@ class RealtimeSession:
             part["text"] = msg["_text"]
             self.emit("response.output_text.done", **where, content_index=0,
                       text=part["text"])
-        msg["status"] = "completed" if r.status == "completed" else "incomplete"
+        msg["status"] = status
         self.emit("response.content_part.done", **where, content_index=0,
                   part={**part, "type": self.dialect.part(part["type"].removeprefix("output_"))})
         self.emit("response.output_item.done", response_id=r.id,
