@@ -195,6 +195,30 @@ def test_utterance_markers_become_audio_parts() -> None:
     assert msgs[0].parts[0].text == marker
 
 
+async def test_an_earlier_turn_goes_as_its_words_once_heard_the_newest_as_audio() -> None:
+    """Audio mode: re-sending every past turn's audio made each prompt grow with the call;
+    an earlier turn whose words the background ear has said goes as those words."""
+    store = UtteranceStore()
+    first, second, third = (store.put(bytes([n, 0]) * 8000) for n in (1, 2, 3))
+    store.heard(first, "what is the weather")
+    store.heard(third, "and tomorrow")  # the newest: still its audio
+    ctx = ChatContext.empty()
+    for marker in (first, second, third):
+        ctx.add_message(role="user", content=marker)
+        ctx.add_message(role="assistant", content="ok")
+    ctx.items.pop()  # the newest turn is the user's
+    _, msgs = build_messages(ctx, max_messages=8, utterances=store)
+    kinds = [m.parts[0].WhichOneof("part") for m in msgs if m.role == thinker_pb2.ROLE_USER]
+    assert kinds == ["text", "audio", "audio"]  # the second: not heard yet
+    assert msgs[0].parts[0].text == "what is the weather"
+    # the page's transcript waits for the words; without them, the marker
+    assert await store.wait_words(first) == "what is the weather"
+    assert await store.wait_words(second, timeout_s=0.05) == second
+    store.heard(second, None)  # the ear could not say
+    assert await store.wait_words(second) == second
+    assert await store.wait_words("plain text") == "plain text"
+
+
 async def test_a_keyed_thinker_gets_the_agents_key(tmp_path: Path) -> None:
     # the thinker asks for a key (LLM_API_KEYS); the plugins send AGENT_LLM_API_KEY's
     keyed = start_thinker(tmp_path, LLM_API_KEYS="agent-key-0123456789")

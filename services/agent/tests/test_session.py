@@ -421,6 +421,11 @@ async def test_audio_mode_sends_the_utterance_in_the_reply_request(
         await ds.wait_until_quiet(timeout=90)
         req = ds.pipeline.llm.last_request
         res = ds.result()
+        # the words come off the reply's path: the offline ear, in the background
+        store = ds.pipeline.stt.utterances
+        assert store is not None
+        marker = str(res.chat[0]["text"])
+        words = await store.wait_words(marker, timeout_s=60)
     assert req is not None
     last = req.messages[-1]
     assert last.role == ROLE_USER and last.parts[0].WhichOneof("part") == "audio"
@@ -431,5 +436,6 @@ async def test_audio_mode_sends_the_utterance_in_the_reply_request(
     assert audible_after(ds, speech_end) > 0.2, "no spoken reply"
     turn = next(t for t in res.turns if t["kind"] == "user")
     assert turn["stt_ms"] is not None and turn["stt_ms"] < 50  # type: ignore[operator]
-    assert str(res.chat[0]["text"]).startswith("[utterance ")
+    assert marker.startswith("[utterance ")
+    assert words != marker and words.strip(), words
     print(f"\naudio mode: turn={turn} audible={audible_after(ds, speech_end):.2f} s")

@@ -121,10 +121,14 @@ def build_messages(
     chat_ctx: ChatContext, max_messages: int, utterances: UtteranceStore | None = None
 ) -> tuple[str, list[thinker_pb2.Message]]:
     """(system prompt, bounded message window) for a ChatRequest; user text that is an
-    utterance marker (STT "audio" mode) becomes that utterance's audio."""
+    utterance marker (STT "audio" mode) becomes that utterance's audio: the newest, and
+    any earlier one whose words the ear has not said yet (else those words)."""
     system: list[str] = []
     msgs: list[thinker_pb2.Message] = []
-    for item in chat_ctx.items:
+    users = [i for i, item in enumerate(chat_ctx.items)
+             if item.type == "message" and item.role == "user"]
+    newest = users[-1] if users else -1
+    for index, item in enumerate(chat_ctx.items):
         if item.type == "function_call":
             call = thinker_pb2.ToolCall(id=item.call_id, name=item.name,
                                         arguments_json=item.arguments or "{}")
@@ -153,7 +157,11 @@ def build_messages(
             if isinstance(c, str):
                 stored = (utterances.get(c) if utterances is not None
                           and role == thinker_pb2.ROLE_USER else None)
-                if stored:
+                words = (utterances.words(c) if stored and utterances is not None
+                         and index != newest else None)
+                if words:
+                    parts.append(thinker_pb2.Part(text=words))
+                elif stored:
                     parts.append(_audio_part(stored))
                 elif c:
                     parts.append(thinker_pb2.Part(text=c))

@@ -119,6 +119,8 @@ class STT(stt.STT):
         # the recogniser in use; "thinker" turns into "offline" on the first refusal
         self.backend = backend
         self.audio_rejected = 0  # utterances the thinker refused as audio
+        self._background: set[asyncio.Task[None]] = set()  # audio mode's ear, off the path
+        self._ear_failed = False
         self._thinker_hears = False  # set by the first transcript the thinker returns
 
     @property
@@ -203,6 +205,7 @@ class STT(stt.STT):
                 request_id = f"{self._tracker.current.trace_id}-stt"
         if self._utterances is not None:
             text = self._utterances.put(frames_to_pcm16k(frames))
+            self._hear_later(text, frames)
         elif self.backend == "offline":
             text = await self._sphinx(frames, utt)
         else:
@@ -264,11 +267,42 @@ class STT(stt.STT):
                 utt.cancel()
         return text
 
+    def _hear_later(self, marker: str, frames: list[rtc.AudioFrame]) -> None:
+        """The utterance's words by the offline ear, in the background (audio mode: the
+        thinker hears the audio; the words are for the page and the history)."""
+        store = self._utterances
+        assert store is not None
+
+        async def hear() -> None:
+            words = None
+            try:
+                async with self.sphinx().utterance() as whole:
+                    whole.feed(frames_to_pcm16k(frames))
+                    words = (await whole.finish()).strip()
+            except Exception as e:  # the page shows the marker; the reply is not affected
+                if not self._ear_failed:
+                    log.warning("the background ear (%s) failed: %s; transcripts show "
+                                "utterance markers", self._offline_model, e)
+                self._ear_failed = True
+            finally:
+                store.heard(marker, words)
+
+        task = asyncio.create_task(hear(), name="stt-background-ear")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     def _error(self, err: str) -> None:
         if self._tracker is not None:
             self._tracker.error("stt", err)
 
+    @property
+    def utterances(self) -> UtteranceStore | None:
+        """Audio mode's store (the words of its markers), else None."""
+        return self._utterances
+
     async def aclose(self) -> None:
+        for task in list(self._background):
+            task.cancel()
         await self._channels.aclose()
 
 

@@ -402,7 +402,14 @@ class RealtimeSession:
                   item_id=item_id)
         item = self._commit(item_id)
         seconds, self._appended_ms = self._appended_ms / 1000, 0.0
-        self._transcribed(item, seconds, msg.text_content or "")
+        text, store = msg.text_content or "", self.stt.utterances
+        if store is not None and store.get(text) is not None:
+            async def when_heard() -> None:  # audio mode: the ear's words, off the path
+                self._transcribed(item, seconds, await store.wait_words(text))
+
+            self._spawn(when_heard())
+        else:
+            self._transcribed(item, seconds, text)
         td = self.cfg.turn_detection
         if td is None or not td.create_response:
             await self._sync_context()  # the item is in the context, unanswered

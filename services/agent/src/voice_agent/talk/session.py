@@ -55,6 +55,7 @@ class TalkSession:
         self.ws = ws
         self.recorder = recorder  # the hub's: where feedback goes (None, or disabled: off)
         self._saved: tuple[Decision, str] | None = None  # the last turn saved, its pair id
+        self._words: set[asyncio.Task[None]] = set()  # user transcripts awaiting the ear
         self.outbox = TalkOutbox(ws, settings.tts_frame_ms / 1000, name=f"talk {self.id}")
         tracker = TurnTracker(on_report=lambda rec: self.outbox.event(Server.LATENCY, **rec))
         self.pipeline = p = build_pipeline(settings, tracker=tracker, cache=cache)
@@ -86,8 +87,21 @@ class TalkSession:
         item = getattr(ev, "item", None)
         if getattr(item, "type", None) != "message" or item.role not in ROLES:
             return
-        self.outbox.event(Server.TRANSCRIPT, role=item.role, text=item.text_content or "",
-                          interrupted=bool(item.interrupted))
+        text, interrupted = item.text_content or "", bool(item.interrupted)
+        store = self.pipeline.stt.utterances
+        if store is None or item.role != "user" or store.get(text) is None:
+            self.outbox.event(Server.TRANSCRIPT, role=item.role, text=text,
+                              interrupted=interrupted)
+            return
+
+        async def when_heard() -> None:  # audio mode: the ear's words, off the reply's path
+            words = await store.wait_words(text)
+            self.outbox.event(Server.TRANSCRIPT, role=item.role, text=words,
+                              interrupted=interrupted)
+
+        task = asyncio.create_task(when_heard(), name=f"talk-{self.id}-words")
+        self._words.add(task)
+        task.add_done_callback(self._words.discard)
 
     async def run(self, on_end: Callable[[], None] = lambda: None) -> None:
         """Until the client stops or goes, or a protocol error (raised after teardown).
@@ -177,6 +191,8 @@ class TalkSession:
 
     async def _teardown(self) -> None:
         self.mic.close()
+        for task in list(self._words):
+            task.cancel()
         p = self.pipeline
         try:
             await p.session.aclose()
