@@ -4,6 +4,7 @@ says, a failing detector falling back to the words, and the Realtime API's eager
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import numpy as np
@@ -55,6 +56,30 @@ async def test_unfinished_words_hold_the_turn_whatever_the_audio() -> None:
     audio = np.zeros(16000, np.float32)
     assert await turn.p_end("I need to get to the", audio) < 0.5
     assert turn.last is not None and not turn.last.fallback
+
+
+async def test_audio_mode_decides_on_the_ears_words_not_the_markers() -> None:
+    """AGENT_STT_MODE=audio: the turn's transcript is utterance markers (the thinker hears
+    the audio). The word rule reads a marker as a finished sentence, so a paused turn was
+    cut (22 of 24 on the H200 sweep); it now decides on the background ear's words, waited
+    for within the shortest endpointing delay, the marker if they are late."""
+    from voice_agent.plugins.utterances import UtteranceStore
+
+    s = AgentSettings(stt_mode="audio", min_endpointing_delay_s=0.2)
+    store = UtteranceStore()
+    turn = TurnEnd(s, WordDetector())
+    turn.utterances = store
+    first, second = store.put(bytes(3200)), store.put(bytes(3200))
+    store.heard(first, "can you tell me how to get to")
+    assert await end_of_turn_wait(s, turn, first) == s.max_endpointing_delay_s  # held
+    assert turn.last is not None and turn.last.transcript == "can you tell me how to get to"
+    # the ear says the whole turn's second part while the turn waits: it ends
+    asyncio.get_running_loop().call_later(0.05, store.heard, second, "the nearest pharmacy")
+    assert await end_of_turn_wait(s, turn, f"{first} {second}") == s.min_endpointing_delay_s
+    assert turn.last.transcript == "can you tell me how to get to the nearest pharmacy"
+    late = store.put(bytes(3200))  # no words within the wait: the marker, as before
+    assert await turn.p_end(late, wait=(0.05, 1.0)) >= 0.5
+    assert turn.last.transcript == late
 
 
 async def test_a_failing_audio_model_falls_back_to_the_words_with_one_warning(

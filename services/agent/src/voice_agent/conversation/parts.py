@@ -90,7 +90,10 @@ def build_parts(settings: AgentSettings, tracker: TurnTracker, *,
                seed=s.tts_seed, max_frames=s.tts_max_frames, bridge=bridge,
                flush_on_sentence=s.bridge_flush_on_sentence, tracker=tracker,
                api_key=s.tts_api_key.get_secret_value())
-    return Parts(stt=stt_, llm=llm_, tts=tts_, vad=vad, turn=turn_detector(s, tracker))
+    turn = turn_detector(s, tracker)
+    if isinstance(turn, TurnEnd):
+        turn.utterances = utterances  # audio mode: the words, as the ear says them
+    return Parts(stt=stt_, llm=llm_, tts=tts_, vad=vad, turn=turn)
 
 
 def turn_handling(settings: AgentSettings, turn: Any) -> dict[str, Any]:

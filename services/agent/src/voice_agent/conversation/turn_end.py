@@ -35,6 +35,7 @@ from prometheus_client import Counter, Histogram
 
 from .. import smart_turn
 from ..metrics import REGISTRY, SAME_END_S, TurnTracker
+from ..plugins.utterances import UtteranceStore
 from ..settings import AgentSettings
 from ..speech_end import SpeechEnd
 from ..turn_words import end_of_turn_probability
@@ -144,6 +145,9 @@ class TurnEnd:
         self.detector = detector
         self.tracker = tracker
         self.last: Decision | None = None
+        # audio mode (AGENT_STT_MODE=audio): the turn's transcript is utterance markers;
+        # the words the background ear says are waited for, within the shortest wait
+        self.utterances: UtteranceStore | None = None
         self._words = WordDetector()
         # the audio model's answer, asked at the VAD's end of speech (its audio is there;
         # the transcript comes 50-300 ms later): (that end, its audio, the answer)
@@ -204,6 +208,9 @@ class TurnEnd:
         stop_s = early = None
         if audio is None:
             audio, stop_s, early = self._audio()
+        if self.utterances is not None:  # the turn waits this long anyway
+            lo_s = wait[0] if wait else self.settings.min_endpointing_delay_s
+            transcript = await self.utterances.spoken(transcript, lo_s)
         view = TurnView(transcript, audio, early)
         name = self.detector.name
         t0 = time.perf_counter()

@@ -19,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import time
 from collections import OrderedDict
 
 _MARKER = re.compile(r"^\[utterance (\d+), \d+(?:\.\d+)? s\]$")
+_ANY_MARKER = re.compile(r"\[utterance \d+, \d+(?:\.\d+)? s\]")
 
 
 class UtteranceStore:
@@ -71,6 +73,16 @@ class UtteranceStore:
         except TimeoutError:
             return text
         return self._words.get(uid) or text
+
+
+    async def spoken(self, text: str, timeout_s: float) -> str:
+        """`text` (a turn's transcript: one marker per utterance) with each marker as its
+        words, waiting `timeout_s` for them in all; one not in by then stays a marker."""
+        deadline = time.monotonic() + timeout_s
+        for marker in _ANY_MARKER.findall(text):
+            words = await self.wait_words(marker, max(0.0, deadline - time.monotonic()))
+            text = text.replace(marker, words, 1)
+        return text
 
 
 def _uid(text: str) -> int | None:

@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,7 +171,8 @@ class RealtimeSession:
         self._buffer_ms = 0.0
         self._appended_ms = 0.0  # audio appended since the last commit, as the client counts
         self._framer = MicFramer(RATE)  # the input buffer's (the mic's is MicInput's)
-        self._received: list[tuple[float, float]] = []  # (perf time, audio ms): recent appends
+        # (perf time, audio ms so far): the recent appends, to place the VAD's moments
+        self._received: deque[tuple[float, float]] = deque(maxlen=256)
         self._speech_item: str | None = None  # the user item server VAD is hearing
         self._speech_end: SpeechEnd | None = None
 
@@ -316,7 +318,7 @@ class RealtimeSession:
         rate = self._input_rate()
         self._appended_ms += len(pcm) / rate * 1000
         total = (self._received[-1][1] if self._received else 0.0) + len(pcm) / rate * 1000
-        self._received = [*self._received[-200:], (time.perf_counter(), total)]
+        self._received.append((time.perf_counter(), total))
         if self.cfg.turn_detection is not None:  # the conversation hears it
             if self.mic.input_rate != rate:  # the input format changed
                 self.mic.mic = MicFramer(rate)
