@@ -94,16 +94,22 @@ async def test_a_call_and_its_output_are_sent_and_answered(thinker: Server) -> N
     assert req.messages[2].parts[0].text == "sunny, 21 C"
 
 
-async def test_a_call_may_set_its_own_temperature_and_max_tokens(thinker: Server) -> None:
-    """extra_kwargs: one call's sampling instead of the LLM's (a Realtime response's)."""
+async def test_the_next_calls_take_the_options_set_between_them(thinker: Server) -> None:
+    """update_options (a Realtime session's settings, or its next response's): the calls
+    made after it take them; no per-call options."""
     plugin = LLM(addr=thinker.addr, max_tokens=400, temperature=1.0, seed=3)
     try:
-        await run(plugin, ask(), extra_kwargs={"max_tokens": 3, "temperature": 0.0})
+        await run(plugin, ask())
+        req = plugin.last_request
+        assert req is not None and req.max_tokens == 400 and req.temperature == 1.0
+        plugin.update_options(max_tokens=3, temperature=0.0)
+        await run(plugin, ask())
         req = plugin.last_request
         assert req is not None and req.max_tokens == 3 and req.temperature == 0.0
+        plugin.update_options(max_tokens=400)
         await run(plugin, ask())
-        assert plugin.last_request.max_tokens == 400  # the LLM's own again
-        with pytest.raises(ValueError, match="temperature and max_tokens"):
-            plugin.chat(chat_ctx=ask(), extra_kwargs={"top_k": 5})
+        assert plugin.last_request.max_tokens == 400 and plugin.last_request.temperature == 0.0
+        with pytest.raises(ValueError, match="update_options"):
+            plugin.chat(chat_ctx=ask(), extra_kwargs={"max_tokens": 5})
     finally:
         await plugin.aclose()

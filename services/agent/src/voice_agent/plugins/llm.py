@@ -226,14 +226,12 @@ class LLM(llm.LLM):
         tool_choice: NotGivenOr[object] = NOT_GIVEN,
         extra_kwargs: NotGivenOr[dict[str, object]] = NOT_GIVEN,
     ) -> LLMStream:
-        # extra_kwargs: this call's `temperature` / `max_tokens` instead of the LLM's
-        # (a Realtime session's response.create may set them)
-        extra = extra_kwargs if is_given(extra_kwargs) else {}
-        unknown = set(extra) - {"temperature", "max_tokens"}
-        if unknown:
-            raise ValueError(f"extra_kwargs takes temperature and max_tokens, not {unknown}")
+        # a call's limits are the LLM's when it is made (`update_options`), none per call
+        if is_given(extra_kwargs) and extra_kwargs:
+            raise ValueError(f"extra_kwargs are not taken ({sorted(extra_kwargs)}): "
+                             "set the LLM's options (update_options)")
         s = LLMStream(self, chat_ctx=chat_ctx, tools=tools or [], conn_options=conn_options,
-                      tool_choice=tool_choice, overrides=extra)
+                      tool_choice=tool_choice)
         self._streams.add(s)
         self.last_stream = s
         return s
@@ -260,12 +258,11 @@ class LLM(llm.LLM):
 class LLMStream(llm.LLMStream):
     def __init__(self, llm_: LLM, *, chat_ctx: ChatContext, tools: list[Tool],
                  conn_options: APIConnectOptions,
-                 tool_choice: NotGivenOr[Any] = NOT_GIVEN,
-                 overrides: dict[str, object] | None = None) -> None:
+                 tool_choice: NotGivenOr[Any] = NOT_GIVEN) -> None:
         super().__init__(llm_, chat_ctx=chat_ctx, tools=tools, conn_options=conn_options)
         self._llm_: LLM = llm_
         self._tool_choice = tool_choice
-        self._overrides = overrides or {}
+        self._opts = llm_._opts  # as they are when the call is made
         self._call: grpc.aio.UnaryStreamCall | None = None
         self.cancelled_by_barge_in = False
         self.text = ""
@@ -282,7 +279,7 @@ class LLMStream(llm.LLMStream):
         return bool(call.cancel())
 
     async def _run(self) -> None:
-        opts = dataclasses.replace(self._llm_._opts, **self._overrides)
+        opts = self._opts
         tracker = self._llm_._tracker
         request_id = self.request_id = tracker.llm_started() if tracker else utils.shortuuid()
         system, msgs = build_messages(self._chat_ctx, opts.max_messages,

@@ -212,8 +212,15 @@ class RealtimeSession:
         p.session.output.audio = self._sync.audio_output
         p.session.output.transcription = self._sync.text_output
         self.speaker.start()
-        await p.session.start(agent=p.agent, record=False)
-        await self._apply()
+        try:
+            await p.session.start(agent=p.agent, record=False)
+            await self._apply()
+        except Exception:  # a session that cannot start serves nothing: it ends, said
+            log.exception("realtime %s: the conversation did not start", self.id)
+            self.error(RealtimeError("internal", "the server could not start this session",
+                                     type_="server_error"))
+            self.outbox.close()  # the route ends the session when its sender returns
+            raise
 
     async def _started(self) -> None:
         assert self._starting is not None, "start() first"
