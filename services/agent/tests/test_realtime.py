@@ -256,6 +256,48 @@ async def test_barge_in_cancels_and_keeps_only_what_was_heard(
     assert len(evs.of("input_audio_buffer.committed")) >= 1
 
 
+async def test_a_backchannel_over_a_reply_neither_cuts_it_nor_opens_a_turn(
+        agent: Agent, tmp_path: Path) -> None:
+    """The Realtime door's barge-in is /v1/talk's (duplex.py): "Yeah." over a reply pauses
+    it, and its words resume it. The client hears nothing of that speech (no
+    speech_started: a client stops its playout on one), the response completes whole, and
+    no turn is committed. It used to cancel the reply on any speech, a cough included."""
+    from voice_agent.metrics import REGISTRY
+
+    def resumed() -> float:
+        return REGISTRY.get_sample_value("agent_backchannels_total") or 0.0
+
+    yeah = at_24k(espeak("Yeah.", tmp_path))
+    for question in ("Tell me a long story about the sea.", "Describe the ocean at night.",
+                     "Tell me about ships and sailors."):
+        before = resumed()
+        async with client(agent).realtime.connect(model="voice-agent") as conn:
+            evs = Events(conn)
+            await evs.wait("session.created", timeout=10)
+            await ask_only(conn, question)
+            await evs.wait("response.output_audio.delta", timeout=60)
+            await speak(conn, np.concatenate([silence(0.2), yeah]))
+            if evs.of("response.done"):
+                continue  # the reply was over before "Yeah": proves nothing, next one
+            await speak(conn, silence(1.2))
+            done = await evs.wait("response.done", timeout=60)
+        break
+    else:
+        raise AssertionError("every reply was over before the backchannel")
+    assert resumed() == before + 1  # paused, then resumed on its words
+    assert done["response"]["status"] == "completed", done["response"]
+    assert not evs.of("input_audio_buffer.speech_started"), evs.of("error")
+    assert not evs.of("input_audio_buffer.committed")
+    assert not evs.of("conversation.item.truncated")
+    assert len(evs.of("response.created")) == 1  # "Yeah" is answered by nothing
+
+
+async def ask_only(conn: Any, text: str) -> None:
+    await conn.conversation.item.create(item={
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+    await conn.response.create()
+
+
 async def test_client_truncate_delete_and_retrieve(agent: Agent) -> None:
     async with client(agent).realtime.connect(model="voice-agent") as conn:
         evs = Events(conn)

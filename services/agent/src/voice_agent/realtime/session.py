@@ -48,6 +48,7 @@ from ..conversation.mic import MicFramer, MicInput
 from ..conversation.outbox import Outbox
 from ..conversation.speaker import SocketSpeaker
 from ..conversation.turn_end import endpointing
+from ..duplex import DuplexState
 from ..metrics import TurnTracker
 from ..settings import AgentSettings
 from ..speech_end import SpeechEnd
@@ -95,6 +96,7 @@ class Response:
     status: str = "in_progress"
     status_details: dict[str, Any] | None = None
     cancel_reason: str = "turn_detected"  # unless the client cancels it
+    own_tools: bool = False  # response.create named its tools: the session's come back
     error: str | None = None  # the part that failed it
     audio_ms: float = 0.0  # sent
 
@@ -156,6 +158,7 @@ class RealtimeSession:
                                             next_in_chain_text=_Captions(self._text_out))
         self.duplex = attach_duplex(p, silent_from=self.speaker.silent_from,
                                     reports_first_audio=False)
+        self.duplex.on_state(self._on_duplex)
         for name, fn in (("speech_created", self._on_speech), ("error", self._on_error),
                          ("conversation_item_added", self._on_item),
                          ("function_tools_executed", self._on_tools),
@@ -174,6 +177,9 @@ class RealtimeSession:
         # (perf time, audio ms so far): the recent appends, to place the VAD's moments
         self._received: deque[tuple[float, float]] = deque(maxlen=256)
         self._speech_item: str | None = None  # the user item server VAD is hearing
+        # speech_started of speech over a reply, held until the duplex controller knows
+        # it is a turn (a backchannel or a cough is none: nothing is said of it)
+        self._held_start: dict[str, Any] | None = None
         self._speech_end: SpeechEnd | None = None
 
     # -- the wire --------------------------------------------------------------------
@@ -394,8 +400,25 @@ class RealtimeSession:
         now_ms = self._received[-1][1] if self._received else 0.0
         # the VAD says so after its minimum speech
         start = now_ms - self.settings.vad_min_speech_ms - td.prefix_padding_ms
-        self.emit("input_audio_buffer.speech_started", audio_start_ms=int(max(0.0, start)),
-                  item_id=self._speech_item)
+        started = {"audio_start_ms": int(max(0.0, start)), "item_id": self._speech_item}
+        if self.duplex.state == DuplexState.PAUSED:  # over a reply: a turn, or not?
+            self._held_start = started
+        else:
+            self.emit("input_audio_buffer.speech_started", **started)
+
+    def _on_duplex(self, state: DuplexState) -> None:
+        held = self._held_start
+        if held is None:
+            return
+        if state == DuplexState.INTERRUPTING:  # words: the speech cuts the reply
+            self._started_speech()
+        elif state == DuplexState.SPEAKING:  # a backchannel or a noise: the reply goes on
+            self._held_start, self._speech_item = None, None
+
+    def _started_speech(self) -> None:
+        if self._held_start is not None:
+            started, self._held_start = self._held_start, None
+            self.emit("input_audio_buffer.speech_started", **started)
 
     def _speech_ended(self, end: SpeechEnd) -> None:
         self._speech_end = end
@@ -403,6 +426,7 @@ class RealtimeSession:
     async def _user_turn(self, msg: llm.ChatMessage) -> None:
         """The conversation ended a user turn (server VAD): it is the item its speech
         started, committed with its transcript; answered unless create_response is off."""
+        self._started_speech()  # if it was held
         item_id, self._speech_item = self._speech_item or new_id("item"), None
         msg.id = item_id
         end = self._speech_end
@@ -561,7 +585,8 @@ class RealtimeSession:
             await p.agent.update_tools([*self.server_tools.values(), *map(_client_tool, tools)])
         ctx = self.items.chat_ctx(cfg.instructions if instructions is None else instructions,
                                   greeting=True)
-        self._asked = {"modalities": modalities, "max_tokens": limit, "metadata": metadata}
+        self._asked = {"modalities": modalities, "max_tokens": limit, "metadata": metadata,
+                       "own_tools": "tools" in opts}
         try:
             p.session.generate_reply(
                 chat_ctx=ctx, tool_choice=_tool_choice(choice) if tools or self.server_tools
@@ -598,7 +623,7 @@ class RealtimeSession:
         r = Response(id=new_id("resp"), handle=ev.speech_handle,
                      modalities=asked.get("modalities", cfg.modalities), voice=cfg.voice,
                      max_tokens=asked.get("max_tokens", cfg.max_output_tokens),
-                     metadata=asked.get("metadata"))
+                     metadata=asked.get("metadata"), own_tools=asked.get("own_tools", False))
         if self._asked is not None:  # the client's: it is the response from now
             self._announce(r)
         self._spawn(self._follow(r))
@@ -786,6 +811,9 @@ class RealtimeSession:
         self.llm.update_options(max_tokens=self.cfg.max_output_tokens
                                 or self.settings.llm_max_tokens)
         self.items.make_room()
+        if r.own_tools:
+            self._spawn(self.pipeline.agent.update_tools(
+                [*self.server_tools.values(), *map(_client_tool, self.cfg.tools)]))
         # the context holds the items (a client tool's call left an empty output there)
         self._spawn(self._sync_context())
 
