@@ -2,8 +2,9 @@
 one at a time (each window its own `session.run` in the loop's executor) against the batch
 (`voice_agent.vad_batch`: the windows due in one call).
 
-N conversations on one event loop, as one agent process holds them, each with two VAD
-streams as the agent has (the session's and the STT's), both through `TimedVAD`: each
+N conversations on one event loop, as one agent process holds them, each with the VAD as
+the agent has it (`--streams 0`: the session's stream and the ear's view of it, one Silero
+stream; `--streams 2`: one each, as before the ear followed), through `TimedVAD`: each
 conversation is fed espeak-ng sentences with 1.5 s pauses in 20 ms frames paced in real
 time, from its own point of the track and at its own phase in the 20 ms. After a 2 s
 warm-up, the process's CPU (every thread) over `--seconds` is divided by N x seconds:
@@ -102,10 +103,17 @@ async def conversation(vad: Any, audio: np.ndarray, start: int, phase_s: float,
                        until: float, streams: int, counters: Counters) -> None:
     from livekit import rtc
     from livekit.agents import vad as lk_vad
+    from voice_agent.speech_end import TimedVAD
 
     loop = asyncio.get_running_loop()
     pushed: list[float] = []
-    opened = [vad.stream() for _ in range(streams)] if vad is not None else []
+    if vad is None:
+        opened: list[Any] = []
+    elif streams == 0:  # the agent since the ear follows: the session's stream + its view
+        own = TimedVAD(vad.inner, lambda _: None)  # a conversation's own, as build_parts
+        opened = [own.stream(), own.follow()]
+    else:
+        opened = [vad.stream() for _ in range(streams)]
 
     async def read(stream: Any) -> None:
         async for ev in stream:
@@ -162,8 +170,9 @@ def main() -> None:
                         help="none (the harness), plain (the plugin), batched (comma-separated)")
     parser.add_argument("--n", default="16,64", help="conversations at once (comma-separated)")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured, after warm-up")
-    parser.add_argument("--streams", type=int, default=2,
-                        help="VAD streams a conversation (the agent's: session + STT)")
+    parser.add_argument("--streams", type=int, default=0,
+                        help="Silero streams a conversation: 0 = the agent's (the session's, "
+                        "and the ear's view of it: TimedVAD.follow), 2 = one each (before)")
     parser.add_argument("--max-wait-ms", type=float, default=8.0,
                         help="batched: how long a window waits for the others (MAX_WAIT_S)")
     args = parser.parse_args()

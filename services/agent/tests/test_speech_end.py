@@ -8,11 +8,13 @@ late the VAD decides, and the turn's latency runs from there.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
 import numpy as np
 from livekit import rtc
+from livekit.agents.vad import VADEventType as vad_events
 from voice_agent.conversation.parts import load_vad
 from voice_agent.metrics import REGISTRY, TurnTracker
 from voice_agent.settings import AgentSettings
@@ -129,3 +131,47 @@ async def test_the_end_of_speech_carries_the_silence_since_the_last_speech_sampl
     # the 10 ms grid on which the end is found
     assert abs(ev.silence_duration - since_last_speech) <= 0.011, (ev, since_last_speech)
     assert 0.1 <= ev.silence_duration < 0.4, ev  # over Silero's 100 ms: its tail counted
+
+
+async def test_the_ears_view_hears_the_sessions_stream_so_silero_runs_once(
+        tmp_path: Path) -> None:
+    """The ear's VAD view (TimedVAD.follow, plugins/stt.py) gets the session's stream's
+    events, the same as a stream of its own would give, with one Silero stream a
+    conversation instead of two; opened before the session's stream, it has its own
+    until that one opens, then follows it; once that closes, it has its own again."""
+    pcm = np.concatenate([clip("Hello there.", tmp_path), clip("How are you?", tmp_path)])
+    ends: list[SpeechEnd] = []
+    vad = TimedVAD(load_vad(AgentSettings()), ends.append)
+
+    async def kinds(stream: object, push: bool) -> list[tuple[str, int]]:
+        async def feed() -> None:
+            for f in frames(pcm, None):
+                if push:
+                    stream.push_frame(f)  # type: ignore[attr-defined]
+                await asyncio.sleep(0)
+            stream.end_input()  # type: ignore[attr-defined]
+
+        feeder = asyncio.create_task(feed())
+        got = [(ev.type.name, ev.samples_index) async for ev in stream  # type: ignore[attr-defined]
+               if ev.type != vad_events.INFERENCE_DONE]
+        await feeder
+        return got
+
+    alone = await kinds(vad.own_stream(), push=True)
+    assert [k for k, _ in alone].count("END_OF_SPEECH") == 2
+    early = vad.follow()  # before the session's stream: its own for now
+    assert not early.following
+    session = vad.stream()
+    ear = vad.follow()
+    assert ear.following and early.following  # both on the session's stream now
+    n = len(vad.streams)
+    ends.clear()
+    got_session, got_ear = await asyncio.gather(kinds(session, push=True),
+                                                kinds(ear, push=True))
+    assert got_session == got_ear == alone  # the same events as a stream of its own
+    assert len(ends) == 2  # one located end per end of speech, not one per stream
+    assert len(vad.streams) == n  # the ear's view opened no Silero stream
+    await session.aclose()
+    assert not ear.following and not early.following  # its own again
+    await ear.aclose()
+    await early.aclose()

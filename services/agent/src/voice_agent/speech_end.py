@@ -25,6 +25,7 @@ to when that audio arrived:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import weakref
@@ -100,6 +101,8 @@ class TimedVAD(vad.VAD):
         # set on its streams, live and to come, never on the process's shared VAD
         self._options: dict[str, float] = {}
         self._streams: weakref.WeakSet[TimedVADStream] = weakref.WeakSet()
+        self._latest: weakref.ref[TimedVADStream] | None = None  # the session's stream
+        self._followers: weakref.WeakSet[FollowingStream] = weakref.WeakSet()
 
     @property
     def model(self) -> str:
@@ -114,11 +117,29 @@ class TimedVAD(vad.VAD):
         return getattr(self.inner, "min_silence_duration", None)
 
     def stream(self) -> TimedVADStream:  # type: ignore[override]
+        """A stream of its own (the session's): the ear's view follows it (`follow`)."""
+        s = self.own_stream()
+        self._latest = weakref.ref(s)
+        for f in list(self._followers):
+            f.adopt(s)
+        return s
+
+    def own_stream(self) -> TimedVADStream:
         s = TimedVADStream(self.inner.stream(), self._on_speech_end)
         if self._options:
             s.inner.update_options(**self._options)  # type: ignore[attr-defined]
         self._streams.add(s)
         return s
+
+    def follow(self) -> FollowingStream:
+        """A view of the conversation's VAD for the ear (plugins/stt.py), which hears the
+        same audio as the session's stream: that stream's events, so Silero runs once a
+        conversation, not twice. With no session stream open, a stream of its own."""
+        return FollowingStream(self)
+
+    def _leader(self) -> TimedVADStream | None:
+        s = self._latest() if self._latest is not None else None
+        return s if s is not None and not s.closed else None
 
     def update_options(self, **options: float) -> None:
         """Silero's `min_silence_duration` / `activation_threshold` for this conversation's
@@ -139,6 +160,8 @@ class TimedVADStream:
         self.inner = inner
         self._on_speech_end = on_speech_end
         self._epochs: deque[_Epoch] = deque([_Epoch()])
+        self.followers: list[FollowingStream] = []  # told each event (TimedVAD.follow)
+        self.closed = False
 
     def push_frame(self, frame: rtc.AudioFrame) -> None:
         self.inner.push_frame(frame)
@@ -159,13 +182,22 @@ class TimedVADStream:
         self._epochs.append(_Epoch())
 
     async def aclose(self) -> None:
+        self.closed = True
+        for f in self.followers:
+            f.orphaned()
+        self.followers.clear()
         await self.inner.aclose()
 
     def __aiter__(self) -> TimedVADStream:
         return self
 
     async def __anext__(self) -> vad.VADEvent:
-        ev = await self.inner.__anext__()
+        try:
+            ev = await self.inner.__anext__()
+        except StopAsyncIteration:
+            for f in self.followers:
+                f.told(None)  # all said: its followers end with it
+            raise
         epoch = self._epoch_of(ev)
         if ev.type == vad.VADEventType.END_OF_SPEECH:
             end = self._speech_end(epoch, ev)
@@ -177,6 +209,8 @@ class TimedVADStream:
         keep_from = epoch.at_rate(ev.samples_index) - int(KEEP_S * epoch.rate)
         while epoch.frames and epoch.frames[0].end < keep_from:
             epoch.frames.popleft()
+        for f in self.followers:
+            f.told(ev)
         return ev
 
     def _epoch_of(self, ev: vad.VADEvent) -> _Epoch:
@@ -209,6 +243,106 @@ class TimedVADStream:
                              **kept)
         return SpeechEnd(at=at, decided=decided, silence_s=silence_s, lag_s=decided - heard,
                          **kept)
+
+
+class FollowingStream:
+    """The ear's view of a conversation's VAD (`TimedVAD.follow`): the events of the
+    session's stream, which hears the same audio; its own frames are not pushed (they are
+    that audio). While there is no session stream (before it opens, after it closed), a
+    stream of its own, which hears what this one is pushed."""
+
+    def __init__(self, vad_: TimedVAD) -> None:
+        self._vad = vad_
+        self._events: asyncio.Queue[vad.VADEvent | None] = asyncio.Queue()
+        self._leader: TimedVADStream | None = None
+        self._own: TimedVADStream | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._closing: asyncio.Future[None] | None = None  # its own stream, on adopting
+        self._ended = False
+        vad_._followers.add(self)
+        leader = vad_._leader()
+        if leader is not None:
+            self.adopt(leader)
+        else:
+            self._go_own()
+
+    @property
+    def following(self) -> bool:
+        return self._leader is not None
+
+    def adopt(self, leader: TimedVADStream) -> None:
+        """Follow the session's stream (opened after this one)."""
+        if self._ended or self._leader is leader:
+            return
+        if self._pump is not None:
+            self._pump.cancel()
+        if self._own is not None:
+            own, self._own = self._own, None
+            self._closing = asyncio.ensure_future(own.aclose())
+        self._leader = leader
+        leader.followers.append(self)
+
+    def told(self, ev: vad.VADEvent | None) -> None:
+        self._events.put_nowait(ev)
+
+    def orphaned(self) -> None:
+        """The session's stream closed: a stream of its own from now on."""
+        self._leader = None
+        if self._ended:
+            self._events.put_nowait(None)
+        else:
+            self._go_own()
+
+    def _go_own(self) -> None:
+        own = self._own = self._vad.own_stream()
+
+        async def pump() -> None:
+            try:
+                async for ev in own:
+                    self._events.put_nowait(ev)
+            finally:
+                if self._ended:
+                    self._events.put_nowait(None)
+
+        self._pump = asyncio.ensure_future(pump())
+
+    def push_frame(self, frame: rtc.AudioFrame) -> None:
+        if self._own is not None:
+            self._own.push_frame(frame)
+
+    def flush(self) -> None:
+        if self._own is not None:  # the session's stream is not the ear's to reset
+            self._own.flush()
+
+    def end_input(self) -> None:
+        """No more audio from the ear: this view ends when the stream it hears has said
+        all it heard (the session's ends with the session)."""
+        self._ended = True
+        if self._own is not None:
+            self._own.end_input()  # its pump ends this view once all is said
+
+    async def aclose(self) -> None:
+        self._ended = True
+        if self._leader is not None and self in self._leader.followers:
+            self._leader.followers.remove(self)
+        self._leader = None
+        if self._pump is not None:
+            self._pump.cancel()
+        if self._own is not None:
+            await self._own.aclose()
+        if self._closing is not None:
+            await self._closing
+        self._events.put_nowait(None)
+
+    def __aiter__(self) -> FollowingStream:
+        return self
+
+    async def __anext__(self) -> vad.VADEvent:
+        ev = await self._events.get()
+        if ev is None:
+            self._events.put_nowait(None)  # stays ended for any later read
+            raise StopAsyncIteration
+        return ev
 
 
 def recent_audio(frames: Sequence[_Frame], pos: int) -> np.ndarray | None:

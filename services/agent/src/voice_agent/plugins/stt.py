@@ -54,6 +54,7 @@ from livekit.agents.vad import VAD, VADEvent, VADEventType, VADStream
 from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
 
 from ..metrics import TurnTracker
+from ..speech_end import TimedVAD
 from ..sphinx import SphinxError, SphinxPool, Utterance, shared_pool
 from ._grpc import ChannelCache, to_api_error
 from .llm import frames_to_pcm16k
@@ -389,7 +390,8 @@ class SpeechStream(stt.RecognizeStream):
                                  if hangover and stt_.early_pass else None)
 
     async def _run(self) -> None:
-        vad_stream = self._vad.stream()
+        # the conversation's VAD as the session's stream hears it (Silero once, not twice)
+        vad_stream = self._vad.follow() if isinstance(self._vad, TimedVAD) else self._vad.stream()
         tasks = [asyncio.create_task(self._forward(vad_stream), name="stt_forward"),
                  asyncio.create_task(self._recognize(vad_stream), name="stt_recognize")]
         try:
