@@ -146,7 +146,6 @@ class RealtimeSession:
         self.items = Items(self.emit, self._item_json)
         # the conversation as every door runs it; its turns in the agent's latency metrics
         self.tracker = TurnTracker()
-        self.tracker.speech_end_listeners.append(self._speech_ended)
         self.pipeline = p = build_pipeline(s, tracker=self.tracker, sample_rate=RATE,
                                            on_user_turn=self._user_turn)
         self.stt, self.llm, self.tts = p.stt, p.llm, p.tts
@@ -180,7 +179,6 @@ class RealtimeSession:
         # speech_started of speech over a reply, held until the duplex controller knows
         # it is a turn (a backchannel or a cough is none: nothing is said of it)
         self._held_start: dict[str, Any] | None = None
-        self._speech_end: SpeechEnd | None = None
 
     # -- the wire --------------------------------------------------------------------
 
@@ -420,16 +418,13 @@ class RealtimeSession:
             started, self._held_start = self._held_start, None
             self.emit("input_audio_buffer.speech_started", **started)
 
-    def _speech_ended(self, end: SpeechEnd) -> None:
-        self._speech_end = end
-
     async def _user_turn(self, msg: llm.ChatMessage) -> None:
         """The conversation ended a user turn (server VAD): it is the item its speech
         started, committed with its transcript; answered unless create_response is off."""
         self._started_speech()  # if it was held
         item_id, self._speech_item = self._speech_item or new_id("item"), None
         msg.id = item_id
-        end = self._speech_end
+        end = self.tracker.speech_end  # the VAD's latest located end (speech_end.py)
         end_ms = self._audio_ms_at(end.at) if end is not None else self._appended_ms
         self.emit("input_audio_buffer.speech_stopped", audio_end_ms=int(end_ms),
                   item_id=item_id)
