@@ -111,13 +111,13 @@ async def test_the_end_of_speech_carries_the_silence_since_the_last_speech_sampl
     """What reads the VAD's end of speech (the framework's endpointing delays, the ear,
     Realtime's audio_end_ms) counts from when the caller stopped: its silence_duration is
     the audio since the last speech sample, longer than Silero's own (its probability
-    outlasts the speech), so with a 100 ms hangover a turn ends ~200 ms after the caller
-    stopped, as a 200 ms one used to at ~300."""
+    outlasts the speech). Silero's own end (AGENT_VAD_END=vad), here with a 100 ms
+    hangover: ~200 ms after the caller stopped."""
     from livekit.agents import vad as lk_vad
 
     pcm = clip("What is the weather like today?", tmp_path)
     settings = AgentSettings(vad_silence_ms=100)
-    vad = TimedVAD(load_vad(settings), lambda _: None)
+    vad = TimedVAD(load_vad(settings), lambda _: None, early_end=False)
     stream = vad.stream()
     for f in frames(pcm, None):
         stream.push_frame(f)
@@ -175,3 +175,76 @@ async def test_the_ears_view_hears_the_sessions_stream_so_silero_runs_once(
     assert not ear.following and not early.following  # its own again
     await ear.aclose()
     await early.aclose()
+
+
+async def events(vad: TimedVAD, pcm: np.ndarray) -> list:
+    stream = vad.stream()
+    for f in frames(pcm, None):
+        stream.push_frame(f)
+    stream.end_input()
+    got = [ev async for ev in stream]
+    await stream.aclose()
+    return got
+
+
+def trimmed(text: str, tmp: Path) -> np.ndarray:
+    """espeak-ng's speech without its trailing silence."""
+    speech = espeak(text, tmp)
+    return speech[:true_end(speech)]
+
+
+async def test_the_end_of_speech_comes_at_the_hangover_of_the_callers_silence(
+        tmp_path: Path) -> None:
+    """Silero's probability outlasts the speech by ~100 ms, so its own 200 ms hangover is
+    ~300 ms of the caller's silence; the stream says END_OF_SPEECH once the caller has
+    been quiet for the hangover, ~100 ms sooner, and its audio is the utterance's."""
+    from livekit.agents import vad as lk_vad
+
+    kinds = lk_vad.VADEventType
+    pcm = clip("What is the weather like today?", tmp_path)
+    stop = true_end(pcm) / 16000
+    settings = AgentSettings()
+    ends: list[SpeechEnd] = []
+    said = await events(TimedVAD(load_vad(settings), ends.append), pcm)
+    silero = await events(TimedVAD(load_vad(settings), lambda _: None, early_end=False), pcm)
+    [end] = [ev for ev in said if ev.type == kinds.END_OF_SPEECH]
+    [late] = [ev for ev in silero if ev.type == kinds.END_OF_SPEECH]
+    assert [ev.type for ev in said if ev.type != kinds.INFERENCE_DONE] == [
+        kinds.START_OF_SPEECH, kinds.END_OF_SPEECH]
+    hangover = settings.vad_silence_ms / 1000
+    # at the first window (32 ms) past the hangover of silence, on the 10 ms grid
+    assert hangover <= end.samples_index / 16000 - stop <= hangover + 0.043, end
+    assert abs(end.silence_duration - (end.samples_index / 16000 - stop)) <= 0.011
+    assert late.samples_index - end.samples_index >= 0.05 * 16000, (late, end)
+    assert len(ends) == 1 and abs(ends[0].silence_s - end.silence_duration) < 1e-9
+    audio = sum(f.samples_per_channel for f in end.frames) / 16000
+    assert audio >= stop - 0.5, audio  # the speech (from its start, less padding)
+    after = [ev for ev in said if ev.type == kinds.INFERENCE_DONE
+             and ev.samples_index > end.samples_index]
+    assert after and not any(ev.speaking or ev.speech_duration for ev in after)
+
+
+async def test_speech_after_that_end_is_a_new_utterance_and_a_comma_is_none(
+        tmp_path: Path) -> None:
+    """A pause longer than the hangover ends the speech; speech after it (Silero still in
+    its own speech) is a new START, whose END carries that speech alone, and Silero's late
+    END is not said again. A pause shorter than the hangover (a comma's) ends nothing."""
+    from livekit.agents import vad as lk_vad
+
+    kinds = lk_vad.VADEventType
+    one, two = trimmed("I need a hotel room", tmp_path), trimmed("with a view", tmp_path)
+    gap = np.zeros(int(0.3 * 16000), np.int16)
+    lead, tail = np.zeros(8000, np.int16), np.zeros(16000, np.int16)
+    said = await events(TimedVAD(load_vad(AgentSettings()), lambda _: None),
+                        np.concatenate([lead, one, gap, two, tail]))
+    told = [ev for ev in said if ev.type != kinds.INFERENCE_DONE]
+    assert [ev.type for ev in told] == [kinds.START_OF_SPEECH, kinds.END_OF_SPEECH] * 2
+    first_end = (len(lead) + len(one)) / 16000
+    assert told[1].samples_index / 16000 - first_end < 0.3  # before the pause is over
+    second = sum(f.samples_per_channel for f in told[3].frames) / 16000
+    assert len(two) / 16000 <= second < (len(two) + len(gap) + len(tail)) / 16000 + 0.1
+    comma = np.zeros(int(0.15 * 16000), np.int16)
+    said = await events(TimedVAD(load_vad(AgentSettings()), lambda _: None),
+                        np.concatenate([lead, one, comma, two, tail]))
+    assert [ev.type for ev in said if ev.type != kinds.INFERENCE_DONE] == [
+        kinds.START_OF_SPEECH, kinds.END_OF_SPEECH]

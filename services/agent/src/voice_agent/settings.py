@@ -171,15 +171,17 @@ class AgentSettings(BaseSettings):
     # --- VAD and turn handling ------------------------------------------------------------
     # Silero speech probability to start speech.
     vad_activation_threshold: float = Field(0.5, gt=0.0, lt=1.0)
-    # Silero's silence before the VAD ends the utterance (seed: 200 ms; the turn model
-    # needs at least 250 ms). Its speech probability outlasts the speech by ~100 ms
-    # (speech_end.py): 200 ms of its silence is ~300 ms of the caller's. The end of speech
-    # is reported with the silence since the last speech sample, so the endpointing delays
-    # below count from when the caller stopped. 100 took end of turn -> first audio p50
-    # 432 -> 332 ms on the H200 sweep, but a comma's pause (espeak-ng: 160-190 ms) then
-    # ended the turn ("Hello," answered before "can you hear me?"): speech resuming is
-    # seen ~100 ms late, past the 0.2 s delay (bench/README.md).
+    # The silence before the VAD ends the utterance (the hangover; seed: 200 ms; the
+    # framework's turn model needs at least 250 ms). With vad_end "speech" it is the
+    # caller's silence, counted from the last speech sample as the audio places it
+    # (speech_end.py); with "vad", Silero's own, whose speech probability outlasts the
+    # speech by ~100 ms (200 ms of it was ~300 ms of the caller's silence under every
+    # turn). Either way the end of speech carries the silence since the last speech
+    # sample, so the endpointing delays below count from when the caller stopped. A
+    # hangover shorter than a comma's pause ends the turn there ("Hello," answered before
+    # "can you hear me?": espeak-ng's comma pauses are 110-270 ms, flite's up to 340).
     vad_silence_ms: int = Field(200, ge=32, le=5000)
+    vad_end: Literal["speech", "vad"] = "speech"
     # Speech needed before the VAD starts an utterance.
     vad_min_speech_ms: int = Field(64, ge=32, le=2000)
     # End of turn: "vad" = the VAD's silence plus the endpointing delay below; "text" =

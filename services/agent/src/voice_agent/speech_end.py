@@ -21,6 +21,18 @@ to when that audio arrived:
   the last loud sample of espeak-ng sentences), and hand the conversation a `SpeechEnd`:
   that sample's arrival, the decision's time, and the VAD's lag (the decision minus the
   arrival of the audio it decided on).
+
+The end of speech comes after the hangover (Silero's `min_silence_duration`) of the
+caller's silence, not of Silero's (`early_end`, AGENT_VAD_END=speech): Silero's speech
+probability outlasts the speech by ~100 ms, so its 200 ms hangover is ~300 ms of the
+caller's silence under every turn. At each window Silero hears as silence within speech,
+the stream places the last speech sample as above; once the silence since it is the
+hangover, the stream says END_OF_SPEECH itself (Silero still counts its own). Until
+Silero's END comes the stream says what it would have said had it ended: inference events
+are not speaking; speech again (Silero's probability over its activation threshold for
+its minimum speech) is a new START_OF_SPEECH, whose audio its next END carries; Silero's
+own END of that speech is not repeated. Where the audio gives no end (noise louder than
+speech's level, no audio kept) Silero's END stands.
 """
 
 from __future__ import annotations
@@ -43,6 +55,7 @@ WINDOW_S = 0.01
 SPEECH_DBFS = -45.0  # a 10 ms window this loud is speech (as bench/dialogs.py counts it)
 OVER_SILENCE_DB = 6.0
 KEEP_S = 8.0  # audio kept behind the VAD's position: what the audio turn model hears
+MAX_SPEECH_S = 60.0  # an utterance's audio kept for the END the stream says (Silero's max)
 VAD_RATE = 16000  # Silero's rate (load_vad), that of its samples_index
 VAD_WINDOW = 512  # samples of one inference, at VAD_RATE
 
@@ -93,10 +106,12 @@ class _Epoch:
 class TimedVAD(vad.VAD):
     """A VAD whose streams report each end of speech as a `SpeechEnd` (see the module)."""
 
-    def __init__(self, inner: vad.VAD, on_speech_end: Callable[[SpeechEnd], None]) -> None:
+    def __init__(self, inner: vad.VAD, on_speech_end: Callable[[SpeechEnd], None],
+                 early_end: bool = True) -> None:
         super().__init__(capabilities=inner.capabilities)
         self.inner = inner
         self._on_speech_end = on_speech_end
+        self.early_end = early_end  # the hangover counted from the last speech sample
         # this conversation's own options (a Realtime session's silence and threshold):
         # set on its streams, live and to come, never on the process's shared VAD
         self._options: dict[str, float] = {}
@@ -125,7 +140,7 @@ class TimedVAD(vad.VAD):
         return s
 
     def own_stream(self) -> TimedVADStream:
-        s = TimedVADStream(self.inner.stream(), self._on_speech_end)
+        s = TimedVADStream(self.inner.stream(), self._on_speech_end, self.early_end)
         if self._options:
             s.inner.update_options(**self._options)  # type: ignore[attr-defined]
         self._streams.add(s)
@@ -156,12 +171,22 @@ class TimedVAD(vad.VAD):
 class TimedVADStream:
     """The inner VAD stream, with the audio it was given and when that audio arrived."""
 
-    def __init__(self, inner: vad.VADStream, on_speech_end: Callable[[SpeechEnd], None]) -> None:
+    def __init__(self, inner: vad.VADStream, on_speech_end: Callable[[SpeechEnd], None],
+                 early_end: bool = True) -> None:
         self.inner = inner
         self._on_speech_end = on_speech_end
+        self._early_end = early_end
         self._epochs: deque[_Epoch] = deque([_Epoch()])
         self.followers: list[FollowingStream] = []  # told each event (TimedVAD.follow)
         self.closed = False
+        self._out: deque[vad.VADEvent] = deque()  # said, not yet read
+        self._epoch: _Epoch | None = None  # the epoch the state below is of
+        self._start = 0  # the speech under way: where its audio starts (stream samples)
+        self._ended = False  # its END said here; Silero still hears speech
+        self._end_pos = 0  # where that speech stopped
+        self._resumed = 0.0  # speech since (s, over the activation threshold)
+        self._own_start = False  # the START was said here: its END carries its audio
+        self._speaking = False  # between a START and an END said (its audio is kept)
 
     def push_frame(self, frame: rtc.AudioFrame) -> None:
         self.inner.push_frame(frame)
@@ -192,26 +217,107 @@ class TimedVADStream:
         return self
 
     async def __anext__(self) -> vad.VADEvent:
-        try:
-            ev = await self.inner.__anext__()
-        except StopAsyncIteration:
-            for f in self.followers:
-                f.told(None)  # all said: its followers end with it
-            raise
-        epoch = self._epoch_of(ev)
-        if ev.type == vad.VADEventType.END_OF_SPEECH:
-            end = self._speech_end(epoch, ev)
+        while not self._out:
+            try:
+                ev = await self.inner.__anext__()
+            except StopAsyncIteration:
+                for f in self.followers:
+                    f.told(None)  # all said: its followers end with it
+                raise
+            epoch = self._epoch_of(ev)
+            if epoch is not self._epoch:  # a flush: Silero starts afresh
+                self._epoch, self._ended, self._own_start = epoch, False, False
+                self._speaking = False
+            self._out.extend(self._said(epoch, ev))
+            pos = epoch.at_rate(ev.samples_index)
+            keep_from = pos - int(KEEP_S * epoch.rate)
+            if self._speaking:  # the audio its END will carry
+                keep_from = min(keep_from, max(self._start,
+                                               pos - int(MAX_SPEECH_S * epoch.rate)))
+            while epoch.frames and epoch.frames[0].end < keep_from:
+                epoch.frames.popleft()
+        ev = self._out.popleft()
+        for f in self.followers:
+            f.told(ev)
+        return ev
+
+    def _said(self, epoch: _Epoch, ev: vad.VADEvent) -> list[vad.VADEvent]:
+        """What the stream says for one of Silero's events (see the module)."""
+        kind, pos = ev.type, epoch.at_rate(ev.samples_index)
+        opts = getattr(self.inner, "_opts", None)
+        if kind == vad.VADEventType.START_OF_SPEECH:
+            self._ended, self._own_start, self._speaking = False, False, True
+            pad = getattr(opts, "prefix_padding_duration", 0.0)
+            self._start = pos - round((ev.speech_duration + pad) * epoch.rate)
+            return [ev]
+        if kind == vad.VADEventType.END_OF_SPEECH:
+            self._speaking = False
+            if self._ended:  # said at the hangover of the caller's silence
+                self._ended = False
+                return []
+            end = self._speech_end(epoch, pos, ev.silence_duration)
             self._on_speech_end(end)
             # the silence since the last speech sample, not since Silero's late end: what
             # reads it (the framework's endpointing delays, the ear's end of utterance,
             # Realtime's audio_end_ms) counts from when the caller stopped
             ev = dataclasses.replace(ev, silence_duration=end.silence_s)
-        keep_from = epoch.at_rate(ev.samples_index) - int(KEEP_S * epoch.rate)
-        while epoch.frames and epoch.frames[0].end < keep_from:
-            epoch.frames.popleft()
-        for f in self.followers:
-            f.told(ev)
-        return ev
+            if self._own_start:  # Silero's audio holds the speech before its pause too
+                self._own_start = False
+                ev = dataclasses.replace(ev, frames=[self._audio(epoch, self._start, pos)])
+            return [ev]
+        if not (self._early_end and opts is not None and ev.speaking):
+            return [ev]
+        window = VAD_WINDOW / VAD_RATE
+        if self._ended:  # Silero still in the speech this stream ended
+            loud = ev.probability >= opts.activation_threshold
+            self._resumed = self._resumed + window if loud else 0.0
+            quiet = (pos - self._end_pos) / epoch.rate
+            if self._resumed < opts.min_speech_duration:
+                return [dataclasses.replace(
+                    ev, speaking=False, speech_duration=0.0, silence_duration=quiet,
+                    raw_accumulated_speech=0.0,
+                    raw_accumulated_silence=0.0 if self._resumed else quiet)]
+            self._ended, self._own_start = False, True  # speech again: a START
+            self._speaking = True
+            self._start = max(pos - round((self._resumed + opts.prefix_padding_duration)
+                                          * epoch.rate), self._end_pos)
+            start = vad.VADEvent(
+                type=vad.VADEventType.START_OF_SPEECH, samples_index=ev.samples_index,
+                timestamp=ev.timestamp, speech_duration=self._resumed, silence_duration=0.0,
+                frames=[self._audio(epoch, self._start, pos)], speaking=True)
+            return [dataclasses.replace(ev, speaking=False, speech_duration=0.0,
+                                        silence_duration=0.0), start]
+        if ev.probability > opts.deactivation_threshold:
+            return [ev]  # speech, as Silero hears it
+        silero_silence = ev.raw_accumulated_silence + window  # with this window's
+        stop = last_loud(list(epoch.frames), epoch.rate, pos)
+        if stop is None:
+            return [ev]  # no end in the audio (noise, or none kept): Silero's END stands
+        quiet = (pos - stop) / epoch.rate
+        ev = dataclasses.replace(ev, raw_accumulated_silence=max(
+            ev.raw_accumulated_silence, quiet))  # the ear's early pass reads it
+        if quiet < opts.min_silence_duration:
+            return [ev]
+        self._ended, self._end_pos, self._resumed = True, stop, 0.0
+        self._speaking = False
+        end = self._speech_end(epoch, pos, silero_silence)
+        self._on_speech_end(end)
+        frames = [self._audio(epoch, self._start, pos)]
+        self._own_start = False
+        return [ev, vad.VADEvent(
+            type=vad.VADEventType.END_OF_SPEECH, samples_index=ev.samples_index,
+            timestamp=ev.timestamp, speech_duration=ev.speech_duration,
+            silence_duration=end.silence_s, frames=frames, speaking=False,
+            inference_duration=ev.inference_duration)]
+
+    @staticmethod
+    def _audio(epoch: _Epoch, start: int, stop: int) -> rtc.AudioFrame:
+        """The kept audio [start, stop) as one frame (what Silero's events carry)."""
+        kept = [f for f in epoch.frames if f.end > start and f.start < stop]
+        x = (np.concatenate([f.pcm for f in kept])[max(0, start - kept[0].start):
+                                                   stop - kept[0].start]
+             if kept else np.zeros(0, np.int16))
+        return rtc.AudioFrame(x.tobytes(), epoch.rate, 1, len(x))
 
     def _epoch_of(self, ev: vad.VADEvent) -> _Epoch:
         """The epoch the VAD is in: it moved on at a flush when its count went back (or an
@@ -227,11 +333,12 @@ class TimedVADStream:
         epoch.seen = ev.samples_index
         return epoch
 
-    def _speech_end(self, epoch: _Epoch, ev: vad.VADEvent) -> SpeechEnd:
+    def _speech_end(self, epoch: _Epoch, pos: int, silero_silence_s: float) -> SpeechEnd:
+        """The end of speech the VAD decided on at `pos` (the audio it has read), after
+        `silero_silence_s` of its own silence."""
         decided = time.perf_counter()
         rate, frames = epoch.rate, list(epoch.frames)
-        pos = epoch.at_rate(ev.samples_index)  # the audio the VAD has decided on
-        vad_end = pos - round(ev.silence_duration * rate)  # its last speech window's end
+        vad_end = pos - round(silero_silence_s * rate)  # its last speech window's end
         end = loud_end(frames, rate, vad_end, pos) or vad_end
         at, heard = arrival(frames, end - 1), arrival(frames, pos - 1)
         audio = recent_audio(frames, pos)
@@ -361,6 +468,25 @@ def arrival(frames: Sequence[_Frame], sample: int) -> float | None:
             k = sample - f.start
             return next((at for end, at in f.arrivals if k < end), f.arrivals[-1][1])
     return None
+
+
+def last_loud(frames: list[_Frame], rate: int, pos: int) -> int | None:
+    """The end of the last 10 ms window of speech in the LOOKBACK_S before `pos`, loud by
+    SPEECH_DBFS and by OVER_SILENCE_DB over the quietest fifth of those windows (Silero's
+    silence may begin within a word's quiet tail, so every window up to `pos` counts);
+    None if none is (noise as loud as speech), or the audio is not kept."""
+    win = int(rate * WINDOW_S)
+    lo = -(-(pos - int(LOOKBACK_S * rate)) // win) * win
+    hi = pos // win * win
+    kept = [f for f in frames if f.end > lo and f.start < hi]
+    if win == 0 or hi - lo < win or not kept or kept[0].start > lo:
+        return None
+    x = np.concatenate([f.pcm for f in kept])[lo - kept[0].start:hi - kept[0].start]
+    x = x[:len(x) // win * win].astype(np.float64) / 32768.0
+    level = 10 * np.log10(np.mean(x.reshape(-1, win) ** 2, axis=1) + 1e-20)
+    floor = float(np.percentile(level, 20))
+    loud = np.flatnonzero(level >= max(SPEECH_DBFS, floor + OVER_SILENCE_DB))
+    return None if len(loud) == 0 else lo + (int(loud[-1]) + 1) * win
 
 
 def loud_end(frames: list[_Frame], rate: int, vad_end: int, pos: int) -> int | None:

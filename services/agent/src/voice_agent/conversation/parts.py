@@ -72,7 +72,7 @@ def build_parts(settings: AgentSettings, tracker: TurnTracker, *,
     it (the Realtime API's 24 kHz); else AGENT_TTS_SAMPLE_RATE."""
     s = settings
     utterances = UtteranceStore(capacity=s.max_context_messages) if s.stt_mode == "audio" else None
-    vad = TimedVAD(load_vad(s), tracker.vad_speech_ended)
+    vad = TimedVAD(load_vad(s), tracker.vad_speech_ended, early_end=s.vad_end == "speech")
     stt_ = STT(addr=s.thinker_addr, instruction=s.stt_instruction, max_tokens=s.stt_max_tokens,
                backend=s.stt_backend, fallback=s.stt_fallback, vad=vad,
                sphinx_workers=s.stt_workers, offline_model=s.stt_offline_model,
