@@ -140,10 +140,12 @@ class AgentSettings(BaseSettings):
     # hangover ends. Off: the pass runs after it (~100-250 ms later).
     stt_early_pass: bool = True
     # The early pass's transcript as a preflight: the reply (thinker, TTS) starts on it,
-    # held until the turn ends and kept if the final transcript is the same. Off by
-    # default: on the H200 it moved p95 at 16 conversations 632 -> 551 ms but p50 little
-    # (bench/README.md); measure it again (with people) before making it the default.
-    stt_preflight: bool = False
+    # held until the turn ends and kept if the final transcript is the same. With the end
+    # of speech at the hangover of the caller's silence (AGENT_VAD_END=speech) the turn is
+    # decided ~200 ms after the last word, before a reply started at the final transcript
+    # could be ready (~130 ms of ear, thinker and TTS): the preflight starts it ~100 ms
+    # sooner (bench/README.md "The end of speech at the caller's silence").
+    stt_preflight: bool = True
     # Instruction sent with the utterance audio to the thinker.
     stt_instruction: str = (
         "Transcribe the speech in this audio exactly. Reply with the transcript only."
