@@ -266,7 +266,10 @@ class TurnTracker:
         self._adopt_stt(turn)
         if turn.llm_calls and turn.first_publish is None:
             # a newer call replaces one never heard (a preflight on words the user went
-            # on from, then on the whole turn): the turn's timings are the newest call's
+            # on from, then on the whole turn): the turn's timings are the newest call's;
+            # the TTS work of the one replaced is lost (its thinker call: at _finish)
+            if turn.tts_first_text is not None:
+                WASTED.labels(part="tts").inc()
             turn.llm_sent = turn.llm_first = turn.tts_first_text = turn.tts_first_audio = None
         if turn.llm_sent is None:
             turn.llm_sent = time.perf_counter()

@@ -287,17 +287,17 @@ class TimedVADStream:
                 frames=[self._audio(epoch, self._start, pos)], speaking=True)
             return [dataclasses.replace(ev, speaking=False, speech_duration=0.0,
                                         silence_duration=0.0), start]
-        if ev.probability > opts.deactivation_threshold:
-            return [ev]  # speech, as Silero hears it
-        silero_silence = ev.raw_accumulated_silence + window  # with this window's
-        stop = last_loud(list(epoch.frames), epoch.rate, pos)
+        stop = last_loud(epoch.frames, epoch.rate, pos)
         if stop is None:
             return [ev]  # no end in the audio (noise, or none kept): Silero's END stands
+        # the caller's silence, which Silero's tail hides for ~100 ms: the ear's early pass
+        # (and the reply started on its words, the preflight) reads it
         quiet = (pos - stop) / epoch.rate
+        silero_silence = ev.raw_accumulated_silence + window  # with this window's
         ev = dataclasses.replace(ev, raw_accumulated_silence=max(
-            ev.raw_accumulated_silence, quiet))  # the ear's early pass reads it
-        if quiet < opts.min_silence_duration:
-            return [ev]
+            ev.raw_accumulated_silence, quiet))
+        if ev.probability > opts.deactivation_threshold or quiet < opts.min_silence_duration:
+            return [ev]  # speech as Silero hears it, or not yet the hangover
         self._ended, self._end_pos, self._resumed = True, stop, 0.0
         self._speaking = False
         end = self._speech_end(epoch, pos, silero_silence)
@@ -470,7 +470,7 @@ def arrival(frames: Sequence[_Frame], sample: int) -> float | None:
     return None
 
 
-def last_loud(frames: list[_Frame], rate: int, pos: int) -> int | None:
+def last_loud(frames: deque[_Frame], rate: int, pos: int) -> int | None:
     """The end of the last 10 ms window of speech in the LOOKBACK_S before `pos`, loud by
     SPEECH_DBFS and by OVER_SILENCE_DB over the quietest fifth of those windows (Silero's
     silence may begin within a word's quiet tail, so every window up to `pos` counts);
@@ -478,7 +478,13 @@ def last_loud(frames: list[_Frame], rate: int, pos: int) -> int | None:
     win = int(rate * WINDOW_S)
     lo = -(-(pos - int(LOOKBACK_S * rate)) // win) * win
     hi = pos // win * win
-    kept = [f for f in frames if f.end > lo and f.start < hi]
+    kept = []  # from the newest back (once a window: the deque holds up to a minute)
+    for f in reversed(frames):
+        if f.end <= lo:
+            break
+        if f.start < hi:
+            kept.append(f)
+    kept.reverse()
     if win == 0 or hi - lo < win or not kept or kept[0].start > lo:
         return None
     x = np.concatenate([f.pcm for f in kept])[lo - kept[0].start:hi - kept[0].start]

@@ -65,8 +65,10 @@ log = logging.getLogger("voice_agent.stt")
 PLACEHOLDER_PREFIX = "[untranscribed speech"
 BACKENDS = ("thinker", "offline")
 # Share of the VAD's silence hangover after which the recogniser finishes early: at the
-# default 200 ms the pass starts ~100 ms into the silence and has ~120 ms to run.
-PREPARE_AFTER = 0.3
+# default 200 ms the pass starts 100 ms into the caller's silence (speech_end.py reports
+# it), and its words (the preflight) start the reply ~100 ms before the speech ends.
+# Shorter: more passes (and replies) started in the gaps between words.
+PREPARE_AFTER = 0.5
 FALLBACKS = ("offline", "placeholder", "none")
 # The offline ear's old name: it was "pocketsphinx" when that was its only model (Moonshine
 # is the default now: AGENT_STT_OFFLINE_MODEL); still taken, as "offline".
