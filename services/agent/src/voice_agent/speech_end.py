@@ -287,17 +287,22 @@ class TimedVADStream:
                 frames=[self._audio(epoch, self._start, pos)], speaking=True)
             return [dataclasses.replace(ev, speaking=False, speech_duration=0.0,
                                         silence_duration=0.0), start]
+        if ev.probability > opts.deactivation_threshold:
+            return [ev]  # speech, as Silero hears it
         stop = last_loud(epoch.frames, epoch.rate, pos)
         if stop is None:
             return [ev]  # no end in the audio (noise, or none kept): Silero's END stands
-        # the caller's silence, which Silero's tail hides for ~100 ms: the ear's early pass
-        # (and the reply started on its words, the preflight) reads it
+        # the caller's silence, longer than Silero's (its tail): the ear's early pass (and
+        # the reply started on its words, the preflight) reads it. Only once Silero hears
+        # silence: read at every gap between words (H200, 128 conversations) it started
+        # passes and replies that the words after them undid, and the ear's final pass, past
+        # its retries, came late (end-of-turn wait p95 319 -> 516 ms).
         quiet = (pos - stop) / epoch.rate
         silero_silence = ev.raw_accumulated_silence + window  # with this window's
         ev = dataclasses.replace(ev, raw_accumulated_silence=max(
             ev.raw_accumulated_silence, quiet))
-        if ev.probability > opts.deactivation_threshold or quiet < opts.min_silence_duration:
-            return [ev]  # speech as Silero hears it, or not yet the hangover
+        if quiet < opts.min_silence_duration:
+            return [ev]
         self._ended, self._end_pos, self._resumed = True, stop, 0.0
         self._speaking = False
         end = self._speech_end(epoch, pos, silero_silence)

@@ -64,11 +64,11 @@ log = logging.getLogger("voice_agent.stt")
 
 PLACEHOLDER_PREFIX = "[untranscribed speech"
 BACKENDS = ("thinker", "offline")
-# Share of the VAD's silence hangover after which the recogniser finishes early: at the
-# default 200 ms the pass starts 100 ms into the caller's silence (speech_end.py reports
-# it), and its words (the preflight) start the reply ~100 ms before the speech ends.
-# Shorter: more passes (and replies) started in the gaps between words.
-PREPARE_AFTER = 0.5
+# Share of the VAD's silence hangover after which the recogniser finishes early: the
+# caller's silence (speech_end.py) once Silero hears silence, which is ~100 ms after the
+# last word (30-195 ms), so at the default 200 ms the pass starts at Silero's first silent
+# window and its words (the preflight) start the reply before the end of speech.
+PREPARE_AFTER = 0.3
 FALLBACKS = ("offline", "placeholder", "none")
 # The offline ear's old name: it was "pocketsphinx" when that was its only model (Moonshine
 # is the default now: AGENT_STT_OFFLINE_MODEL); still taken, as "offline".
