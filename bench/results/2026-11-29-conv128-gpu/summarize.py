@@ -1,6 +1,9 @@
 """The conv128 H200 runs' table from their archives (no device needed):
 
     python3 bench/results/2026-11-29-conv128-gpu/summarize.py   # -> summary.md, summary.json
+    python3 bench/results/2026-11-29-conv128-gpu/summarize.py DIR RUN ...  # another folder's
+
+(a folder of the same runs' archives, one_gpu_<RUN>.tgz, gets its table the same way).
 
 Per run (one_gpu_<run>.tgz) and level: callers admitted, EoT -> first audio on the caller's
 clock, the host's busy cores and the agents' (bench/host_load.py, the level's whole run),
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import tarfile
 from pathlib import Path
 
@@ -29,8 +33,8 @@ def pct(xs: list[float], q: float) -> float | None:
     return round(xs[min(len(xs) - 1, int(q * len(xs)))], 1)
 
 
-def load(run: str) -> dict[str, bytes]:
-    with tarfile.open(HERE / f"one_gpu_{run}.tgz") as t:
+def load(folder: Path, run: str) -> dict[str, bytes]:
+    with tarfile.open(folder / f"one_gpu_{run}.tgz") as t:
         return {Path(m.name).name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
 
 
@@ -68,15 +72,15 @@ def level_row(files: dict[str, bytes], n: int, records: dict[str, dict]) -> dict
     }
 
 
-def main() -> None:
+def main(folder: Path = HERE, runs: tuple[str, ...] = tuple(RUNS)) -> None:
     out: dict[str, list[dict]] = {}
     lines = ["| thinker | conversations (admitted) | EoT -> first audio p50 / p95 / max ms | "
              "host CPU busy mean / peak (of 16) | agents' cores (per conversation) | "
              "TTS first audio p50 / p95 ms | thinker TTFT p50 / p95 ms | turn-end wait p50 / "
              "p95 ms | unanswered | false cut-offs | reply holes | where |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for run in RUNS:
-        files = load(run)
+    for run in runs:
+        files = load(folder, run)
         records = {}
         for name, data in files.items():
             if name.startswith("agent_") and name.endswith(".log"):
@@ -97,10 +101,13 @@ def main() -> None:
                 f"{f['p50']:.0f} / {f['p95']:.0f} | {w['p50']:.0f} / {w['p95']:.0f} | "
                 f"{r['unanswered']}/{r['turns']} | {r['false_cutoffs']} | {r['hole_pct']} % | "
                 "H200, synthetic speech (espeak-ng) |")
-    (HERE / "summary.json").write_text(json.dumps(out, indent=1) + "\n")
-    (HERE / "summary.md").write_text("\n".join(lines) + "\n")
+    (folder / "summary.json").write_text(json.dumps(out, indent=1) + "\n")
+    (folder / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2:
+        main(Path(sys.argv[1]), tuple(sys.argv[2:]))
+    else:
+        main()
