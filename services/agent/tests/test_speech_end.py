@@ -233,7 +233,7 @@ async def test_speech_after_that_end_is_a_new_utterance_and_a_comma_is_none(
 
     kinds = lk_vad.VADEventType
     one, two = trimmed("I need a hotel room", tmp_path), trimmed("with a view", tmp_path)
-    gap = np.zeros(int(0.3 * 16000), np.int16)
+    gap = np.zeros(int(0.25 * 16000), np.int16)  # over the hangover, within Silero's
     lead, tail = np.zeros(8000, np.int16), np.zeros(16000, np.int16)
     said = await events(TimedVAD(load_vad(AgentSettings()), lambda _: None),
                         np.concatenate([lead, one, gap, two, tail]))
@@ -243,6 +243,12 @@ async def test_speech_after_that_end_is_a_new_utterance_and_a_comma_is_none(
     assert told[1].samples_index / 16000 - first_end < 0.3  # before the pause is over
     second = sum(f.samples_per_channel for f in told[3].frames) / 16000
     assert len(two) / 16000 <= second < (len(two) + len(gap) + len(tail)) / 16000 + 0.1
+    # the second speech's duration is its own (the interruption rule reads it), not
+    # Silero's, which counts from the first START
+    during = [ev.speech_duration for ev in said if ev.type == kinds.INFERENCE_DONE
+              and told[2].samples_index < ev.samples_index < told[3].samples_index]
+    assert during and max(during) <= len(two) / 16000 + 0.25, (max(during), len(two))
+    assert told[3].speech_duration <= len(two) / 16000 + 0.35, told[3]
     comma = np.zeros(int(0.15 * 16000), np.int16)
     said = await events(TimedVAD(load_vad(AgentSettings()), lambda _: None),
                         np.concatenate([lead, one, comma, two, tail]))

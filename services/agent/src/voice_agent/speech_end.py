@@ -187,6 +187,9 @@ class TimedVADStream:
         self._resumed = 0.0  # speech since (s, over the activation threshold)
         self._own_start = False  # the START was said here: its END carries its audio
         self._speaking = False  # between a START and an END said (its audio is kept)
+        # Silero's speech duration before the START said here (it counts from its own):
+        # what reads the duration (the interruption rule) hears this speech's alone
+        self._offset = 0.0
 
     def push_frame(self, frame: rtc.AudioFrame) -> None:
         self.inner.push_frame(frame)
@@ -247,6 +250,7 @@ class TimedVADStream:
         opts = getattr(self.inner, "_opts", None)
         if kind == vad.VADEventType.START_OF_SPEECH:
             self._ended, self._own_start, self._speaking = False, False, True
+            self._offset = 0.0
             pad = getattr(opts, "prefix_padding_duration", 0.0)
             self._start = pos - round((ev.speech_duration + pad) * epoch.rate)
             return [ev]
@@ -263,10 +267,14 @@ class TimedVADStream:
             ev = dataclasses.replace(ev, silence_duration=end.silence_s)
             if self._own_start:  # Silero's audio holds the speech before its pause too
                 self._own_start = False
-                ev = dataclasses.replace(ev, frames=[self._audio(epoch, self._start, pos)])
+                ev = dataclasses.replace(ev, frames=[self._audio(epoch, self._start, pos)],
+                                         speech_duration=ev.speech_duration - self._offset)
             return [ev]
         if not (self._early_end and opts is not None and ev.speaking):
             return [ev]
+        if self._offset and not self._ended:
+            ev = dataclasses.replace(ev, speech_duration=max(
+                0.0, ev.speech_duration - self._offset))
         window = VAD_WINDOW / VAD_RATE
         if self._ended:  # Silero still in the speech this stream ended
             loud = ev.probability >= opts.activation_threshold
@@ -279,6 +287,7 @@ class TimedVADStream:
                     raw_accumulated_silence=0.0 if self._resumed else quiet)]
             self._ended, self._own_start = False, True  # speech again: a START
             self._speaking = True
+            self._offset = ev.speech_duration - self._resumed
             self._start = max(pos - round((self._resumed + opts.prefix_padding_duration)
                                           * epoch.rate), self._end_pos)
             start = vad.VADEvent(
