@@ -127,12 +127,13 @@ def warm_thinker(addr: str, key: str = "") -> None:
             pass
 
 
-def espeak(text: str, tmp: Path, voice: str = "en") -> np.ndarray:
+def espeak(text: str, tmp: Path, voice: str = "en", wpm: int = 175) -> np.ndarray:
     """Real speech from espeak-ng (services/agent/setup.sh installs it), int16 at 16 kHz."""
     if shutil.which("espeak-ng") is None:
         pytest.fail("espeak-ng missing: run services/agent/setup.sh")
     from voice_agent.direct import read_wav_16k
 
-    path = tmp / f"espeak-{abs(hash((text, voice)))}.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), text], check=True)
+    path = tmp / f"espeak-{abs(hash((text, voice, wpm)))}.wav"
+    subprocess.run(["espeak-ng", "-v", voice, "-s", str(wpm), "-w", str(path), text],
+                   check=True)
     return read_wav_16k(path)

@@ -169,6 +169,26 @@ async def test_with_the_preflight_the_reply_starts_before_the_transcript_is_fina
     assert audible_after(ds, last_word) > 0.3, "no spoken reply"
 
 
+async def test_a_slow_speakers_comma_pause_does_not_end_the_turn(
+        tts_server: Server, thinker: Server, tmp_path: Path) -> None:
+    """"Hello, can you hear me?" at 140 words a minute (espeak-ng: ~250 ms at the comma,
+    over the 200 ms hangover of the caller's silence): the speech ends at the comma and
+    "Hello" may be a whole turn, but a word or two waits short_turn_delay_s and the caller
+    goes on within it: one turn, its reply after the last word."""
+    speech = espeak("Hello, can you hear me?", tmp_path, wpm=140)
+    async with DirectSession(make_settings(tts_server, thinker, greeting="")) as ds:
+        _, speech_end = await ds.say_user(speech)
+        await ds.wait_state(DuplexState.SPEAKING, timeout=20)
+        await ds.wait_until_quiet(timeout=90)
+        res = ds.result()
+    assert [m["role"] for m in res.chat] == ["user", "assistant"], res.chat
+    assert "hear" in str(res.chat[0]["text"]).lower(), res.chat  # both parts, one turn
+    loud = np.flatnonzero(np.abs(speech.astype(np.int32)) > 500)
+    last_word = speech_end - (len(speech) - 1 - int(loud[-1])) / 16000
+    assert not [t for t in ds.speaker.ticks if t.audible and t.at < last_word], \
+        "the agent spoke inside the comma's pause"
+
+
 async def test_barge_in_stops_within_a_frame_and_cancels_the_thinker(
         tts_server: Server, paced_thinker: Server, tmp_path: Path) -> None:
     thinker = paced_thinker

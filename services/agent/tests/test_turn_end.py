@@ -9,16 +9,23 @@ import logging
 
 import numpy as np
 import pytest
+from livekit.agents import llm
 from voice_agent.conversation.turn_end import (
     DETECTOR_ERRORS,
     AudioDetector,
     FusedDetector,
     TurnEnd,
     WordDetector,
-    end_of_turn_wait,
     endpointing,
 )
 from voice_agent.settings import AgentSettings
+
+
+async def wait_after(turn: TurnEnd, text: str) -> float:
+    """The wait after the last speech sample the turn's decision on `text` implies."""
+    await turn.p_end(text)
+    assert turn.last is not None
+    return turn.last.wait_s
 
 
 class Unreachable:
@@ -34,7 +41,7 @@ class Unreachable:
 async def test_a_doubted_turn_waits_at_most_a_second_by_default(text: str) -> None:
     s = AgentSettings()
     turn = TurnEnd(s, WordDetector())
-    wait = await end_of_turn_wait(s, turn, text)
+    wait = await wait_after(turn, text)
     assert wait == s.max_endpointing_delay_s <= 1.0  # held: the user may go on, not 3 s
     assert turn.last is not None and turn.last.wait_s == wait and turn.last.p_end < 0.5
 
@@ -46,8 +53,7 @@ async def test_a_doubted_turn_waits_at_most_a_second_by_default(text: str) -> No
 async def test_a_complete_question_ending_in_a_preposition_is_released_at_once(
         text: str) -> None:
     s = AgentSettings()
-    assert await end_of_turn_wait(s, TurnEnd(s, WordDetector()), text) \
-        == s.min_endpointing_delay_s
+    assert await wait_after(TurnEnd(s, WordDetector()), text) == s.min_endpointing_delay_s
 
 
 async def test_unfinished_words_hold_the_turn_whatever_the_audio() -> None:
@@ -71,11 +77,11 @@ async def test_audio_mode_decides_on_the_ears_words_not_the_markers() -> None:
     turn.utterances = store
     first, second = store.put(bytes(3200)), store.put(bytes(3200))
     store.heard(first, "can you tell me how to get to")
-    assert await end_of_turn_wait(s, turn, first) == s.max_endpointing_delay_s  # held
+    assert await wait_after(turn, first) == s.max_endpointing_delay_s  # held
     assert turn.last is not None and turn.last.transcript == "can you tell me how to get to"
     # the ear says the whole turn's second part while the turn waits: it ends
     asyncio.get_running_loop().call_later(0.05, store.heard, second, "the nearest pharmacy")
-    assert await end_of_turn_wait(s, turn, f"{first} {second}") == s.min_endpointing_delay_s
+    assert await wait_after(turn, f"{first} {second}") == s.min_endpointing_delay_s
     assert turn.last.transcript == "can you tell me how to get to the nearest pharmacy"
     late = store.put(bytes(3200))  # no words within the wait: the marker, as before
     assert await turn.p_end(late, wait=(0.05, 1.0)) >= 0.5
@@ -93,6 +99,46 @@ async def test_a_failing_audio_model_falls_back_to_the_words_with_one_warning(
     assert turn.last is not None and turn.last.fallback
     assert DETECTOR_ERRORS.labels(detector="audio")._value.get() == before + 1
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+class Going:
+    """The conversation's VAD as the short turn's wait sees it."""
+
+    def __init__(self, resuming: bool) -> None:
+        self.resuming = resuming
+
+
+@pytest.mark.parametrize("resuming", [False, True])
+async def test_a_word_or_two_waits_a_little_longer_and_speech_keeps_the_turn(
+        resuming: bool) -> None:
+    """"Hello." may be "Hello, can you hear me?" with a comma's pause, longer than the
+    hangover for a slow speaker: a turn of a word or two that the words find complete waits
+    short_turn_delay_s after its last speech sample (a longer turn: the framework's short
+    wait alone), and is held if the caller goes on meanwhile."""
+    import time
+
+    from voice_agent.metrics import TurnTracker
+    from voice_agent.speech_end import SpeechEnd
+
+    s = AgentSettings()
+    tracker = TurnTracker()
+    turn = TurnEnd(s, WordDetector(), tracker)
+    turn.vad = Going(resuming)
+    ctx = llm.ChatContext.empty()
+
+    async def decide(text: str) -> tuple[float, float]:
+        now = time.perf_counter()
+        tracker.vad_speech_ended(SpeechEnd(at=now - 0.2, decided=now, silence_s=0.2))
+        ctx.add_message(role="user", content=text)
+        p = await turn.predict_end_of_turn(ctx)
+        return p, time.perf_counter() - (now - 0.2)
+
+    p, after = await decide("What is the weather like today?")
+    assert p >= 0.5 and after < s.short_turn_delay_s - 0.05  # no wait of its own
+    p, after = await decide("Hello.")
+    assert turn.last is not None and turn.last.wait_s == s.short_turn_delay_s
+    assert after >= s.short_turn_delay_s - 0.01, after
+    assert (p < 0.5) == resuming, p
 
 
 def test_semantic_vad_eagerness_scales_the_waits() -> None:

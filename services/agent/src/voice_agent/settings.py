@@ -218,6 +218,13 @@ class AgentSettings(BaseSettings):
     # inside a sentence, and bounds what a wrong doubt costs a finished turn (3 s held
     # 13 of 64 complete turns ~3 s on the H200 sweep, when the ear misheard a last word).
     max_endpointing_delay_s: float = Field(1.0, ge=0.1, le=30.0)
+    # A turn of at most this many words that the detector finds complete ("Hello.",
+    # "Yes, please.") waits short_turn_delay_s instead: such words often open a sentence
+    # with a comma's pause after them (espeak-ng and flite: 110-340 ms, synthetic), which
+    # the 200 ms hangover of the caller's silence ends; speech meanwhile keeps the turn
+    # open (seen ~40 ms after it starts). 0 words: no such wait.
+    short_turn_words: int = Field(2, ge=0, le=20)
+    short_turn_delay_s: float = Field(0.35, ge=0.0, le=10.0)
     # Start the LLM as soon as the transcript is in, during the endpointing delay
     # (the framework's preemptive generation; cancelled if the user goes on).
     preemptive_generation: bool = True

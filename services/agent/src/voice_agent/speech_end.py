@@ -55,6 +55,7 @@ WINDOW_S = 0.01
 SPEECH_DBFS = -45.0  # a 10 ms window this loud is speech (as bench/dialogs.py counts it)
 OVER_SILENCE_DB = 6.0
 KEEP_S = 8.0  # audio kept behind the VAD's position: what the audio turn model hears
+LOUD_AGAIN_S = 0.02  # sound this long after the end of speech: the caller goes on
 MAX_SPEECH_S = 60.0  # an utterance's audio kept for the END the stream says (Silero's max)
 VAD_RATE = 16000  # Silero's rate (load_vad), that of its samples_index
 VAD_WINDOW = 512  # samples of one inference, at VAD_RATE
@@ -167,6 +168,12 @@ class TimedVAD(vad.VAD):
     def streams(self) -> list[TimedVADStream]:
         return list(self._streams)
 
+    @property
+    def resuming(self) -> bool:
+        """After an end of speech the stream said, Silero hears speech again, not yet for
+        its minimum speech (the START ~60 ms later): the caller is going on."""
+        return any(s.resuming for s in list(self._streams))
+
 
 class TimedVADStream:
     """The inner VAD stream, with the audio it was given and when that audio arrived."""
@@ -190,6 +197,21 @@ class TimedVADStream:
         # Silero's speech duration before the START said here (it counts from its own):
         # what reads the duration (the interruption rule) hears this speech's alone
         self._offset = 0.0
+
+    @property
+    def resuming(self) -> bool:
+        """Sound again after the last end of speech, before a START says so: Silero hears
+        speech (its START needs its minimum speech), or the audio pushed since, which Silero
+        may not have read yet on a busy host, is loud again (as `last_loud` finds speech)."""
+        if self._speaking or self._epoch is None:
+            return False
+        if self._ended and self._resumed > 0:
+            return True
+        epoch = self._epochs[-1]
+        if epoch is not self._epoch:
+            return False
+        stop = last_loud(epoch.frames, epoch.rate, epoch.pushed)
+        return stop is not None and stop > self._end_pos + int(LOUD_AGAIN_S * epoch.rate)
 
     def push_frame(self, frame: rtc.AudioFrame) -> None:
         self.inner.push_frame(frame)
@@ -261,6 +283,7 @@ class TimedVADStream:
                 return []
             end = self._speech_end(epoch, pos, ev.silence_duration)
             self._on_speech_end(end)
+            self._end_pos = pos - round(end.silence_s * epoch.rate)
             # the silence since the last speech sample, not since Silero's late end: what
             # reads it (the framework's endpointing delays, the ear's end of utterance,
             # Realtime's audio_end_ms) counts from when the caller stopped

@@ -93,6 +93,7 @@ def build_parts(settings: AgentSettings, tracker: TurnTracker, *,
     turn = turn_detector(s, tracker)
     if isinstance(turn, TurnEnd):
         turn.utterances = utterances  # audio mode: the words, as the ear says them
+        turn.vad = vad  # a short turn's wait ends early if the caller goes on
     return Parts(stt=stt_, llm=llm_, tts=tts_, vad=vad, turn=turn)
 
 

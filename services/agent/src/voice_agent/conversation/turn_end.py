@@ -4,7 +4,8 @@ At each silence after speech (the VAD's end of speech), a detector says how like
 turn is over from what it has: the transcript's words (turn_words.py), the turn's audio
 (Smart Turn v3.2, smart_turn.py), or both. Below 0.5 the turn stays open up to
 `max_endpointing_delay_s` after the last speech sample (in doubt: the user may go on),
-else `min_endpointing_delay_s` (confident). A user who speaks again meanwhile keeps the
+else `min_endpointing_delay_s` (confident), or `short_turn_delay_s` for a turn of a word or
+two ("Hello," may go on after a comma's pause). A user who speaks again meanwhile keeps the
 turn open. AGENT_TURN_DETECTION picks the detector:
 
 - `text`: the word rule;
@@ -13,17 +14,17 @@ turn open. AGENT_TURN_DETECTION picks the detector:
   says; else the audio decides (a turn whose words could end, but whose voice goes on);
 - `model`: livekit-agents' local text model; `vad`: silence alone.
 
-An AgentSession (/v1/talk, LiveKit rooms, direct mode) asks `TurnEnd` through
-livekit-agents' turn-detector protocol; the Realtime API's server VAD asks
-`end_of_turn_wait`. Both are the same object per conversation, so a setting reaches every
-door. A detector that fails falls back to the word rule for that turn (one WARNING, and
-agent_turn_detector_errors_total).
+Every door's AgentSession (/v1/talk, /v1/realtime, LiveKit rooms, direct mode) asks its
+conversation's `TurnEnd` through livekit-agents' turn-detector protocol, so a setting
+reaches every door. A detector that fails falls back to the word rule for that turn (one
+WARNING, and agent_turn_detector_errors_total).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,6 +44,8 @@ from ..turn_words import end_of_turn_probability
 log = logging.getLogger("voice_agent.turn_end")
 
 THRESHOLD = 0.5  # below: the turn is unlikely over (the framework's `unlikely_threshold`)
+GOING_ON = 0.05  # the caller spoke again during a short turn's wait: held
+_WORD = re.compile(r"[A-Za-z0-9']+")
 AUDIO_FRESH_S = 3.0  # a located end of speech older than this is not this silence's
 
 DECISIONS = Counter("agent_turn_decisions_total", "End-of-turn decisions at a silence, by "
@@ -148,6 +151,7 @@ class TurnEnd:
         # audio mode (AGENT_STT_MODE=audio): the turn's transcript is utterance markers;
         # the words the background ear says are waited for, within the shortest wait
         self.utterances: UtteranceStore | None = None
+        self.vad: Any = None  # the conversation's TimedVAD: does the caller go on?
         self._words = WordDetector()
         # the audio model's answer, asked at the VAD's end of speech (its audio is there;
         # the transcript comes 50-300 ms later): (that end, its audio, the answer)
@@ -189,7 +193,24 @@ class TurnEnd:
                                   timeout: float | None = None) -> float:
         users = [m for m in chat_ctx.messages() if m.role == "user"]
         text = (users[-1].text_content or "") if users else ""
-        return await self.p_end(text)
+        p = await self.p_end(text)
+        lo = self.settings.min_endpointing_delay_s
+        end = self.tracker.speech_end if self.tracker is not None else None
+        if self.last is None or self.last.wait_s <= lo or end is None:
+            return p
+        if p >= THRESHOLD:  # a short turn: the framework's own wait is the shorter one
+            await asyncio.sleep(max(0.0, end.at + self.last.wait_s - time.perf_counter()))
+            if self.vad is not None and self.vad.resuming:
+                return GOING_ON  # held; the caller's speech (its START) reopens the turn
+        return p
+
+    def wait_s(self, transcript: str, p: float, lo: float, hi: float) -> float:
+        """The wait after the last speech sample a decision implies."""
+        if p < THRESHOLD:
+            return hi
+        if len(_WORD.findall(transcript)) <= self.settings.short_turn_words:
+            return max(lo, self.settings.short_turn_delay_s)
+        return lo
 
     def _audio(self) -> tuple[np.ndarray | None, float | None, asyncio.Future[float] | None]:
         """The VAD's audio of this silence (float32, 16 kHz), where its speech stopped,
@@ -227,7 +248,7 @@ class TurnEnd:
                           self.settings.max_endpointing_delay_s)
         DECISIONS.labels(detector=name, result="end" if p >= THRESHOLD else "hold").inc()
         self.last = Decision(detector=name, transcript=transcript, p_end=p,
-                             wait_s=lo if p >= THRESHOLD else hi, at=time.perf_counter(),
+                             wait_s=self.wait_s(transcript, p, lo, hi), at=time.perf_counter(),
                              audio=view.audio, stop_s=stop_s, fallback=fallback)
         return p
 
@@ -251,26 +272,3 @@ def endpointing(settings: AgentSettings, eagerness: str | None = None) -> tuple[
     """(min, max) wait after the last speech sample, scaled by a Realtime eagerness."""
     k = EAGERNESS.get(eagerness or "auto", 1.0)
     return settings.min_endpointing_delay_s * k, settings.max_endpointing_delay_s * k
-
-
-async def end_of_turn_wait(settings: AgentSettings, detector: Any, transcript: str,
-                           eagerness: str | None = None) -> float:
-    """After the user's last speech sample, how long the turn stays open for them to go on:
-    the rule an AgentSession applies with `turn_handling`, for a door that runs its own
-    turns (the Realtime API's server VAD)."""
-    lo, hi = endpointing(settings, eagerness)
-    if isinstance(detector, str):  # "vad": silence alone
-        return lo
-    ctx = llm.ChatContext.empty()
-    ctx.add_message(role="user", content=transcript)
-    try:
-        if isinstance(detector, TurnEnd):
-            p = await detector.p_end(transcript, wait=(lo, hi))
-        else:
-            p = await detector.predict_end_of_turn(ctx)
-        threshold = await detector.unlikely_threshold(None)
-    except Exception as e:  # a model that fails: the silence rule, this turn
-        log.warning("end of turn: %s failed (%s); the silence rule this turn",
-                    getattr(detector, "model", detector), e)
-        return lo
-    return hi if threshold is not None and p < threshold else lo
