@@ -180,7 +180,8 @@ def _commit() -> str:
 
 def evaluate(folder: Path, out: Path, detectors: list[str] | None = None,
              min_delays: list[float] | None = None, max_delay: float = 1.0,
-             hangover_s: float = 0.2, jobs: int | None = None) -> dict[str, Any]:
+             hangover_s: float = 0.2, jobs: int | None = None,
+             short: tuple[int, float] = (2, 0.35)) -> dict[str, Any]:
     """The whole run: rows per turn, the summary, the conditions; written to `out` (the
     ear's cache beside it)."""
     t0 = time.perf_counter()
@@ -210,7 +211,9 @@ def evaluate(folder: Path, out: Path, detectors: list[str] | None = None,
         "conditions": {
             "vad_silence_s": hangover_s, "max_delay_s": max_delay, "min_delays_s": min_delays,
             "threshold": 0.5, "ear": EAR, "detectors": list(dets), "skipped": skipped,
-            "wait": "max(vad_silence_s, min_delay if p_end >= 0.5 else max_delay) after stop_s",
+            "short_turn": {"words": short[0], "delay_s": short[1]},
+            "wait": "max(vad_silence_s, min_delay if p_end >= 0.5 else max_delay) after "
+                    "stop_s; a complete turn of <= short_turn.words words: >= its delay_s",
             "host": f"{platform.machine()} {os.cpu_count()} cores, {platform.python_version()}",
             "commit": _commit(), "date": time.strftime("%Y-%m-%d"),
         },
@@ -219,7 +222,7 @@ def evaluate(folder: Path, out: Path, detectors: list[str] | None = None,
         "sources": dict(Counter(t.source or "unknown" for t in turns)),
         "seconds": {"load": round(t1 - t0, 1), "ear": round(t2 - t1, 1),
                     "detectors": round(t3 - t2, 1)},
-        "summary": summarize(rows, list(dets), min_delays, max_delay, hangover_s),
+        "summary": summarize(rows, list(dets), min_delays, max_delay, hangover_s, short),
         "turns": rows,
     }
     out.write_text(json.dumps(result, indent=1))
@@ -245,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the wait of a held turn, s (default 1.0, the agent's)")
     ap.add_argument("--vad-silence-ms", type=int, default=200,
                     help="the VAD's hangover: no decision before it (default 200, the agent's)")
+    ap.add_argument("--short-turn-words", type=int, default=2,
+                    help="a complete turn of at most this many words waits --short-turn-delay"
+                    " (default 2, the agent's; 0: off)")
+    ap.add_argument("--short-turn-delay", type=float, default=0.35,
+                    help="that wait, s (default 0.35, the agent's)")
     ap.add_argument("--out", type=Path, default=Path("result.json"),
                     help="the JSON (default result.json); the ear's cache sits beside it")
     ap.add_argument("--plot", type=Path, default=None, help="a PNG (needs matplotlib)")
@@ -253,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     names = a.detectors.split(",") if a.detectors else None
     try:
         result = evaluate(a.folder, a.out, names, a.min_delays, a.max_delay,
-                          a.vad_silence_ms / 1e3, a.jobs)
+                          a.vad_silence_ms / 1e3, a.jobs,
+                          (a.short_turn_words, a.short_turn_delay))
     except FolderError as e:
         raise SystemExit(f"turn_eval: {e}") from None
     for name, why in result["conditions"]["skipped"].items():

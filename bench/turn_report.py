@@ -4,7 +4,9 @@ and source), the printed table and the plot. Knows nothing of audio or models.
 
 Per turn, after the speaker stops (stop_s), the agent waits
     max(hangover, min_delay if p_end >= 0.5 else max_delay)
-(the VAD's hangover first: no decision comes before it). Then:
+(the VAD's hangover first: no decision comes before it), and a turn the detector finds
+complete whose transcript has at most `short_words` words waits at least `short_delay`
+(the agent's AGENT_SHORT_TURN_WORDS / _DELAY_S). Then:
 - cut-off: an unfinished turn whose wait is shorter than its pause (resume_s - stop_s;
   a null resume_s: any end cuts);
 - latency: a complete turn's wait (its end of turn -> the agent's decision);
@@ -18,6 +20,7 @@ Per turn, after the speaker stops (stop_s), the agent waits
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -30,10 +33,17 @@ THRESHOLD = 0.5  # voice_agent.conversation.turn_end.THRESHOLD (imported there, 
 SPLITS = ("family", "kind", "source")
 LONG_HOLD_S = 1.0
 Row = dict[str, Any]
+Short = tuple[int, float]  # (words, delay): a short turn's wait (the agent's 2, 0.35 s)
+_WORD = re.compile(r"[A-Za-z0-9']+")  # as voice_agent.conversation.turn_end counts words
 
 
-def wait_s(p: float, min_delay: float, max_delay: float, hangover: float) -> float:
-    return max(hangover, min_delay if p >= THRESHOLD else max_delay)
+def wait_s(p: float, min_delay: float, max_delay: float, hangover: float,
+           transcript: str = "", short: Short = (0, 0.0)) -> float:
+    if p < THRESHOLD:
+        return max(hangover, max_delay)
+    if len(_WORD.findall(transcript)) <= short[0]:
+        min_delay = max(min_delay, short[1])
+    return max(hangover, min_delay)
 
 
 def is_cut(row: Row, wait: float) -> bool:
@@ -64,10 +74,11 @@ def _rate(k: int, n: int) -> float | None:
 
 
 def summarize_one(rows: list[Row], detector: str, min_delay: float, max_delay: float,
-                  hangover: float) -> dict[str, Any]:
+                  hangover: float, short: Short = (0, 0.0)) -> dict[str, Any]:
     """The numbers of one detector at one min delay."""
     def wait(r: Row) -> float:
-        return wait_s(r["p_end"][detector], min_delay, max_delay, hangover)
+        return wait_s(r["p_end"][detector], min_delay, max_delay, hangover, r["transcript"],
+                      short)
 
     def cutoffs(rs: list[Row]) -> dict[str, Any]:
         cut = sum(is_cut(r, wait(r)) for r in rs)
@@ -110,10 +121,10 @@ def summarize_one(rows: list[Row], detector: str, min_delay: float, max_delay: f
 
 
 def summarize(rows: list[Row], detectors: list[str], min_delays: list[float],
-              max_delay: float, hangover: float) -> dict[str, Any]:
+              max_delay: float, hangover: float, short: Short = (0, 0.0)) -> dict[str, Any]:
     """{detector: {min delay (str): numbers}}."""
-    return {d: {f"{m:g}": summarize_one(rows, d, m, max_delay, hangover) for m in min_delays}
-            for d in detectors}
+    return {d: {f"{m:g}": summarize_one(rows, d, m, max_delay, hangover, short)
+                for m in min_delays} for d in detectors}
 
 
 # --- printing ------------------------------------------------------------------------------

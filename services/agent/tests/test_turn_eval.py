@@ -136,3 +136,17 @@ def test_the_page_feedback_recorder_writes_turns_this_reads(tmp_path: Path) -> N
     assert sorted(t.label for t in turns) == ["complete", "unfinished"]
     assert all(t.source == "feedback" and t.stop_s == 0.5 and t.resume_s is None
                and t.decision["detector"] == "text" for t in turns)
+
+
+def test_the_harness_waits_as_the_agent_does_for_a_short_turn() -> None:
+    """A complete turn of a word or two waits the agent's short-turn delay (the hangover
+    and min delay otherwise); a held turn the max delay."""
+    from bench.turn_report import wait_s
+
+    short = (2, 0.35)
+    assert wait_s(0.9, 0.2, 1.0, 0.2, "Hello.", short) == 0.35
+    assert wait_s(0.9, 0.2, 1.0, 0.2, "Yes, please.", short) == 0.35
+    assert wait_s(0.9, 0.2, 1.0, 0.2, "What is the weather like?", short) == 0.2
+    assert wait_s(0.05, 0.2, 1.0, 0.2, "Hello,", short) == 1.0
+    assert wait_s(0.9, 0.5, 1.0, 0.2, "Hello.", short) == 0.5  # the min delay is longer
+    assert wait_s(0.9, 0.2, 1.0, 0.2, "Hello.") == 0.2  # off
