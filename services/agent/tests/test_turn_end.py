@@ -123,7 +123,7 @@ async def test_a_word_or_two_waits_a_little_longer_and_speech_keeps_the_turn(
     s = AgentSettings()
     tracker = TurnTracker()
     turn = TurnEnd(s, WordDetector(), tracker)
-    turn.vad = Going(resuming)
+    turn.vad = going = Going(False)
     ctx = llm.ChatContext.empty()
 
     async def decide(text: str) -> tuple[float, float]:
@@ -135,10 +135,15 @@ async def test_a_word_or_two_waits_a_little_longer_and_speech_keeps_the_turn(
 
     p, after = await decide("What is the weather like today?")
     assert p >= 0.5 and after < s.short_turn_delay_s - 0.05  # no wait of its own
+    going.resuming = resuming
     p, after = await decide("Hello.")
     assert turn.last is not None and turn.last.wait_s == s.short_turn_delay_s
     assert after >= s.short_turn_delay_s - 0.01, after
     assert (p < 0.5) == resuming, p
+    # any turn the caller already went on from is held (their START, on its way to the
+    # framework, reopens it)
+    p, after = await decide("What is the weather like today?")
+    assert (p < 0.5) == resuming and after < s.short_turn_delay_s - 0.05, p
 
 
 def test_semantic_vad_eagerness_scales_the_waits() -> None:

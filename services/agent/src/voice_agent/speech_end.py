@@ -200,12 +200,13 @@ class TimedVADStream:
 
     @property
     def resuming(self) -> bool:
-        """Sound again after the last end of speech, before a START says so: Silero hears
-        speech (its START needs its minimum speech), or the audio pushed since, which Silero
-        may not have read yet on a busy host, is loud again (as `last_loud` finds speech)."""
-        if self._speaking or self._epoch is None:
+        """Sound again after the last end of speech: a START said since (what reads the
+        events may not have read it yet), Silero hearing speech (its START needs its
+        minimum speech), or the audio pushed since, which Silero may not have read yet on a
+        busy host, loud again (as `last_loud` finds speech)."""
+        if self._epoch is None:
             return False
-        if self._ended and self._resumed > 0:
+        if self._speaking or (self._ended and self._resumed > 0):
             return True
         epoch = self._epochs[-1]
         if epoch is not self._epoch:

@@ -194,14 +194,18 @@ class TurnEnd:
         users = [m for m in chat_ctx.messages() if m.role == "user"]
         text = (users[-1].text_content or "") if users else ""
         p = await self.p_end(text)
-        lo = self.settings.min_endpointing_delay_s
-        end = self.tracker.speech_end if self.tracker is not None else None
-        if self.last is None or self.last.wait_s <= lo or end is None:
+        if p < THRESHOLD:
             return p
-        if p >= THRESHOLD:  # a short turn: the framework's own wait is the shorter one
+        end = self.tracker.speech_end if self.tracker is not None else None
+        if self.last is not None and end is not None \
+                and self.last.wait_s > self.settings.min_endpointing_delay_s:
+            # a short turn: its wait is longer than the framework's own, so it is waited here
             await asyncio.sleep(max(0.0, end.at + self.last.wait_s - time.perf_counter()))
-            if self.vad is not None and self.vad.resuming:
-                return GOING_ON  # held; the caller's speech (its START) reopens the turn
+        if self.vad is not None and self.vad.resuming:
+            # the caller went on (on a busy host their START may still be on its way to
+            # the framework, whose END-and-transcript decision came first): held, and
+            # that START reopens the turn
+            return GOING_ON
         return p
 
     def wait_s(self, transcript: str, p: float, lo: float, hi: float) -> float:
