@@ -89,7 +89,8 @@ def main(folder: Path = HERE, runs: tuple[str, ...] = tuple(RUNS)) -> None:
                     if m:
                         r = json.loads(m.group(1))
                         records[r["trace_id"]] = r
-        out[run] = [level_row(files, n, records) for n in LEVELS]
+        out[run] = [level_row(files, n, records) for n in LEVELS
+                    if f"conv_{n}.json" in files]  # the levels the run had
         for r in out[run]:
             e, t, f, w = (r[k] for k in ("eot_to_first_audio_ms", "tts_first_audio_ms",
                                          "thinker_ttft_ms", "eot_wait_ms"))
