@@ -338,7 +338,7 @@ class TimedVADStream:
             return [ev]
         self._ended, self._end_pos, self._resumed = True, stop, 0.0
         self._speaking = False
-        end = self._speech_end(epoch, pos, silero_silence)
+        end = self._speech_end(epoch, pos, silero_silence, stop)
         self._on_speech_end(end)
         frames = [self._audio(epoch, self._start, pos)]
         self._own_start = False
@@ -371,13 +371,15 @@ class TimedVADStream:
         epoch.seen = ev.samples_index
         return epoch
 
-    def _speech_end(self, epoch: _Epoch, pos: int, silero_silence_s: float) -> SpeechEnd:
+    def _speech_end(self, epoch: _Epoch, pos: int, silero_silence_s: float,
+                    stop: int | None = None) -> SpeechEnd:
         """The end of speech the VAD decided on at `pos` (the audio it has read), after
-        `silero_silence_s` of its own silence."""
+        `silero_silence_s` of its own silence; `stop`: the last speech sample, if the
+        stream already placed it (its own END)."""
         decided = time.perf_counter()
         rate, frames = epoch.rate, list(epoch.frames)
         vad_end = pos - round(silero_silence_s * rate)  # its last speech window's end
-        end = loud_end(frames, rate, vad_end, pos) or vad_end
+        end = stop if stop is not None else (loud_end(frames, rate, vad_end, pos) or vad_end)
         at, heard = arrival(frames, end - 1), arrival(frames, pos - 1)
         audio = recent_audio(frames, pos)
         kept = {"audio": audio, "rate": rate, "audio_end_s": None if audio is None
