@@ -254,3 +254,25 @@ async def test_speech_after_that_end_is_a_new_utterance_and_a_comma_is_none(
                         np.concatenate([lead, one, comma, two, tail]))
     assert [ev.type for ev in said if ev.type != kinds.INFERENCE_DONE] == [
         kinds.START_OF_SPEECH, kinds.END_OF_SPEECH]
+
+
+async def test_the_caller_going_on_is_seen_on_open_streams_only(tmp_path: Path) -> None:
+    """After an end of speech, speech again makes the conversation's VAD `resuming` (the
+    short-turn wait and a decision racing the START read it: conversation/turn_end.py);
+    a stream closed mid-speech says nothing of the next one's caller."""
+    from livekit.agents import vad as lk_vad
+
+    one, two = trimmed("I need a hotel room", tmp_path), trimmed("with a view", tmp_path)
+    pcm = np.concatenate([np.zeros(8000, np.int16), one, np.zeros(4800, np.int16), two])
+    vad = TimedVAD(load_vad(AgentSettings()), lambda _: None)
+    stream = vad.stream()
+    for f in frames(pcm, None):
+        stream.push_frame(f)
+    seen = []
+    async for ev in stream:
+        seen.append(ev.type)
+        if seen.count(lk_vad.VADEventType.START_OF_SPEECH) == 2:
+            break  # "with a view" under way
+    assert lk_vad.VADEventType.END_OF_SPEECH in seen and vad.resuming
+    await stream.aclose()
+    assert not vad.resuming

@@ -170,9 +170,9 @@ class TimedVAD(vad.VAD):
 
     @property
     def resuming(self) -> bool:
-        """After an end of speech the stream said, Silero hears speech again, not yet for
-        its minimum speech (the START ~60 ms later): the caller is going on."""
-        return any(s.resuming for s in list(self._streams))
+        """The caller went on after the last end of speech (`TimedVADStream.resuming`), on
+        an open stream of this conversation."""
+        return any(s.resuming for s in list(self._streams) if not s.closed)
 
 
 class TimedVADStream:
