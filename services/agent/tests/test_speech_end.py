@@ -263,8 +263,18 @@ async def test_the_caller_going_on_is_seen_on_open_streams_only(tmp_path: Path) 
     from livekit.agents import vad as lk_vad
 
     one, two = trimmed("I need a hotel room", tmp_path), trimmed("with a view", tmp_path)
-    pcm = np.concatenate([np.zeros(8000, np.int16), one, np.zeros(4800, np.int16), two])
     vad = TimedVAD(load_vad(AgentSettings()), lambda _: None)
+    quiet = vad.stream()  # speech, then silence: ended, and quiet since
+    for f in frames(np.concatenate([np.zeros(8000, np.int16), one,
+                                    np.zeros(16000, np.int16)]), None):
+        quiet.push_frame(f)
+    async for ev in quiet:
+        if ev.type == lk_vad.VADEventType.END_OF_SPEECH:
+            break
+    await asyncio.sleep(0.3)  # Silero reads the rest of the silence
+    assert not vad.resuming
+    await quiet.aclose()
+    pcm = np.concatenate([np.zeros(8000, np.int16), one, np.zeros(4800, np.int16), two])
     stream = vad.stream()
     for f in frames(pcm, None):
         stream.push_frame(f)
