@@ -93,9 +93,11 @@ async def test_a_user_turn_gets_a_spoken_reply(tts_server: Server, thinker: Serv
                                               ROLE_USER]  # greeting, turn 1, turn 2
     assert req.system_prompt == ds.settings.system_prompt
     assert greeting_s > 0.5, "the greeting was not spoken"
-    # true EoT: the last loud sample of the played clip (espeak ends with silence)
-    loud = np.flatnonzero(np.abs(speech.astype(np.int32)) > 500)
-    eot = speech_end - (len(speech) - 1 - int(loud[-1])) / 16000
+    # true EoT: the end of the clip's last 10 ms window of speech (over -45 dBFS, as
+    # bench/dialogs.py and speech_end.py count speech; espeak ends with silence)
+    x = speech[: len(speech) // 160 * 160].astype(np.float64) / 32768
+    level = 10 * np.log10(np.mean(x.reshape(-1, 160) ** 2, axis=1) + 1e-20)
+    eot = speech_end - (len(speech) - (int(np.flatnonzero(level >= -45)[-1]) + 1) * 160) / 16000
     first = next(t.at for t in ds.speaker.ticks if t.audible and t.at > speech_end)
     eot_to_first_audio = first - eot
     assert audible_after(ds, speech_end) > 0.5, "no spoken reply"
@@ -105,10 +107,10 @@ async def test_a_user_turn_gets_a_spoken_reply(tts_server: Server, thinker: Serv
     print(f"\nEoT->first audio: {eot_to_first_audio * 1000:.0f} ms (true), turn={turn}")
     for key in ("eot_to_first_audio_ms", "llm_ttft_ms", "tts_ttfa_ms", "stt_ms"):
         assert isinstance(turn[key], float) and turn[key] > 0, (key, turn)
-    # the tracker's EoT is the real-time slot of the frame holding the last loud sample
-    # (speech_end.py: the VAD's end, 30-195 ms after it, moved back): within a frame of
-    # it (this clock puts a sample at its frame's delivery + its offset); it was the VAD's
-    # decision - its hangover, up to 0.5 s off
+    # the tracker's EoT is the real-time slot of the frame holding the last speech sample
+    # (speech_end.py places it in the audio): within a frame of it (this clock puts a
+    # sample at its frame's delivery + its offset); it was the VAD's decision - its
+    # hangover, up to 0.5 s off
     lag = eot_to_first_audio - turn["eot_to_first_audio_ms"] / 1000  # type: ignore[operator]
     assert -0.05 < lag < 0.03, lag
     states = [s for _, s in res.transitions]
