@@ -510,15 +510,12 @@ def arrival(frames: Sequence[_Frame], sample: int) -> float | None:
     return None
 
 
-def last_loud(frames: deque[_Frame], rate: int, pos: int) -> int | None:
-    """The end of the last 10 ms window of speech in the LOOKBACK_S before `pos`, loud by
-    SPEECH_DBFS and by OVER_SILENCE_DB over the quietest fifth of those windows (Silero's
-    silence may begin within a word's quiet tail, so every window up to `pos` counts);
-    None if none is (noise as loud as speech), or the audio is not kept."""
+def _levels(frames: Sequence[_Frame], rate: int, lo: int, hi: int) -> np.ndarray | None:
+    """The level (dBFS) of each 10 ms window in [lo, hi) (on the stream's 10 ms grid);
+    None if that audio is not all kept. Walks from the newest frame back: the deque holds
+    up to a minute, and this runs once a window."""
     win = int(rate * WINDOW_S)
-    lo = -(-(pos - int(LOOKBACK_S * rate)) // win) * win
-    hi = pos // win * win
-    kept = []  # from the newest back (once a window: the deque holds up to a minute)
+    kept = []
     for f in reversed(frames):
         if f.end <= lo:
             break
@@ -529,10 +526,27 @@ def last_loud(frames: deque[_Frame], rate: int, pos: int) -> int | None:
         return None
     x = np.concatenate([f.pcm for f in kept])[lo - kept[0].start:hi - kept[0].start]
     x = x[:len(x) // win * win].astype(np.float64) / 32768.0
-    level = 10 * np.log10(np.mean(x.reshape(-1, win) ** 2, axis=1) + 1e-20)
-    floor = float(np.percentile(level, 20))
-    loud = np.flatnonzero(level >= max(SPEECH_DBFS, floor + OVER_SILENCE_DB))
+    return 10 * np.log10(np.mean(x.reshape(-1, win) ** 2, axis=1) + 1e-20)
+
+
+def _last_over(level: np.ndarray, threshold: float, lo: int, win: int) -> int | None:
+    loud = np.flatnonzero(level >= max(SPEECH_DBFS, threshold))
     return None if len(loud) == 0 else lo + (int(loud[-1]) + 1) * win
+
+
+def last_loud(frames: deque[_Frame], rate: int, pos: int) -> int | None:
+    """The end of the last 10 ms window of speech in the LOOKBACK_S before `pos`, loud by
+    SPEECH_DBFS and by OVER_SILENCE_DB over the quietest fifth of those windows (Silero's
+    silence may begin within a word's quiet tail, so every window up to `pos` counts);
+    None if none is (noise as loud as speech), or the audio is not kept."""
+    win = int(rate * WINDOW_S)
+    if win == 0:
+        return None
+    lo = -(-(pos - int(LOOKBACK_S * rate)) // win) * win
+    level = _levels(frames, rate, lo, pos // win * win)
+    if level is None:
+        return None
+    return _last_over(level, float(np.percentile(level, 20)) + OVER_SILENCE_DB, lo, win)
 
 
 def loud_end(frames: list[_Frame], rate: int, vad_end: int, pos: int) -> int | None:
@@ -542,16 +556,10 @@ def loud_end(frames: list[_Frame], rate: int, vad_end: int, pos: int) -> int | N
     win = int(rate * WINDOW_S)
     if not frames or win == 0:
         return None
-    lo = max(vad_end - int(LOOKBACK_S * rate), frames[0].start)
-    lo = -(-lo // win) * win
-    hi = pos // win * win
-    kept = [f for f in frames if f.end > lo and f.start < hi]
-    if hi - lo < win or not kept or kept[0].start > lo:
+    lo = -(-max(vad_end - int(LOOKBACK_S * rate), frames[0].start) // win) * win
+    level = _levels(frames, rate, lo, pos // win * win)
+    if level is None:
         return None
-    x = np.concatenate([f.pcm for f in kept])[lo - kept[0].start:hi - kept[0].start]
-    x = x[:len(x) // win * win].astype(np.float64) / 32768.0
-    level = 10 * np.log10(np.mean(x.reshape(-1, win) ** 2, axis=1) + 1e-20)
     n_speech = -(-(vad_end - lo) // win)  # the windows that start before the VAD's end
     floor = float(np.median(level[n_speech:])) if len(level) > n_speech else -120.0
-    loud = np.flatnonzero(level[:n_speech] >= max(SPEECH_DBFS, floor + OVER_SILENCE_DB))
-    return None if len(loud) == 0 else lo + (int(loud[-1]) + 1) * win
+    return _last_over(level[:n_speech], floor + OVER_SILENCE_DB, lo, win)
