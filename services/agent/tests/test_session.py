@@ -109,10 +109,11 @@ async def test_a_user_turn_gets_a_spoken_reply(tts_server: Server, thinker: Serv
         assert isinstance(turn[key], float) and turn[key] > 0, (key, turn)
     # the tracker's EoT is the real-time slot of the frame holding the last speech sample
     # (speech_end.py places it in the audio): within a frame of it (this clock puts a
-    # sample at its frame's delivery + its offset); it was the VAD's decision - its
-    # hangover, up to 0.5 s off
+    # sample at its frame's delivery + its offset), read here on the speaker's 20 ms
+    # ticks: up to a frame plus a tick apart (30.3 ms was seen on a loaded CI host); it
+    # was the VAD's decision - its hangover, 200-500 ms off
     lag = eot_to_first_audio - turn["eot_to_first_audio_ms"] / 1000  # type: ignore[operator]
-    assert -0.05 < lag < 0.03, lag
+    assert -0.05 < lag < 0.045, lag
     states = [s for _, s in res.transitions]
     i = states.index(DuplexState.THINKING)
     assert states[i:i + 3] == [DuplexState.THINKING, DuplexState.SPEAKING,
