@@ -138,6 +138,13 @@ async def test_the_session_reports_its_real_turn_settings_and_takes_semantic_vad
         td = updated["session"]["audio"]["input"]["turn_detection"]
         assert td["type"] == "semantic_vad" and td["eagerness"] == "high"
         assert s.s.cfg.turn_detection is not None and s.s.cfg.turn_detection.eagerness == "high"
+        # the conversation's policy runs at that eagerness: the framework's waits and its
+        # own (a word or two's) alike
+        opts = s.s.pipeline.session.options.turn_handling["endpointing"]
+        assert (opts["min_delay"], opts["max_delay"]) == pytest.approx(
+            (agent.min_endpointing_delay_s / 2, agent.max_endpointing_delay_s / 2))
+        assert s.s.pipeline.turn.delays == pytest.approx(  # type: ignore[union-attr]
+            (opts["min_delay"], opts["max_delay"]))
         got = await s.send({"type": "session.update", "session": {"audio": {"input": {
             "turn_detection": {"type": "semantic_vad", "eagerness": "eager"}}}}})
         [err] = [e for e in got if e["type"] == "error"]

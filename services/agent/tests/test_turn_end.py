@@ -16,6 +16,7 @@ from voice_agent.conversation.turn_end import (
     FusedDetector,
     TurnEnd,
     WordDetector,
+    eagerness_scale,
     endpointing,
 )
 from voice_agent.settings import AgentSettings
@@ -151,6 +152,15 @@ def test_semantic_vad_eagerness_scales_the_waits() -> None:
     assert endpointing(s, "auto") == endpointing(s, "medium") == (0.3, 1.0)
     assert endpointing(s, "high") == (0.15, 0.5)
     assert endpointing(s, "low") == (0.6, 2.0)
+    # the policy's own wait for a word or two scales with them
+    turn = TurnEnd(s, WordDetector())
+    for eagerness in ("high", "auto", "low"):
+        turn.scale = eagerness_scale(eagerness)
+        lo, hi = turn.delays
+        assert (lo, hi) == pytest.approx(endpointing(s, eagerness))
+        assert turn.wait_s("Hello.", 0.9, lo, hi) == pytest.approx(
+            s.short_turn_delay_s * turn.scale)
+        assert turn.wait_s("Can you tell me", 0.05, lo, hi) == pytest.approx(hi)
 
 
 async def test_the_audio_model_hears_the_turn_as_the_vad_ended_it(tmp_path) -> None:  # type: ignore[no-untyped-def]

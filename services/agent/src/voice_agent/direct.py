@@ -1,9 +1,9 @@
 """Direct mode: the real AgentSession on our own microphone/speaker, no LiveKit.
 
-The same pipeline as the worker (plugins, Silero VAD, duplex controller, fallback,
-transcript synchronizer), with `MicrophoneInput` / `SpeakerOutput` in place of the
-room's tracks. Used by `python -m voice_agent --direct`, the AutoRTC suite, the local
-mesh, and the agent's own tests.
+The conversation every door runs (conversation/core.py: plugins, Silero VAD, duplex
+controller, fallback, transcript synchronizer), with `MicrophoneInput` / `SpeakerOutput`
+in place of the room's tracks. Used by `python -m voice_agent --direct`, the AutoRTC
+suite, the local mesh, and the agent's own tests.
 
     async with DirectSession(settings) as ds:      # greets (unless greet=False)
         await ds.wait_until_quiet()
@@ -26,11 +26,12 @@ from pathlib import Path
 
 import numpy as np
 from livekit import rtc
-from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
 
-from .agent import Pipeline, attach_duplex, build_pipeline
+from .agent import starter_phrases
 from .audio_io import MicrophoneInput, SpeakerOutput
+from .conversation.core import Conversation
 from .duplex import BargeIn, DuplexState
+from .metrics import TurnTracker
 from .settings import AgentSettings
 from .voices import check_configured_voice
 from .warmup import warm_transcript_timing
@@ -77,47 +78,35 @@ class DirectResult:
             w.writeframes(self.recording)
 
 
-class DirectSession:
+class DirectSession(Conversation):
+    """A conversation (conversation/core.py) on a local mic and speaker, and the ways a
+    test drives and reads it."""
+
+    mic: MicrophoneInput
+    speaker: SpeakerOutput
+
     def __init__(self, settings: AgentSettings, *, greet: bool = True) -> None:
         if not greet:
             settings = settings.model_copy(update={"greeting": ""})
-        self.settings = settings
-        self.pipeline: Pipeline = build_pipeline(settings)
-        self.mic = MicrophoneInput(sample_rate=MIC_RATE)
-        self.speaker = SpeakerOutput(sample_rate=settings.tts_sample_rate,
-                                     frame_ms=settings.tts_frame_ms,
-                                     on_first_audio=self.pipeline.tracker.audio_published)
-        self._sync = TranscriptSynchronizer(next_in_chain_audio=self.speaker,
-                                            next_in_chain_text=None)
-        self.duplex = attach_duplex(self.pipeline, silent_from=self.speaker.silent_from)
+        tracker = TurnTracker()
+        speaker = SpeakerOutput(sample_rate=settings.tts_sample_rate,
+                                frame_ms=settings.tts_frame_ms,
+                                on_first_audio=tracker.audio_published)
+        super().__init__(settings, tracker=tracker, mic=MicrophoneInput(sample_rate=MIC_RATE),
+                         speaker=speaker)
 
     @property
     def session(self):  # type: ignore[no-untyped-def]
         return self.pipeline.session
 
-    async def start(self) -> None:
+    async def start(self, room: rtc.Room | None = None) -> None:
         warm_transcript_timing()  # once per process, before any reply (warmup.py)
         p = self.pipeline
         warm_stt = asyncio.ensure_future(p.stt.prewarm_async())  # beside the phrases
         if self.settings.starter_cache:
-            phrases = [x for x in (self.settings.greeting, self.settings.fallback_reply) if x]
-            await p.cache.warm(p.tts, phrases)
+            await p.cache.warm(p.tts, starter_phrases(self.settings))
         await warm_stt
-        p.session.input.audio = self.mic
-        p.session.output.audio = self._sync.audio_output
-        p.session.output.transcription = self._sync.text_output
-        self.speaker.start()
-        await p.session.start(agent=p.agent, record=False)
-
-    async def aclose(self) -> None:
-        self.mic.close()
-        try:
-            await self.pipeline.session.aclose()
-        finally:
-            await self._sync.aclose()  # else its segment tasks outlive the session
-            await self.speaker.aclose()
-            for comp in (self.pipeline.stt, self.pipeline.llm, self.pipeline.tts):
-                await comp.aclose()
+        await super().start(room)
 
     async def __aenter__(self) -> DirectSession:
         await self.start()

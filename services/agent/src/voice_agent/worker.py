@@ -26,8 +26,9 @@ import threading
 
 from livekit.agents import AgentServer, JobContext, JobExecutorType, JobProcess, cli
 
-from .agent import PhraseCache, attach_duplex, build_pipeline, starter_phrases
+from .agent import PhraseCache, starter_phrases
 from .autortc_marks import AutoRTCMarks
+from .conversation.core import Conversation
 from .conversation.parts import load_vad
 from .http import start_http
 from .load import MONITOR
@@ -72,8 +73,8 @@ async def entrypoint(ctx: JobContext) -> None:
 
     tracker = TurnTracker(on_report=lambda report: send(encode_latency(report),
                                                         settings.latency_topic))
-    p = build_pipeline(settings, tracker=tracker, cache=_CACHE)
-    attach_duplex(p)
+    conv = Conversation(settings, tracker=tracker, cache=_CACHE)  # the room's tracks
+    p = conv.pipeline
     marks = AutoRTCMarks(send, lambda: tracker.current.trace_id if tracker.current else None)
     ctx.room.on("data_received", lambda packet: marks.on_data(packet.topic, packet.data))
     p.session.on("agent_state_changed", lambda ev: marks.on_state(ev.old_state, ev.new_state))
@@ -83,7 +84,7 @@ async def entrypoint(ctx: JobContext) -> None:
     if settings.starter_cache:
         await _CACHE.warm(p.tts, starter_phrases(settings), timeout_s=10.0)
     await warm_stt
-    await p.session.start(agent=p.agent, room=ctx.room)
+    await conv.start(room=ctx.room)
 
 
 def _serve_http(settings: AgentSettings) -> None:

@@ -152,6 +152,9 @@ class TurnEnd:
         # the words the background ear says are waited for, within the shortest wait
         self.utterances: UtteranceStore | None = None
         self.vad: Any = None  # the conversation's TimedVAD: does the caller go on?
+        # how soon this conversation's turns end: every wait scales by it (a Realtime
+        # session's semantic_vad eagerness, `eagerness_scale`)
+        self.scale = 1.0
         self._words = WordDetector()
         # the audio model's answer, asked at the VAD's end of speech (its audio is there;
         # the transcript comes 50-300 ms later): (that end, its audio, the answer)
@@ -198,7 +201,7 @@ class TurnEnd:
             return p
         end = self.tracker.speech_end if self.tracker is not None else None
         if self.last is not None and end is not None \
-                and self.last.wait_s > self.settings.min_endpointing_delay_s:
+                and self.last.wait_s > self.delays[0]:
             # a short turn: its wait is longer than the framework's own, so it is waited here
             await asyncio.sleep(max(0.0, end.at + self.last.wait_s - time.perf_counter()))
         if self.vad is not None and self.vad.resuming:
@@ -208,12 +211,18 @@ class TurnEnd:
             return GOING_ON
         return p
 
+    @property
+    def delays(self) -> tuple[float, float]:
+        """(confident, in doubt) waits after the last speech sample, at this scale."""
+        s = self.settings
+        return s.min_endpointing_delay_s * self.scale, s.max_endpointing_delay_s * self.scale
+
     def wait_s(self, transcript: str, p: float, lo: float, hi: float) -> float:
         """The wait after the last speech sample a decision implies."""
         if p < THRESHOLD:
             return hi
         if len(_WORD.findall(transcript)) <= self.settings.short_turn_words:
-            return max(lo, self.settings.short_turn_delay_s)
+            return max(lo, self.settings.short_turn_delay_s * self.scale)
         return lo
 
     def _audio(self) -> tuple[np.ndarray | None, float | None, asyncio.Future[float] | None]:
@@ -234,7 +243,7 @@ class TurnEnd:
         if audio is None:
             audio, stop_s, early = self._audio()
         if self.utterances is not None:  # the turn waits this long anyway
-            lo_s = wait[0] if wait else self.settings.min_endpointing_delay_s
+            lo_s = wait[0] if wait else self.delays[0]
             transcript = await self.utterances.spoken(transcript, lo_s)
         view = TurnView(transcript, audio, early)
         name = self.detector.name
@@ -248,8 +257,7 @@ class TurnEnd:
                         name, e)
             p, fallback = await self._words.p_end(view), True
         DETECTOR_SECONDS.labels(detector=name).observe(time.perf_counter() - t0)
-        lo, hi = wait or (self.settings.min_endpointing_delay_s,
-                          self.settings.max_endpointing_delay_s)
+        lo, hi = wait or self.delays
         DECISIONS.labels(detector=name, result="end" if p >= THRESHOLD else "hold").inc()
         self.last = Decision(detector=name, transcript=transcript, p_end=p,
                              wait_s=self.wait_s(transcript, p, lo, hi), at=time.perf_counter(),
@@ -268,11 +276,15 @@ def turn_detector(settings: AgentSettings,
 
 
 # semantic_vad's eagerness (the Realtime API): how soon a turn ends, as a scale on the
-# agent's endpointing delays ("auto" and "medium": the agent's own).
+# agent's waits ("auto" and "medium": the agent's own).
 EAGERNESS = {"low": 2.0, "medium": 1.0, "auto": 1.0, "high": 0.5}
+
+
+def eagerness_scale(eagerness: str | None) -> float:
+    return EAGERNESS.get(eagerness or "auto", 1.0)
 
 
 def endpointing(settings: AgentSettings, eagerness: str | None = None) -> tuple[float, float]:
     """(min, max) wait after the last speech sample, scaled by a Realtime eagerness."""
-    k = EAGERNESS.get(eagerness or "auto", 1.0)
+    k = eagerness_scale(eagerness)
     return settings.min_endpointing_delay_s * k, settings.max_endpointing_delay_s * k

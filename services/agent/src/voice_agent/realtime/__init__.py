@@ -2,7 +2,7 @@
 Realtime client (the `openai` SDK's `client.realtime.connect`, LiveKit's
 `openai.realtime.RealtimeModel`, Pipecat) talks to our thinker, TTS and ear.
 
-A door on the one conversation core (agent.py build_pipeline: the AgentSession, its
+A door on the one conversation core (conversation/core.py: the AgentSession, its
 end-of-turn policy and barge-in, shared with /v1/talk and LiveKit rooms). By what a
 change touches:
   events.py   the wire: session shapes (GA and beta), event names, errors, G.711

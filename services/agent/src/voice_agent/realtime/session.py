@@ -1,7 +1,7 @@
 """One Realtime API session on one socket (`RealtimeSession`): the API's events over the
-agent's one conversation core, the AgentSession every door runs (agent.py
-`build_pipeline`: the end-of-turn policy, the duplex controller, the thinker, TTS and ear;
-conversation/ mic and speaker). What is left here is what only this API has: its items
+agent's one conversation core (conversation/core.py `Conversation`, the one every door
+runs: the end-of-turn policy, the duplex controller, the thinker, TTS and ear, the mic and
+the paced speaker). What is left here is what only this API has: its items
 (the client creates, deletes, truncates and retrieves them; realtime/items.py; mirrored to
 the agent's chat context), responses as events, the input buffer a client commits when
 server VAD is off, and client-run tools.
@@ -41,15 +41,13 @@ from livekit.agents.voice.events import (
     SpeechCreatedEvent,
     UserStateChangedEvent,
 )
-from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
 
-from ..agent import attach_duplex, build_pipeline
+from ..conversation.core import Conversation
 from ..conversation.mic import MicFramer, MicInput
 from ..conversation.outbox import Outbox
 from ..conversation.speaker import SocketSpeaker
-from ..conversation.turn_end import endpointing
+from ..conversation.turn_end import TurnEnd, eagerness_scale, endpointing
 from ..duplex import DuplexState
-from ..metrics import TurnTracker
 from ..settings import AgentSettings
 from ..speech_end import SpeechEnd
 from .events import (
@@ -145,18 +143,16 @@ class RealtimeSession:
         self._check_voice = check_voice  # async: the TTS's name for a voice, or raises
         self.items = Items(self.emit, self._item_json)
         # the conversation as every door runs it; its turns in the agent's latency metrics
-        self.tracker = TurnTracker()
-        self.pipeline = p = build_pipeline(s, tracker=self.tracker, sample_rate=RATE,
-                                           on_user_turn=self._user_turn)
+        self.mic = MicInput(RATE)
+        self.conv = Conversation(
+            s, mic=self.mic, sample_rate=RATE, on_user_turn=self._user_turn,
+            speaker=SocketSpeaker(self._audio_out, lambda: None, sample_rate=RATE,
+                                  frame_ms=s.tts_frame_ms),
+            captions=_Captions(self._text_out), reports_first_audio=False)
+        self.tracker, self.duplex = self.conv.tracker, self.conv.duplex
+        self.pipeline = p = self.conv.pipeline
         self.stt, self.llm, self.tts = p.stt, p.llm, p.tts
         self.server_tools = {t.id: t for t in p.agent.tools}  # AGENT_TOOLS: run here
-        self.mic = MicInput(RATE)
-        self.speaker = SocketSpeaker(self._audio_out, lambda: None, sample_rate=RATE,
-                                     frame_ms=s.tts_frame_ms)
-        self._sync = TranscriptSynchronizer(next_in_chain_audio=self.speaker,
-                                            next_in_chain_text=_Captions(self._text_out))
-        self.duplex = attach_duplex(p, silent_from=self.speaker.silent_from,
-                                    reports_first_audio=False)
         self.duplex.on_state(self._on_duplex)
         for name, fn in (("speech_created", self._on_speech), ("error", self._on_error),
                          ("conversation_item_added", self._on_item),
@@ -165,7 +161,6 @@ class RealtimeSession:
             p.session.on(name, fn)
         self.response: Response | None = None
         self._asked: dict[str, Any] | None = None  # response.create's options, being made
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._transcribing: set[asyncio.Task[Any]] = set()
         self._starting: asyncio.Task[None] | None = None
         # input audio: at 16 kHz for the ear, since the last commit (server VAD off)
@@ -211,13 +206,8 @@ class RealtimeSession:
         self._starting = asyncio.create_task(self._start(), name=f"rt-{self.id}-start")
 
     async def _start(self) -> None:
-        p = self.pipeline
-        p.session.input.audio = self.mic
-        p.session.output.audio = self._sync.audio_output
-        p.session.output.transcription = self._sync.text_output
-        self.speaker.start()
         try:
-            await p.session.start(agent=p.agent, record=False)
+            await self.conv.start()
             await self._apply()
         except Exception:  # a session that cannot start serves nothing: it ends, said
             log.exception("realtime %s: the conversation did not start", self.id)
@@ -286,6 +276,8 @@ class RealtimeSession:
             p.session.update_options(turn_detection="manual")
             return
         lo, hi = endpointing(s, td.eagerness)
+        if isinstance(p.turn, TurnEnd):  # its own waits (a word or two's) scale alike
+            p.turn.scale = eagerness_scale(td.eagerness)
         p.session.update_options(turn_detection=p.turn,  # type: ignore[arg-type]
                                  endpointing_opts={"min_delay": lo, "max_delay": hi})
         p.vad.update_options(
@@ -294,9 +286,7 @@ class RealtimeSession:
         self.duplex.allow_interruptions = td.interrupt_response and s.allow_interruptions
 
     def _set_modalities(self, modalities: tuple[str, ...]) -> None:
-        audio = "audio" in modalities
-        self.pipeline.session.output.set_audio_enabled(audio)
-        self._sync.set_enabled(audio)  # text only: the words go out as they are made
+        self.conv.set_audio_enabled("audio" in modalities)
 
     # -- input audio -------------------------------------------------------------------
 
@@ -430,14 +420,8 @@ class RealtimeSession:
                   item_id=item_id)
         item = self._commit(item_id)
         seconds, self._appended_ms = self._appended_ms / 1000, 0.0
-        text, store = msg.text_content or "", self.stt.utterances
-        if store is not None and store.get(text) is not None:
-            async def when_heard() -> None:  # audio mode: the ear's words, off the path
-                self._transcribed(item, seconds, await store.wait_words(text))
-
-            self._spawn(when_heard())
-        else:
-            self._transcribed(item, seconds, text)
+        self.conv.when_heard(msg.text_content or "",
+                             lambda words: self._transcribed(item, seconds, words))
         td = self.cfg.turn_detection
         if td is None or not td.create_response:
             await self._sync_context()  # the item is in the context, unanswered
@@ -466,7 +450,7 @@ class RealtimeSession:
             self._transcribed(item, sum(f.duration for f in frames), heard)
             await self._sync_context()
 
-        task = self._spawn(run())
+        task = self.conv.spawn(run())
         self._transcribing.add(task)
         task.add_done_callback(self._transcribing.discard)
 
@@ -621,7 +605,7 @@ class RealtimeSession:
                      metadata=asked.get("metadata"), own_tools=asked.get("own_tools", False))
         if self._asked is not None:  # the client's: it is the response from now
             self._announce(r)
-        self._spawn(self._follow(r))
+        self.conv.spawn(self._follow(r))
 
     def _announce(self, r: Response) -> None:
         if self.response is r:
@@ -807,10 +791,10 @@ class RealtimeSession:
                                 or self.settings.llm_max_tokens)
         self.items.make_room()
         if r.own_tools:
-            self._spawn(self.pipeline.agent.update_tools(
+            self.conv.spawn(self.pipeline.agent.update_tools(
                 [*self.server_tools.values(), *map(_client_tool, self.cfg.tools)]))
         # the context holds the items (a client tool's call left an empty output there)
-        self._spawn(self._sync_context())
+        self.conv.spawn(self._sync_context())
 
     def _close_message(self, r: Response, msg: dict[str, Any], status: str) -> None:
         where = self._where(r, msg)
@@ -866,32 +850,15 @@ class RealtimeSession:
 
     # -- life --------------------------------------------------------------------------
 
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro, name=f"rt-{self.id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     async def close(self) -> None:
         """The client went (or the server stops): the conversation, its replies and
         transcriptions stop here, so no thinker or TTS work outlives the session."""
-        self.mic.close()
         if self._starting is not None:
             with contextlib.suppress(BaseException):
                 await self._starting
-        p = self.pipeline
         try:
-            await p.session.aclose()
+            await self.conv.aclose()
         finally:
-            tasks = list(self._tasks)
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self._sync.aclose()
-            await self.speaker.aclose()
-            for part in (p.stt, p.llm, p.tts):
-                with contextlib.suppress(Exception):
-                    await part.aclose()
             self.outbox.close()
 
 

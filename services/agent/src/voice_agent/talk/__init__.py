@@ -1,9 +1,9 @@
 """WebSocket transport: one conversation per connection, no LiveKit (`GET /v1/talk`).
 
 The agent's HTTP server (AGENT_HTTP_PORT) serves it in `serve-direct` (the local mesh)
-and in the worker mode. Each connection runs the same pipeline as the direct mode
-(`build_pipeline` + `attach_duplex`: plugins, Silero VAD, duplex controller, fallback,
-transcript synchronizer) with `SocketInput` / `socket_output` in place of room tracks.
+and in the worker mode. Each connection is the conversation every door runs
+(conversation/core.py: plugins, Silero VAD, duplex controller, fallback, transcript
+synchronizer) with `SocketInput` / `socket_output` in place of room tracks.
 
 The protocol (its messages, fields, close codes and limits) is protocol.json, the one
 description that this package and the page (services/token/web/src/talk.js) both load.

@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Callable
 
 from aiohttp import WSMsgType, web
-from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
 
-from ..agent import PhraseCache, attach_duplex, build_pipeline
+from ..agent import PhraseCache
+from ..conversation.core import Conversation
 from ..conversation.turn_end import Decision, TurnEnd
 from ..duplex import DuplexState
 from ..feedback import FeedbackRecorder
@@ -55,21 +55,19 @@ class TalkSession:
         self.ws = ws
         self.recorder = recorder  # the hub's: where feedback goes (None, or disabled: off)
         self._saved: tuple[Decision, str] | None = None  # the last turn saved, its pair id
-        self._words: set[asyncio.Task[None]] = set()  # user transcripts awaiting the ear
         self.outbox = TalkOutbox(ws, settings.tts_frame_ms / 1000, name=f"talk {self.id}")
         tracker = TurnTracker(on_report=lambda rec: self.outbox.event(Server.LATENCY, **rec))
-        self.pipeline = p = build_pipeline(settings, tracker=tracker, cache=cache)
         self.mic = SocketInput(input_rate)
-        self.speaker = socket_output(self.outbox, sample_rate=settings.tts_sample_rate,
-                                    frame_ms=settings.tts_frame_ms,
-                                    on_first_audio=tracker.audio_published)
-        # the reply's words go out as captions while their audio plays
-        self._sync = TranscriptSynchronizer(next_in_chain_audio=self.speaker,
-                                            next_in_chain_text=SocketCaptions(self.outbox))
-        # the reply's first audio is the socket's to report (socket_output)
-        duplex = attach_duplex(p, silent_from=self.speaker.silent_from,
-                               reports_first_audio=False)
-        duplex.on_state(lambda s: self.outbox.event(Server.STATE, state=s.value))
+        # the reply's first audio is the socket's to report (socket_output), its words
+        # go out as captions while that audio plays
+        self.conv = Conversation(
+            settings, tracker=tracker, cache=cache, mic=self.mic,
+            speaker=socket_output(self.outbox, sample_rate=settings.tts_sample_rate,
+                                  frame_ms=settings.tts_frame_ms,
+                                  on_first_audio=tracker.audio_published),
+            captions=SocketCaptions(self.outbox), reports_first_audio=False)
+        self.pipeline = p = self.conv.pipeline
+        self.conv.duplex.on_state(lambda s: self.outbox.event(Server.STATE, state=s.value))
         p.session.on("conversation_item_added", self._on_item)
         self.outbox.event(Server.READY, protocol=PROTOCOL, session_id=self.id,
                           input_rate=input_rate, output_rate=settings.tts_sample_rate,
@@ -87,34 +85,17 @@ class TalkSession:
         item = getattr(ev, "item", None)
         if getattr(item, "type", None) != "message" or item.role not in ROLES:
             return
-        text, interrupted = item.text_content or "", bool(item.interrupted)
-        store = self.pipeline.stt.utterances
-        if store is None or item.role != "user" or store.get(text) is None:
-            self.outbox.event(Server.TRANSCRIPT, role=item.role, text=text,
-                              interrupted=interrupted)
-            return
-
-        async def when_heard() -> None:  # audio mode: the ear's words, off the reply's path
-            words = await store.wait_words(text)
-            self.outbox.event(Server.TRANSCRIPT, role=item.role, text=words,
-                              interrupted=interrupted)
-
-        task = asyncio.create_task(when_heard(), name=f"talk-{self.id}-words")
-        self._words.add(task)
-        task.add_done_callback(self._words.discard)
+        role, interrupted = item.role, bool(item.interrupted)
+        self.conv.when_heard(item.text_content or "", lambda words: self.outbox.event(
+            Server.TRANSCRIPT, role=role, text=words, interrupted=interrupted))
 
     async def run(self, on_end: Callable[[], None] = lambda: None) -> None:
         """Until the client stops or goes, or a protocol error (raised after teardown).
         `on_end` runs as soon as either side has ended it, before the teardown."""
-        p = self.pipeline
         sender = asyncio.create_task(self.outbox.run(), name=f"talk-{self.id}-send")
         receiver = asyncio.create_task(self._receive(), name=f"talk-{self.id}-recv")
         try:  # listening at once: the starter phrases are the hub's (`TalkHub.prepare`)
-            p.session.input.audio = self.mic
-            p.session.output.audio = self._sync.audio_output
-            p.session.output.transcription = self._sync.text_output
-            self.speaker.start()
-            await p.session.start(agent=p.agent, record=False)
+            await self.conv.start()
             # either side ending ends the conversation
             await asyncio.wait([sender, receiver], return_when=asyncio.FIRST_COMPLETED)
             if (receiver.done() and not receiver.cancelled()
@@ -123,7 +104,7 @@ class TalkSession:
         finally:
             on_end()  # the slot is free now; the teardown takes a moment more
             receiver.cancel()
-            await self._teardown()
+            await self.conv.aclose()
             # what the teardown said (a cut reply's transcript) goes out, if it can
             self.outbox.close()
             with contextlib.suppress(asyncio.TimeoutError, Exception):
@@ -188,19 +169,6 @@ class TalkSession:
             return "this agent saves no feedback (AGENT_FEEDBACK_DIR is not set)"
         return (f"this agent's end-of-turn detector (AGENT_TURN_DETECTION="
                 f"{self.settings.turn_detection}) keeps no decision to save")
-
-    async def _teardown(self) -> None:
-        self.mic.close()
-        for task in list(self._words):
-            task.cancel()
-        p = self.pipeline
-        try:
-            await p.session.aclose()
-        finally:
-            await self._sync.aclose()  # its segment tasks outlive the session otherwise
-            await self.speaker.aclose()
-            for comp in (p.stt, p.llm, p.tts):
-                await comp.aclose()
 
 
 async def refuse(ws: web.WebSocketResponse, e: ProtocolError) -> None:

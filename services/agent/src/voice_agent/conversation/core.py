@@ -1,0 +1,134 @@
+"""One conversation, whatever the door (`Conversation`): the session and its parts
+(agent.py `build_pipeline`: the ear, thinker, TTS, VAD and end-of-turn policy), the duplex
+controller (barge-in and backchannels), the turn tracker, and the door's audio: a mic the
+session hears, a paced speaker it plays to and the reply's words released in step with
+that audio (a transcript synchronizer); or a LiveKit room's tracks. It starts and closes
+the same way for every door, and owns the door's background work, so nothing a
+conversation started outlives it.
+
+    conv = Conversation(settings, mic=mic, speaker=speaker, captions=captions)
+    await conv.start()                      # or start(room=...) for a LiveKit job
+    conv.when_heard(text, say_transcript)   # the user's words, once the ear has them
+    await conv.aclose()
+
+The doors (talk/, realtime/, direct.py, worker.py) map their wire onto it: the session's
+own verbs (commit_user_turn, clear_user_turn, generate_reply, interrupt) and events
+(state, conversation items, speech created) are the conversation's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from livekit import rtc
+from livekit.agents.voice import io
+from livekit.agents.voice.transcription.synchronizer import TranscriptSynchronizer
+
+from ..agent import OnUserTurn, PhraseCache, Pipeline, attach_duplex, build_pipeline
+from ..audio_io import MicrophoneInput, SpeakerOutput
+from ..duplex import DuplexController
+from ..metrics import TurnTracker
+from ..settings import AgentSettings
+from .mic import MicInput
+from .speaker import SocketSpeaker
+
+log = logging.getLogger("voice_agent.conversation")
+
+
+class Conversation:
+    """See the module. `mic`/`speaker`/`captions`: the door's audio in, audio out and
+    reply words out (none of them: a LiveKit room's, given to `start`); `sample_rate`:
+    the reply audio's where the door fixes it; `on_user_turn`: agent.py's OnUserTurn;
+    `reports_first_audio`: the duplex controller reports the reply's first audio (a door
+    whose speaker reports the write to its socket says False)."""
+
+    def __init__(self, settings: AgentSettings, *, tracker: TurnTracker | None = None,
+                 cache: PhraseCache | None = None,
+                 mic: MicInput | MicrophoneInput | None = None,
+                 speaker: SocketSpeaker | SpeakerOutput | None = None,
+                 captions: io.TextOutput | None = None, sample_rate: int | None = None,
+                 on_user_turn: OnUserTurn | None = None,
+                 reports_first_audio: bool = True) -> None:
+        self.settings = settings
+        self.pipeline: Pipeline = build_pipeline(settings, tracker=tracker, cache=cache,
+                                                 sample_rate=sample_rate,
+                                                 on_user_turn=on_user_turn)
+        self.tracker = self.pipeline.tracker
+        self.mic = mic
+        self.speaker = speaker
+        # the reply's words leave as its paced audio plays (after a cut, none of the rest)
+        self._sync = (TranscriptSynchronizer(next_in_chain_audio=speaker,
+                                             next_in_chain_text=captions)
+                      if speaker is not None else None)
+        self.duplex: DuplexController = attach_duplex(
+            self.pipeline, silent_from=speaker.silent_from if speaker is not None else None,
+            reports_first_audio=reports_first_audio)
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self, room: rtc.Room | None = None) -> None:
+        """The session starts listening (and greets, if the settings say so)."""
+        p = self.pipeline
+        if self.mic is not None:
+            p.session.input.audio = self.mic
+        if self._sync is not None and self.speaker is not None:
+            p.session.output.audio = self._sync.audio_output
+            p.session.output.transcription = self._sync.text_output
+            self.speaker.start()
+        if room is not None:
+            await p.session.start(agent=p.agent, room=room)
+        else:
+            await p.session.start(agent=p.agent, record=False)
+
+    def set_audio_enabled(self, on: bool) -> None:
+        """Replies spoken, or text only (their words then go out as they are made)."""
+        self.pipeline.session.output.set_audio_enabled(on)
+        if self._sync is not None:
+            self._sync.set_enabled(on)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str = "conversation"
+              ) -> asyncio.Task[Any]:
+        """A door's background work for this conversation: cancelled when it closes."""
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def when_heard(self, text: str, then: Callable[[str], None]) -> None:
+        """`then(words)` with a user turn's words: now, or, where the turn's text is the
+        ear's utterance marker (AGENT_STT_MODE=audio), once the ear has written them, off
+        the reply's path."""
+        store = self.pipeline.stt.utterances
+        if store is None or store.get(text) is None:
+            then(text)
+            return
+
+        async def heard() -> None:
+            then(await store.wait_words(text))
+
+        self.spawn(heard(), name="conversation-words")
+
+    async def aclose(self) -> None:
+        """The session, its replies, the door's background work and every part stop
+        here: no thinker or TTS work outlives the conversation."""
+        if self.mic is not None:
+            self.mic.close()
+        p = self.pipeline
+        try:
+            await p.session.aclose()
+        finally:
+            tasks = list(self._tasks)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._sync is not None:
+                await self._sync.aclose()  # else its segment tasks outlive the session
+            if self.speaker is not None:
+                await self.speaker.aclose()
+            for part in (p.stt, p.llm, p.tts):
+                try:
+                    await part.aclose()
+                except Exception:  # one part failing to close must not keep the others
+                    log.exception("closing %s failed", type(part).__name__)
