@@ -61,7 +61,10 @@ def worker(engine: str, threads: int, wav: str, pin: bool, index: int, go: mp.Qu
         os.environ.update(ONE_THREAD)  # before numpy comes in
         from voice_agent.sphinx import _moonshine
 
-        transcribe = _moonshine(threads)
+        hear = _moonshine(threads)
+
+        def transcribe(pcm: bytes) -> str:
+            return hear(pcm).text
     else:
         transcribe = library()
     with wave.open(wav) as w:

@@ -10,11 +10,13 @@ The folder (bench/turn_folder.py reads it): `<id>.wav` (mono 16-bit PCM, any rat
 
 For every turn, at the VAD's decision point (stop_s + the VAD's hangover, `--vad-silence-ms`):
 1. the transcript the agent's offline ear (Moonshine tiny-en, as voice_agent/sphinx.py's
-   worker hears an utterance) writes of the audio up to that point; cached in the
-   output's folder (`<out>.transcripts.json`), keyed by the turn and its audio;
+   worker hears an utterance) writes of the audio up to that point, with how sure it was
+   of their end (`Heard`); cached in the output's folder (`<out>.transcripts.json`),
+   keyed by the turn and its audio;
 2. each detector's p_end on (that transcript, that audio as float32 16 kHz), the agent's
    own detectors (voice_agent/conversation/turn_end.py): `vad` (silence alone: p = 1),
-   `text` (the word rule), `audio` (Smart Turn v3.2) and `fused`; the audio two are
+   `text` (the word rule, and the ear's doubt at `--ear-min-end`/`--ear-min-last`),
+   `audio` (Smart Turn v3.2) and `fused`; the audio two are
    skipped, with a note, when voice_agent.smart_turn or its model cannot load;
 3. per min delay, the wait after stop_s and what it costs (bench/turn_report.py):
    unfinished turns cut off, complete turns' latency and long holds, backchannels and
@@ -55,12 +57,13 @@ from bench.turn_report import plot, source_of, summarize, table
 
 DETECTORS = ("vad", "text", "audio", "fused")
 MIN_DELAYS = "0.05,0.1,0.15,0.2,0.3,0.4,0.5,0.7,1.0"
-EAR = "moonshine tiny-en (voice_agent.sphinx, 1 thread a process)"
+EAR = "moonshine tiny-en with its end and last-word probabilities (voice_agent.sphinx, " \
+      "1 thread a process)"
 
 
 # --- the ear -------------------------------------------------------------------------------
 
-_transcribe: Callable[[bytes], str] | None = None
+_transcribe: Callable[[bytes], Any] | None = None
 
 
 def _ear_init() -> None:
@@ -70,9 +73,10 @@ def _ear_init() -> None:
     _transcribe = _moonshine(1)
 
 
-def _ear(pcm: bytes) -> str:
+def _ear(pcm: bytes) -> list[Any]:
     assert _transcribe is not None
-    return _transcribe(pcm)
+    heard = _transcribe(pcm)
+    return [heard.text, heard.p_end, heard.p_last]
 
 
 def cut(audio: np.ndarray, turn: Turn, hangover_s: float) -> np.ndarray:
@@ -86,14 +90,17 @@ def _key(turn: Turn, audio: np.ndarray) -> str:
 
 
 def transcripts(turns: list[Turn], clips: list[np.ndarray], cache: Path,
-                jobs: int) -> list[str]:
-    """The ear's transcript of each clip, from `cache` where it has it."""
+                jobs: int) -> list[Any]:
+    """The ear's words of each clip (voice_agent.sphinx.Heard), from `cache` where it
+    has them (an older cache's bare text is heard again)."""
+    from voice_agent.sphinx import Heard
+
     try:
         known = json.loads(cache.read_text())["items"] if cache.is_file() else {}
     except (json.JSONDecodeError, KeyError):
         known = {}
     keys = [_key(t, c) for t, c in zip(turns, clips, strict=True)]
-    todo = [i for i, k in enumerate(keys) if k not in known]
+    todo = [i for i, k in enumerate(keys) if not isinstance(known.get(k), list)]
     if todo:
         pcm = [(np.clip(clips[i], -1, 1) * 32767).astype(np.int16).tobytes() for i in todo]
         # spawned: the parent may hold ONNX Runtime sessions and threads already
@@ -102,7 +109,7 @@ def transcripts(turns: list[Turn], clips: list[np.ndarray], cache: Path,
             for i, text in zip(todo, pool.map(_ear, pcm, chunksize=4), strict=True):
                 known[keys[i]] = text
         cache.write_text(json.dumps({"ear": EAR, "items": known}, indent=0))
-    return [known[k] for k in keys]
+    return [Heard(*known[k]) for k in keys]
 
 
 # --- the detectors -------------------------------------------------------------------------
@@ -121,13 +128,20 @@ class _Memo:
         return self.seen[key]
 
 
-def load_detectors(names: list[str], explicit: bool) -> tuple[dict[str, Any], dict[str, str]]:
+def load_detectors(names: list[str], explicit: bool, settings: Any = None,
+                   ) -> tuple[dict[str, Any], dict[str, str]]:
     """{name: detector (None: vad)} and {name: why skipped}. An asked-for detector that
-    cannot load is an error when `explicit`, else a note."""
-    from voice_agent.conversation.turn_end import AudioDetector, FusedDetector, make_detector
+    cannot load is an error when `explicit`, else a note. `settings`: the agent's (its
+    ear thresholds), AgentSettings() if None."""
+    from voice_agent.conversation.turn_end import (
+        AudioDetector,
+        FusedDetector,
+        WordDetector,
+        make_detector,
+    )
     from voice_agent.settings import AgentSettings
 
-    settings = AgentSettings()
+    settings = settings or AgentSettings()
     out: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     model = None
@@ -148,11 +162,12 @@ def load_detectors(names: list[str], explicit: bool) -> tuple[dict[str, Any], di
                 raise SystemExit(f"turn_eval: the {name} detector cannot load: {e}") from None
             skipped[name] = f"{type(e).__name__}: {e}"
             continue
-        out[name] = AudioDetector(model) if name == "audio" else FusedDetector(model)
+        out[name] = AudioDetector(model) if name == "audio" else FusedDetector(
+            model, WordDetector(settings.turn_ear_min_end, settings.turn_ear_min_last))
     return out, skipped
 
 
-async def p_ends(detectors: dict[str, Any], texts: list[str],
+async def p_ends(detectors: dict[str, Any], heards: list[Any],
                  clips: list[np.ndarray]) -> dict[str, list[float]]:
     """Each detector's p_end per turn; one detector at a time (the audio model batches
     its clips), `vad` 1.0 (silence alone ends the turn)."""
@@ -161,9 +176,9 @@ async def p_ends(detectors: dict[str, Any], texts: list[str],
     out: dict[str, list[float]] = {}
     for name, det in detectors.items():
         if det is None:
-            out[name] = [1.0] * len(texts)
+            out[name] = [1.0] * len(heards)
             continue
-        views = [TurnView(t, c) for t, c in zip(texts, clips, strict=True)]
+        views = [TurnView(h.text, c, ear=h) for h, c in zip(heards, clips, strict=True)]
         out[name] = [float(p) for p in await asyncio.gather(*(det.p_end(v) for v in views))]
     return out
 
@@ -181,27 +196,35 @@ def _commit() -> str:
 def evaluate(folder: Path, out: Path, detectors: list[str] | None = None,
              min_delays: list[float] | None = None, max_delay: float = 1.0,
              hangover_s: float = 0.2, jobs: int | None = None,
-             short: tuple[int, float] = (2, 0.35)) -> dict[str, Any]:
+             short: tuple[int, float] = (2, 0.35),
+             ear: tuple[float, float] | None = None) -> dict[str, Any]:
     """The whole run: rows per turn, the summary, the conditions; written to `out` (the
-    ear's cache beside it)."""
+    ear's cache beside it). `ear`: the (min end, min last word) probabilities under which
+    the ear's words are in doubt; None: the agent's defaults."""
+    from voice_agent.settings import AgentSettings
+
     t0 = time.perf_counter()
     if out.resolve().parent == folder.resolve():
         raise FolderError(f"{out}: put the output outside the turn folder {folder} (a json "
                           "in it is read as a turn)")
     turns = read_folder(folder)
     min_delays = min_delays or [float(m) for m in MIN_DELAYS.split(",")]
-    dets, skipped = load_detectors(list(detectors or DETECTORS), detectors is not None)
+    settings = AgentSettings(**({} if ear is None else
+                                {"turn_ear_min_end": ear[0], "turn_ear_min_last": ear[1]}))
+    dets, skipped = load_detectors(list(detectors or DETECTORS), detectors is not None,
+                                   settings)
     clips = [cut(load_16k(folder / t.audio), t, hangover_s) for t in turns]
     out.parent.mkdir(parents=True, exist_ok=True)
     t1 = time.perf_counter()
-    texts = transcripts(turns, clips, out.with_suffix(".transcripts.json"),
-                        jobs or min(2, os.cpu_count() or 1))
+    heards = transcripts(turns, clips, out.with_suffix(".transcripts.json"),
+                         jobs or min(2, os.cpu_count() or 1))
     t2 = time.perf_counter()
-    ps = asyncio.run(p_ends(dets, texts, clips))
+    ps = asyncio.run(p_ends(dets, heards, clips))
     t3 = time.perf_counter()
     rows = [{"id": t.id, "label": t.label, "kind": t.kind, "family": t.family,
              "voice": t.voice, "source": t.source, "text": t.text, "stop_s": t.stop_s,
-             "resume_s": t.resume_s, "transcript": texts[i],
+             "resume_s": t.resume_s, "transcript": heards[i].text,
+             "ear": {"p_end": heards[i].p_end, "p_last": heards[i].p_last},
              "p_end": {d: round(ps[d][i], 4) for d in dets}}
             for i, t in enumerate(turns)]
     source = source_of(rows)
@@ -212,6 +235,8 @@ def evaluate(folder: Path, out: Path, detectors: list[str] | None = None,
             "vad_silence_s": hangover_s, "max_delay_s": max_delay, "min_delays_s": min_delays,
             "threshold": 0.5, "ear": EAR, "detectors": list(dets), "skipped": skipped,
             "short_turn": {"words": short[0], "delay_s": short[1]},
+            "ear_doubt": {"min_end": settings.turn_ear_min_end,
+                          "min_last": settings.turn_ear_min_last},
             "wait": "max(vad_silence_s, min_delay if p_end >= 0.5 else max_delay) after "
                     "stop_s; a complete turn of <= short_turn.words words: >= its delay_s",
             "host": f"{platform.machine()} {os.cpu_count()} cores, {platform.python_version()}",
@@ -253,16 +278,29 @@ def main(argv: list[str] | None = None) -> int:
                     " (default 2, the agent's; 0: off)")
     ap.add_argument("--short-turn-delay", type=float, default=0.35,
                     help="that wait, s (default 0.35, the agent's)")
+    ap.add_argument("--ear-min-end", type=float, default=None,
+                    help="the ear's words are in doubt under this end probability "
+                    "(default AGENT_TURN_EAR_MIN_END's; 0: off)")
+    ap.add_argument("--ear-min-last", type=float, default=None,
+                    help="... or under this last-word probability (default "
+                    "AGENT_TURN_EAR_MIN_LAST's; 0: off)")
     ap.add_argument("--out", type=Path, default=Path("result.json"),
                     help="the JSON (default result.json); the ear's cache sits beside it")
     ap.add_argument("--plot", type=Path, default=None, help="a PNG (needs matplotlib)")
     ap.add_argument("--jobs", type=int, default=None, help="ear processes (default <= 2)")
     a = ap.parse_args(argv)
     names = a.detectors.split(",") if a.detectors else None
+    ear = None
+    if a.ear_min_end is not None or a.ear_min_last is not None:
+        from voice_agent.settings import AgentSettings
+
+        d = AgentSettings()
+        ear = (d.turn_ear_min_end if a.ear_min_end is None else a.ear_min_end,
+               d.turn_ear_min_last if a.ear_min_last is None else a.ear_min_last)
     try:
         result = evaluate(a.folder, a.out, names, a.min_delays, a.max_delay,
                           a.vad_silence_ms / 1e3, a.jobs,
-                          (a.short_turn_words, a.short_turn_delay))
+                          (a.short_turn_words, a.short_turn_delay), ear)
     except FolderError as e:
         raise SystemExit(f"turn_eval: {e}") from None
     for name, why in result["conditions"]["skipped"].items():

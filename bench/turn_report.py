@@ -59,13 +59,18 @@ def source_of(rows: list[Row]) -> str:
 
 
 def _split(rows: list[Row], stat: Callable[[list[Row]], dict[str, Any]]) -> dict[str, Any]:
-    """`stat` of all rows, and of each family / kind / source."""
+    """`stat` of all rows, of each family / kind / source, and of each family's kinds
+    ("flite/after-to": what one synthesizer's voices do with one kind of pause)."""
     out = stat(rows)
     for key in SPLITS:
         groups: dict[str, list[Row]] = defaultdict(list)
         for r in rows:
             groups[r.get(key) or "?"].append(r)
         out[f"by_{key}"] = {g: stat(rs) for g, rs in sorted(groups.items())}
+    both: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        both[f"{r.get('family') or '?'}/{r.get('kind') or '?'}"].append(r)
+    out["by_family_kind"] = {g: stat(rs) for g, rs in sorted(both.items())}
     return out
 
 
@@ -167,15 +172,16 @@ def table(summary: dict[str, Any], source: str) -> str:
     for title, metric, field, fmt in (
             ("cut-off rate %", "cutoff", "rate", lambda v: f"{v * 100:.0f}"),
             ("complete turns' p50 latency ms", "latency", "p50_ms", lambda v: f"{v:.0f}")):
-        lines += ["", f"[{tag}] {title} by family and kind; columns: min delay s",
-                  f"{'detector':<8} {'group':<22} " + " ".join(f"{m:>5}" for m in mins)]
+        lines += ["", f"[{tag}] {title} by family, kind, and family and kind; columns: "
+                  "min delay s",
+                  f"{'detector':<8} {'group':<32} " + " ".join(f"{m:>5}" for m in mins)]
         for det, by_min in summary.items():
             first = by_min[mins[0]][metric]
-            for split in ("by_family", "by_kind"):
+            for split in ("by_family", "by_kind", "by_family_kind"):
                 for group in first[split]:
                     vals = [by_min[m][metric][split][group][field] for m in mins]
                     n = first[split][group]["n"]
-                    lines.append(f"{det:<8} {f'{group} (n={n})':<22} " + " ".join(
+                    lines.append(f"{det:<8} {f'{group} (n={n})':<32} " + " ".join(
                         f"{'-' if v is None else fmt(v):>5}" for v in vals))
     lines += ["", f"[{tag}] complete turns held to the max delay (the same at every min delay)"]
     for det, by_min in summary.items():

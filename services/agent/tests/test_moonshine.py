@@ -47,7 +47,7 @@ def test_our_session_hears_what_the_wheels_library_hears(tmp_path: Path) -> None
         lines = library.transcribe_without_streaming(audio.tolist(), 16000).lines
         heard = " ".join(line.text.strip() for line in lines).strip()
         assert heard, text
-        assert ours(pcm.tobytes()) == heard, text
+        assert ours(pcm.tobytes()).text == heard, text
         for line in lines:
             assert model.transcribe(np.array(line.audio_data, np.float32)) == line.text
 
@@ -68,7 +68,7 @@ async def test_the_worker_holds_the_threads_it_is_given(
         try:
             async with pool.utterance() as utt:
                 utt.feed(speech)
-                assert "something" in (await utt.finish()).lower()
+                assert "something" in (await utt.finish()).text.lower()
             (w,) = pool._idle
             counts[pool.threads] = _threads(w.proc.pid)
         finally:

@@ -57,12 +57,15 @@ async def test_moonshine_hears_speech_and_invents_nothing_in_its_silence(
             utt.feed(np.concatenate([quiet, speech]).tobytes())
             utt.prepare()  # the early pass; the hangover's silence after it is not heard
             utt.feed(quiet.tobytes())
-            text = await utt.finish()
-        heard = re.findall(r"[a-z']+", text.lower())
-        assert heard[:3] == ["tell", "me", "something"], text
+            said = await utt.finish()
+        heard = re.findall(r"[a-z']+", said.text.lower())
+        assert heard[:3] == ["tell", "me", "something"], said
+        # with how sure the decoder was of its end: a whole sentence, sure
+        assert said.p_end is not None and said.p_last is not None, said
+        assert said.sure(AgentSettings().turn_ear_min_end, 0.0), said
         async with pool.utterance() as utt:  # silence alone: nothing
             utt.feed(np.concatenate([quiet, quiet]).tobytes())
-            assert await utt.finish() == ""
+            assert (await utt.finish()).text == ""
     finally:
         await pool.aclose()
     assert len(_trim_silence(np.concatenate([quiet, speech, quiet]))) < len(speech) + 2 * 1600 + 320
@@ -75,7 +78,7 @@ async def test_the_pool_recognises_speech_and_replaces_a_dead_worker(tmp_path: P
         async with pool.utterance() as utt:
             for f in frames(speech):
                 utt.feed(bytes(f.data))
-            text = await utt.finish()
+            text = (await utt.finish()).text
         assert {"how", "you"} <= words(text), text
         async with pool.utterance() as utt:  # the same worker, a second utterance
             utt.feed(speech[:8000].tobytes())
@@ -86,7 +89,7 @@ async def test_the_pool_recognises_speech_and_replaces_a_dead_worker(tmp_path: P
                 await utt.finish()
         async with pool.utterance() as utt:  # a fresh worker took its place
             utt.feed(speech.tobytes())
-            assert {"how", "you"} <= set((await utt.finish()).split())
+            assert {"how", "you"} <= set((await utt.finish()).text.split())
     finally:
         await pool.aclose()
 
@@ -142,7 +145,7 @@ async def test_a_prepared_utterance_resumes_without_losing_speech(
                     else:  # as the stream feeds it: a frame at a time
                         for f in frames(step):
                             utt.feed(bytes(f.data))
-                return await utt.finish()
+                return (await utt.finish()).text
         finally:
             await pool.aclose()
 
@@ -201,6 +204,9 @@ async def test_the_stream_recognises_while_the_user_speaks(tmp_path: Path) -> No
     await reader
     await s.sphinx().aclose()
     assert len(finals) == 1 and {"how", "you"} <= words(finals[0][1]), finals
+    # how sure the ear (Moonshine) was of the final's end: the end-of-turn policy reads it
+    heard = s.last_heard
+    assert heard is not None and heard.text == finals[0][1] and heard.p_end is not None
     # fed during speech: the transcript follows the end of speech within ~the final pass
     # (a whole-utterance decode of this 1.8 s takes ~0.5 s here)
     finalize_s = finals[0][0] - ended_at[0]

@@ -1,6 +1,7 @@
 """The end-of-turn policy (conversation/turn_end.py): a bounded hold, a complete question
 ending in a preposition released at once, unfinished words holding whatever the audio
-says, a failing detector falling back to the words, and the Realtime API's eagerness."""
+says, words the ear doubts, a failing detector falling back to the words, and the
+Realtime API's eagerness."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from voice_agent.conversation.turn_end import (
     AudioDetector,
     FusedDetector,
     TurnEnd,
+    TurnView,
     WordDetector,
     eagerness_scale,
     endpointing,
+    make_detector,
 )
 from voice_agent.settings import AgentSettings
+from voice_agent.sphinx import Heard
 
 
 async def wait_after(turn: TurnEnd, text: str) -> float:
@@ -203,3 +207,69 @@ def test_a_missing_audio_model_fails_the_start_naming_the_file_and_the_fix(tmp_p
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert str(missing) in r.stderr and "make venvs" in r.stderr, r.stderr
+
+
+class Ear:
+    """The conversation's STT as the policy reads it: its latest final, as heard."""
+
+    def __init__(self, heard: Heard | None) -> None:
+        self.last_heard = heard
+
+
+async def test_words_the_ear_doubts_are_in_doubt_and_only_this_turns() -> None:
+    """The ear wrote words that could end a turn, but was unsure they ended there (its
+    end token unlikely): the long wait, as for unfinished words. Sure, or another
+    utterance's doubt: the short one."""
+    s = AgentSettings()
+    turn = TurnEnd(s, make_detector(s))  # type: ignore[arg-type]
+    lo, hi = s.min_endpointing_delay_s, s.max_endpointing_delay_s
+    turn.ear = Ear(Heard("I need to come to turn.", p_end=0.0, p_last=0.44))
+    assert await wait_after(turn, "I need to come to turn.") == hi
+    turn.ear = Ear(Heard("Tell me about it", p_end=0.58, p_last=0.34))  # "about the ..."
+    assert await wait_after(turn, "Yes. Tell me about it") == hi  # the turn ends with it
+    turn.ear = Ear(Heard("Tell me about it.", p_end=0.999, p_last=0.98))
+    assert await wait_after(turn, "Tell me about it.") == lo
+    turn.ear = Ear(Heard("something else", p_end=0.1, p_last=0.1))  # not these words
+    assert await wait_after(turn, "Tell me about it.") == lo
+    turn.ear = Ear(None)  # an ear that says nothing of its doubt: the words alone
+    assert await wait_after(turn, "Tell me about it.") == lo
+    # an unsure last word is no doubt by default ("Tell me something nice." was heard
+    # "... something, eyes." at 0.35); AGENT_TURN_EAR_MIN_LAST makes it one
+    turn.ear = Ear(Heard("Tell me something, eyes.", p_end=0.9998, p_last=0.35))
+    assert await wait_after(turn, "Tell me something, eyes.") == lo
+    last = AgentSettings(turn_ear_min_last=0.4)
+    turn = TurnEnd(last, make_detector(last))  # type: ignore[arg-type]
+    turn.ear = Ear(Heard("Tell me something, eyes.", p_end=0.9998, p_last=0.35))
+    assert await wait_after(turn, "Tell me something, eyes.") == hi
+    off = AgentSettings(turn_ear_min_end=0.0)
+    turn = TurnEnd(off, make_detector(off))  # type: ignore[arg-type]
+    turn.ear = Ear(Heard("I need to come to turn.", p_end=0.0, p_last=0.44))
+    assert await wait_after(turn, "I need to come to turn.") == lo
+
+
+async def test_the_ear_doubts_a_sentence_cut_at_its_pause(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Real Moonshine on espeak-ng (synthetic speech): "I need to return <600 ms> the
+    shoes" cut at its pause is written as words that could end a turn, which the words
+    alone would end; the ear's doubt holds it. The whole sentence is released."""
+    import subprocess
+
+    from voice_agent.direct import read_wav_16k
+    from voice_agent.sphinx import _moonshine
+
+    path = tmp_path / "pause.wav"
+    subprocess.run(["espeak-ng", "-m", "-v", "en-us", "-s", "170", "-w", str(path),
+                    "I need to return <break time='600ms'/> the shoes I bought last week."],
+                   check=True)
+    pcm = read_wav_16k(path)
+    x = pcm[:len(pcm) // 160 * 160].astype(np.float64).reshape(-1, 160) / 32768
+    loud = np.flatnonzero(10 * np.log10((x ** 2).mean(axis=1) + 1e-12) > -45)
+    stop = (loud[np.flatnonzero(np.diff(loud) >= 30)[0]] + 1) * 160  # the 600 ms pause
+    hear = _moonshine(1)
+    s = AgentSettings()
+    for audio, done in ((pcm[:stop + 3200], False), (pcm, True)):  # + the 200 ms hangover
+        heard = hear(audio.tobytes())
+        view = TurnView(heard.text, ear=heard)
+        p = await make_detector(s).p_end(view)  # type: ignore[union-attr]
+        assert (p >= 0.5) == done, heard
+        if not done:  # the words alone would have ended it
+            assert await WordDetector().p_end(TurnView(heard.text)) >= 0.5, heard

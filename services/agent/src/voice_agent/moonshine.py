@@ -136,6 +136,10 @@ class Moonshine:
 
     def tokens(self, audio: np.ndarray) -> list[int]:
         """The decoded token ids, from the start token to the end token or the cap."""
+        return self.decode(audio)[0]
+
+    def decode(self, audio: np.ndarray) -> tuple[list[int], list[float]]:
+        """The decoded token ids (as `tokens`), and each chosen token's probability."""
         x = np.ascontiguousarray(audio, np.float32).reshape(1, -1)
         feeds: dict[str, np.ndarray] = {self._enc_in[0]: x}
         mask = np.ones(x.shape, np.int64)
@@ -144,7 +148,7 @@ class Moonshine:
         hidden = self.encoder.run(None, feeds)[0]
         # the first step takes no cache (use_cache_branch false): any values of this shape
         past = {n: np.zeros(self._kv_shape, np.float32) for n in self._past}
-        tokens = [START_TOKEN]
+        tokens, probs = [START_TOKEN], []
         for step in range(max_tokens(x.shape[1])):
             feeds = {"input_ids": np.array([[tokens[-1]]], np.int64),
                      "encoder_hidden_states": hidden,
@@ -155,13 +159,37 @@ class Moonshine:
             for n, i in self._past.items():
                 if step == 0 or ".decoder." in n:  # the encoder's cache is step 0's
                     past[n] = out[i]
-            token = int(np.argmax(out[0]))
+            logits = out[0].reshape(-1)
+            token = int(np.argmax(logits))
             tokens.append(token)
+            # the softmax of the chosen token: 1 / sum(exp(l - max))
+            probs.append(float(1.0 / np.exp(logits.astype(np.float64) - logits[token]).sum()))
             if token == EOS_TOKEN:
                 break
-        return tokens
+        return tokens, probs
 
     def transcribe(self, audio: np.ndarray) -> str:
         if len(audio) == 0:
             return ""
         return detokenize(self.tokens(audio), self.vocab)
+
+    def _is_word(self, token: int) -> bool:
+        """A piece of a word: letters or digits, not a special token nor punctuation."""
+        b = self.vocab[token] if 0 <= token < len(self.vocab) else b""
+        if len(b) > 2 and b[:1] == b"<" and b[-1:] == b">":
+            return False
+        return any(chr(c).isalnum() for c in b if c < 128)
+
+    def hear(self, audio: np.ndarray) -> tuple[str, float, float]:
+        """The text, and how sure the decoder was of its end: the probability of the end
+        token where it ended (0: the cap came first), and of the last word's last token
+        (1 with no word). On synthetic speech an utterance cut before its last word
+        ("how to get to | the pharmacy") is often written without that word ("how to
+        get"), or with another in its place, at lower probabilities than complete
+        sentences get (bench/README.md "The ear's own doubt")."""
+        if len(audio) == 0:
+            return "", 1.0, 1.0
+        tokens, probs = self.decode(audio)
+        p_end = probs[-1] if tokens[-1] == EOS_TOKEN else 0.0
+        words = [p for t, p in zip(tokens[1:], probs, strict=True) if self._is_word(t)]
+        return detokenize(tokens, self.vocab), p_end, words[-1] if words else 1.0

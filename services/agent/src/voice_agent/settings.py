@@ -225,6 +225,21 @@ class AgentSettings(BaseSettings):
     # open (seen ~40 ms after it starts). 0 words: no such wait.
     short_turn_words: int = Field(2, ge=0, le=20)
     short_turn_delay_s: float = Field(0.35, ge=0.0, le=10.0)
+    # The ear's own doubt (Moonshine, the offline ear): words it wrote with less than this
+    # probability of ending there (its end token's) are in doubt like unfinished words
+    # (the long wait). An utterance cut at "how to get to" is often written "how to get"
+    # or "how to get it", which the words alone take for a finished turn. On the synthetic
+    # set (espeak-ng, flite; bench/README.md "The ear's own doubt") 0.95 held 58 of 63
+    # such pauses (45 without) and 19 more of 97 other unfinished ones, and kept 17 more
+    # of 160 complete turns waiting max_endpointing_delay_s, most of them turns the ear
+    # misheard ("Set an alarm for six thirty." as "It's a long-focused party."). 0: the
+    # words alone.
+    turn_ear_min_end: float = Field(0.95, ge=0.0, le=1.0)
+    # Also in doubt: a last word the ear wrote with less than this probability (0: off).
+    # 0.4 held 2 more of those 63 pauses, and 9 more complete turns; and an unsure last
+    # word is no reason to make a finished turn wait ("Tell me something nice." heard as
+    # "... something, eyes." at 0.35).
+    turn_ear_min_last: float = Field(0.0, ge=0.0, le=1.0)
     # Start the LLM as soon as the transcript is in, during the endpointing delay
     # (the framework's preemptive generation; cancelled if the user goes on).
     preemptive_generation: bool = True

@@ -28,9 +28,10 @@ Wire protocol on the worker's stdin/stdout: requests are `<kind:1><len:u32le><pa
 kind A = 16 kHz s16le audio (starts an utterance if none), P = prepare (finish the
 search now; audio after it is kept, not decoded; reply: the prepared transcript, "" if
 the pass was not run early), R = resume (decode everything kept, go on), E = end (reply:
-the transcript, `<len:u32le><utf-8>`), C = cancel (no reply). The prepared transcript is
-the session's preflight: its reply starts on it, before the VAD's hangover ends.
-The worker announces itself with the reply "ready".
+the transcript, `<len:u32le><utf-8>`), C = cancel (no reply). A transcript is its text,
+and for Moonshine `\0<p_end> <p_last>` after it: how sure the decoder was of its end
+(`Heard`). The prepared transcript is the session's preflight: its reply starts on it,
+before the VAD's hangover ends. The worker announces itself with the reply "ready".
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import os
 import struct
 import sys
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -80,6 +82,35 @@ class SphinxError(RuntimeError):
     """A worker could not be started or died mid-utterance."""
 
 
+@dataclass(frozen=True)
+class Heard:
+    """An utterance's words, and how sure the ear was of where they end (Moonshine's
+    decoder: `p_end`, the end token's probability where it ended; `p_last`, the last
+    word's; None: an ear that says neither)."""
+    text: str
+    p_end: float | None = None
+    p_last: float | None = None
+
+    def sure(self, min_end: float, min_last: float) -> bool:
+        """Whether the ear is sure enough of the end of its words to end a turn on."""
+        return ((self.p_end is None or self.p_end >= min_end)
+                and (self.p_last is None or self.p_last >= min_last))
+
+    def wire(self) -> str:
+        if self.p_end is None or self.p_last is None:
+            return self.text
+        return f"{self.text}\0{self.p_end:.4f} {self.p_last:.4f}"
+
+    @classmethod
+    def parse(cls, reply: str) -> Heard:
+        text, _, sure = reply.partition("\0")
+        try:
+            p_end, p_last = (float(x) for x in sure.split())
+        except ValueError:  # no probabilities (PocketSphinx)
+            return cls(text)
+        return cls(text, p_end, p_last)
+
+
 class Utterance:
     """One utterance on a leased worker: feed audio as it comes, then `finish()`."""
 
@@ -97,25 +128,26 @@ class Utterance:
         self._w.send(b"P", b"")
         self._w.unread += 1
 
-    async def preflight(self) -> str | None:
+    async def preflight(self) -> Heard | None:
         """The transcript of the pass `prepare()` ran ("" if it ran none); None once the
         utterance has ended. Shielded: a cancelled caller must not cut a reply in half."""
         async def read() -> str | None:
             async with self._w.lock:
                 return None if self._ended else await self._w.drain()
 
-        return await asyncio.shield(read())
+        reply = await asyncio.shield(read())
+        return None if reply is None else Heard.parse(reply)
 
     def resume(self) -> None:
         """The user spoke again after `prepare()`: go back to decoding."""
         self._w.send(b"R", b"")
 
-    async def finish(self) -> str:
+    async def finish(self) -> Heard:
         self._ended = True
         self._w.send(b"E", b"")
         async with self._w.lock:
             await self._w.drain()  # the prepare replies come first
-            return await self._w.reply(END_TIMEOUT_S)
+            return Heard.parse(await self._w.reply(END_TIMEOUT_S))
 
     def cancel(self) -> None:
         self._w.send(b"C", b"")
@@ -257,7 +289,7 @@ class _Decoding:
     def __init__(self, dec: Decoder) -> None:
         self.dec = dec
         self.audio: bytearray | None = None  # None: no utterance open
-        self.prepared: str | None = None
+        self.prepared: Heard | None = None
         self.resumes = 0
 
     def feed(self, pcm: bytes) -> None:
@@ -281,17 +313,17 @@ class _Decoding:
             self.dec.start_utt()
             self.dec.process_raw(bytes(self.audio), no_search=False, full_utt=False)
 
-    def end(self) -> str:
+    def end(self) -> Heard:
         if self.audio is None:
-            return ""
-        text = self.prepared if self.prepared is not None else self._end_search()
+            return Heard("")
+        heard = self.prepared if self.prepared is not None else self._end_search()
         self.audio, self.prepared, self.resumes = None, None, 0
-        return text
+        return heard
 
-    def _end_search(self) -> str:
+    def _end_search(self) -> Heard:
         self.dec.end_utt()
         hyp = self.dec.hyp()
-        return hyp.hypstr if hyp is not None else ""
+        return Heard(hyp.hypstr if hyp is not None else "")
 
 
 class _WholeDecoding:
@@ -299,10 +331,10 @@ class _WholeDecoding:
     and the transcript of a pass run early (`prepare`) on what had come by then. Audio
     after it (the hangover's silence) is kept, not heard; `resume` forgets the pass."""
 
-    def __init__(self, transcribe: Callable[[bytes], str]) -> None:
+    def __init__(self, transcribe: Callable[[bytes], Heard]) -> None:
         self.transcribe = transcribe
         self.audio: bytearray | None = None
-        self.prepared: str | None = None
+        self.prepared: Heard | None = None
 
     def feed(self, pcm: bytes) -> None:
         if self.audio is None:
@@ -316,13 +348,13 @@ class _WholeDecoding:
     def resume(self) -> None:
         self.prepared = None
 
-    def end(self) -> str:
+    def end(self) -> Heard:
         if self.audio is None:
-            return ""
-        text = self.prepared if self.prepared is not None else \
+            return Heard("")
+        heard = self.prepared if self.prepared is not None else \
             self.transcribe(bytes(self.audio))
         self.audio, self.prepared = None, None
-        return text
+        return heard
 
 
 def _trim_silence(pcm: np.ndarray, floor: int = 64, keep: int = 1600) -> np.ndarray:
@@ -338,18 +370,19 @@ def _trim_silence(pcm: np.ndarray, floor: int = 64, keep: int = 1600) -> np.ndar
     return pcm[max(0, loud[0] * 160 - keep):min(len(pcm), (loud[-1] + 1) * 160 + keep)]
 
 
-def _moonshine(threads: int = 1) -> Callable[[bytes], str]:
-    """Moonshine tiny-en (moonshine.py) on `threads` threads: 16 kHz s16le -> text."""
+def _moonshine(threads: int = 1) -> Callable[[bytes], Heard]:
+    """Moonshine tiny-en (moonshine.py) on `threads` threads: 16 kHz s16le -> words."""
     from .moonshine import VAD_HOP, Moonshine
 
     model = Moonshine(threads)
 
-    def transcribe(pcm: bytes) -> str:
+    def transcribe(pcm: bytes) -> Heard:
         audio = _trim_silence(np.frombuffer(pcm, np.int16)).astype(np.float32) / 32768.0
         if len(audio) < 1600:  # under 0.1 s: nothing to hear
-            return ""
+            return Heard("")
         # as the library heard it: whole hops of its VAD (the tail is the trim's quiet)
-        return model.transcribe(audio[:len(audio) // VAD_HOP * VAD_HOP]).strip()
+        text, p_end, p_last = model.hear(audio[:len(audio) // VAD_HOP * VAD_HOP])
+        return Heard(text.strip(), p_end, p_last)
 
     return transcribe
 
@@ -380,11 +413,11 @@ def _serve(model: str, threads: int = 1) -> None:
             utt.feed(payload)
         elif kind == b"P":
             utt.prepare()
-            reply(utt.prepared or "")
+            reply(utt.prepared.wire() if utt.prepared is not None else "")
         elif kind == b"R":
             utt.resume()
         elif kind == b"E":
-            reply(utt.end())
+            reply(utt.end().wire())
         elif kind == b"C":
             utt.end()
 

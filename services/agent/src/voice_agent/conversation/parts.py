@@ -94,6 +94,7 @@ def build_parts(settings: AgentSettings, tracker: TurnTracker, *,
     if isinstance(turn, TurnEnd):
         turn.utterances = utterances  # audio mode: the words, as the ear says them
         turn.vad = vad  # a short turn's wait ends early if the caller goes on
+        turn.ear = stt_  # how sure the ear was of the turn's last words
     return Parts(stt=stt_, llm=llm_, tts=tts_, vad=vad, turn=turn)
 
 

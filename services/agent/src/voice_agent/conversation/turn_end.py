@@ -1,14 +1,15 @@
 """The end of the user's turn, decided one way for every door.
 
 At each silence after speech (the VAD's end of speech), a detector says how likely the
-turn is over from what it has: the transcript's words (turn_words.py), the turn's audio
-(Smart Turn v3.2, smart_turn.py), or both. Below 0.5 the turn stays open up to
+turn is over from what it has: the transcript's words (turn_words.py) and how sure the
+ear was of where they end (sphinx.py `Heard`), the turn's audio (Smart Turn v3.2,
+smart_turn.py), or both. Below 0.5 the turn stays open up to
 `max_endpointing_delay_s` after the last speech sample (in doubt: the user may go on),
 else `min_endpointing_delay_s` (confident), or `short_turn_delay_s` for a turn of a word or
 two ("Hello," may go on after a comma's pause). A user who speaks again meanwhile keeps the
 turn open. AGENT_TURN_DETECTION picks the detector:
 
-- `text`: the word rule;
+- `text`: the word rule; words the ear doubts (AGENT_TURN_EAR_MIN_END/_LAST) are in doubt;
 - `audio`: Smart Turn on the turn's last <= 8 s of audio;
 - `fused`: words that cannot end a turn ("... how to get to") hold it whatever the audio
   says; else the audio decides (a turn whose words could end, but whose voice goes on);
@@ -39,17 +40,20 @@ from ..metrics import REGISTRY, SAME_END_S, TurnTracker
 from ..plugins.utterances import UtteranceStore
 from ..settings import AgentSettings
 from ..speech_end import SpeechEnd
+from ..sphinx import Heard
 from ..turn_words import end_of_turn_probability
 
 log = logging.getLogger("voice_agent.turn_end")
 
 THRESHOLD = 0.5  # below: the turn is unlikely over (the framework's `unlikely_threshold`)
 GOING_ON = 0.05  # the caller spoke again during a short turn's wait: held
+EAR_UNSURE = 0.2  # the words could end a turn, but the ear doubts they ended: in doubt
 _WORD = re.compile(r"[A-Za-z0-9']+")
 AUDIO_FRESH_S = 3.0  # a located end of speech older than this is not this silence's
 
 DECISIONS = Counter("agent_turn_decisions_total", "End-of-turn decisions at a silence, by "
-                    "detector and result (end: the short wait; hold: the long one)",
+                    "detector and result (end: the short wait; hold: the long one; doubt: "
+                    "the long one, as the ear doubted where its words end)",
                     ["detector", "result"], registry=REGISTRY)
 DETECTOR_ERRORS = Counter("agent_turn_detector_errors_total", "End-of-turn detectors that "
                           "failed (that turn fell back to the word rule)", ["detector"],
@@ -69,6 +73,7 @@ class TurnView:
     transcript: str
     audio: np.ndarray | None = None
     early: asyncio.Future[float] | None = None
+    ear: Heard | None = None  # how sure the ear was of the transcript's last words
 
 
 class Detector(Protocol):
@@ -78,10 +83,19 @@ class Detector(Protocol):
 
 
 class WordDetector:
+    """The word rule on what the ear wrote, unless the ear doubts where its words end
+    (`Heard.sure`): then in doubt too."""
     name = "text"
 
+    def __init__(self, min_end: float = 0.0, min_last: float = 0.0) -> None:
+        self.min_end, self.min_last = min_end, min_last
+
     async def p_end(self, view: TurnView) -> float:
-        return end_of_turn_probability(view.transcript)
+        p = end_of_turn_probability(view.transcript)
+        if p >= THRESHOLD and view.ear is not None \
+                and not view.ear.sure(self.min_end, self.min_last):
+            return EAR_UNSURE
+        return p
 
 
 class AudioDetector:
@@ -100,14 +114,15 @@ class AudioDetector:
 
 
 class FusedDetector:
-    """Unfinished words hold the turn; else the audio decides."""
+    """Unfinished words (or words the ear doubts) hold the turn; else the audio decides."""
     name = "fused"
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, words: WordDetector | None = None) -> None:
         self.audio = AudioDetector(model)
+        self.words = words or WordDetector()
 
     async def p_end(self, view: TurnView) -> float:
-        words = end_of_turn_probability(view.transcript)
+        words = await self.words.p_end(view)
         if words < THRESHOLD:
             return words
         return await self.audio.p_end(view)
@@ -117,11 +132,12 @@ def make_detector(settings: AgentSettings, mode: str | None = None) -> Detector 
     """The detector AGENT_TURN_DETECTION (or `mode`) names; None for "vad" and "model"
     (silence alone; the framework's own model)."""
     mode = mode or settings.turn_detection
+    words = WordDetector(settings.turn_ear_min_end, settings.turn_ear_min_last)
     if mode == "text":
-        return WordDetector()
+        return words
     if mode in ("audio", "fused"):
         model = smart_turn.load(settings.smart_turn_model, settings.smart_turn_threads)
-        return AudioDetector(model) if mode == "audio" else FusedDetector(model)
+        return AudioDetector(model) if mode == "audio" else FusedDetector(model, words)
     return None
 
 
@@ -152,10 +168,11 @@ class TurnEnd:
         # the words the background ear says are waited for, within the shortest wait
         self.utterances: UtteranceStore | None = None
         self.vad: Any = None  # the conversation's TimedVAD: does the caller go on?
+        self.ear: Any = None  # the conversation's STT: how sure it was (`last_heard`)
         # how soon this conversation's turns end: every wait scales by it (a Realtime
         # session's semantic_vad eagerness, `eagerness_scale`)
         self.scale = 1.0
-        self._words = WordDetector()
+        self._words = WordDetector(settings.turn_ear_min_end, settings.turn_ear_min_last)
         # the audio model's answer, asked at the VAD's end of speech (its audio is there;
         # the transcript comes 50-300 ms later): (that end, its audio, the answer)
         self._early: tuple[SpeechEnd, np.ndarray, asyncio.Future[float]] | None = None
@@ -235,6 +252,14 @@ class TurnEnd:
             return self._early[1], end.audio_end_s, self._early[2]
         return smart_turn.to_16k(end.audio, end.rate), end.audio_end_s, None
 
+    def _heard(self, transcript: str) -> Heard | None:
+        """The ear's last final transcript, if it is how this turn's words end."""
+        heard = getattr(self.ear, "last_heard", None)
+        if heard is None or not heard.text.strip() \
+                or not transcript.rstrip().endswith(heard.text.strip()):
+            return None
+        return heard
+
     async def p_end(self, transcript: str, audio: np.ndarray | None = None,
                     wait: tuple[float, float] | None = None) -> float:
         """How likely the turn is over; `audio`: the turn's (float32, 16 kHz), else the
@@ -245,7 +270,7 @@ class TurnEnd:
         if self.utterances is not None:  # the turn waits this long anyway
             lo_s = wait[0] if wait else self.delays[0]
             transcript = await self.utterances.spoken(transcript, lo_s)
-        view = TurnView(transcript, audio, early)
+        view = TurnView(transcript, audio, early, self._heard(transcript))
         name = self.detector.name
         t0 = time.perf_counter()
         fallback = False
@@ -258,7 +283,8 @@ class TurnEnd:
             p, fallback = await self._words.p_end(view), True
         DETECTOR_SECONDS.labels(detector=name).observe(time.perf_counter() - t0)
         lo, hi = wait or self.delays
-        DECISIONS.labels(detector=name, result="end" if p >= THRESHOLD else "hold").inc()
+        DECISIONS.labels(detector=name, result="end" if p >= THRESHOLD
+                         else "doubt" if p == EAR_UNSURE else "hold").inc()
         self.last = Decision(detector=name, transcript=transcript, p_end=p,
                              wait_s=self.wait_s(transcript, p, lo, hi), at=time.perf_counter(),
                              audio=view.audio, stop_s=stop_s, fallback=fallback)

@@ -55,7 +55,7 @@ from voice.llm.v1 import thinker_pb2, thinker_pb2_grpc
 
 from ..metrics import TurnTracker
 from ..speech_end import TimedVAD
-from ..sphinx import SphinxError, SphinxPool, Utterance, shared_pool
+from ..sphinx import Heard, SphinxError, SphinxPool, Utterance, shared_pool
 from ._grpc import ChannelCache, to_api_error
 from .llm import frames_to_pcm16k
 from .utterances import UtteranceStore
@@ -124,6 +124,7 @@ class STT(stt.STT):
         self.audio_rejected = 0  # utterances the thinker refused as audio
         self._background: set[asyncio.Task[None]] = set()  # audio mode's ear, off the path
         self._ear_failed = False
+        self.last_heard: Heard | None = None  # the latest final transcript, as the ear said it
         self._thinker_hears = False  # set by the first transcript the thinker returns
 
     @property
@@ -206,6 +207,7 @@ class STT(stt.STT):
             self._tracker.stt_started()
             if self._tracker.current is not None:
                 request_id = f"{self._tracker.current.trace_id}-stt"
+        self.last_heard = None  # the offline ear says how sure it was (`_sphinx`)
         if self._utterances is not None:
             text = self._utterances.put(frames_to_pcm16k(frames))
             self._hear_later(text, frames)
@@ -213,6 +215,8 @@ class STT(stt.STT):
             text = await self._sphinx(frames, utt)
         else:
             text = await self._thinker(frames, utt, request_id, conn_options)
+        if self.last_heard is None:  # an ear that says nothing of its doubt
+            self.last_heard = Heard(text)
         if self._tracker is not None:
             self._tracker.stt_done()
         log.info("stt %s request_id=%s audio_s=%.2f text=%r", self.ear, request_id,
@@ -222,16 +226,20 @@ class STT(stt.STT):
             alternatives=[stt.SpeechData(language=lang, text=text.strip(), end_time=duration)])
 
     async def _sphinx(self, frames: list[rtc.AudioFrame], utt: Utterance | None) -> str:
-        """The transcript of an utterance fed as it was spoken (`utt`), else of `frames`."""
+        """The transcript of an utterance fed as it was spoken (`utt`), else of `frames`;
+        how sure the ear was of it in `last_heard` (the end-of-turn policy reads it)."""
         try:
             if utt is not None:
-                return await utt.finish()
-            async with self.sphinx().utterance() as whole:
-                whole.feed(frames_to_pcm16k(frames))
-                return await whole.finish()
+                heard = await utt.finish()
+            else:
+                async with self.sphinx().utterance() as whole:
+                    whole.feed(frames_to_pcm16k(frames))
+                    heard = await whole.finish()
         except SphinxError as e:
             self._error(str(e))
             raise APIConnectionError(f"pocketsphinx: {e}", retryable=False) from None
+        self.last_heard = heard
+        return heard.text
 
     async def _thinker(self, frames: list[rtc.AudioFrame], utt: Utterance | None,
                        request_id: str, conn_options: APIConnectOptions) -> str:
@@ -281,7 +289,7 @@ class STT(stt.STT):
             try:
                 async with self.sphinx().utterance() as whole:
                     whole.feed(frames_to_pcm16k(frames))
-                    words = (await whole.finish()).strip()
+                    words = (await whole.finish()).text.strip()
             except Exception as e:  # the page shows the marker; the reply is not affected
                 if not self._ear_failed:
                     log.warning("the background ear (%s) failed: %s; transcripts show "
@@ -368,9 +376,9 @@ class RecogniserFeed:
         transcript differs)."""
         assert self.utt is not None and self._on_preflight is not None
         with contextlib.suppress(SphinxError):  # a dead worker: finish() says so
-            text = await self.utt.preflight()
-            if text and text.strip() and self._prepared:
-                self._on_preflight(text.strip())
+            heard = await self.utt.preflight()
+            if heard is not None and heard.text.strip() and self._prepared:
+                self._on_preflight(heard.text.strip())
 
     async def aclose(self) -> None:
         if self._preflight is not None:
