@@ -20,6 +20,7 @@ Every turn's stop_s / resume_s is located from its audio by energy (turn_folder.
 1 s of silence follows its speech. Written as a turn folder (turn_folder.py), 16 kHz.
 
   python -m bench.turn_set --out /tmp/turnset --n 400      # ~10 s on 2 cores
+  python -m bench.turn_set --out /tmp/dialogset --from-dialogs 128   # the sweep's callers
 """
 
 from __future__ import annotations
@@ -242,6 +243,40 @@ def build(out: Path, n: int, seed: int, jobs: int | None = None) -> list[Turn]:
     return [t for t, _ in made]
 
 
+def from_dialogs(out: Path, callers: int, seed: int, speech_dir: Path) -> list[Turn]:
+    """The conversation sweep's callers (bench/dialogs.py, bench/conversations.py's
+    `--turns 3 --seed`) as a turn folder: each plain and interrupting question, and each
+    paused turn's end, a complete turn; each paused turn's pause an unfinished one. Its
+    two parts are spoken separately (each a sentence's prosody), unlike this set's."""
+    from bench.dialogs import SpeechCache, make_dialog, needed, render
+
+    dialogs = [make_dialog(i, 3, seed) for i in range(callers)]
+    cache = SpeechCache(speech_dir)
+    cache.make_all(needed(dialogs))
+    out.mkdir(parents=True, exist_ok=True)
+    turns, seen = [], set()
+    for d in dialogs:
+        for script in (*d.turns, d.interrupt):
+            if (script, d.voice, d.wpm) in seen:
+                continue
+            seen.add((script, d.voice, d.wpm))
+            u = render(script, d.voice, d.wpm, cache)
+            pcm = np.concatenate([u.pcm, np.zeros(int(TAIL_S * RATE), np.int16)])
+            marks = [("complete", u.speech_end / RATE, None)]
+            if u.pause is not None:
+                marks.append(("unfinished", u.pause[0] / RATE, u.pause[1] / RATE))
+            for label, stop_s, resume_s in marks:
+                tid = f"{len(turns):04d}-dialog-{label}"
+                turn = Turn(id=tid, audio=f"{tid}.wav", label=label, stop_s=round(stop_s, 3),
+                            resume_s=None if resume_s is None else round(resume_s, 3),
+                            text=script.text, kind=f"dialog-{script.kind}",
+                            family="espeak-ng", voice=d.voice, source="synthetic",
+                            extra={"rate": d.wpm})
+                write_turn(out, turn, pcm)
+                turns.append(turn)
+    return turns
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.turn_set", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -249,9 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=400, help="how many turns (default 400)")
     ap.add_argument("--seed", type=int, default=0, help="voices, rates, pauses (default 0)")
     ap.add_argument("--jobs", type=int, default=None, help="synthesizers at once (cores)")
+    ap.add_argument("--from-dialogs", type=int, default=0, metavar="CALLERS",
+                    help="instead: the conversation sweep's first CALLERS callers' turns "
+                    "(bench/dialogs.py; espeak-ng phrases spoken separately)")
+    ap.add_argument("--speech-dir", type=Path, default=Path("bench/out/conversation_speech"),
+                    help="the sweep's phrase cache (--from-dialogs)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    turns = build(a.out, a.n, a.seed, a.jobs)
+    turns = (from_dialogs(a.out, a.from_dialogs, a.seed, a.speech_dir) if a.from_dialogs
+             else build(a.out, a.n, a.seed, a.jobs))
     mix = Counter((t.label, t.family) for t in turns)
     print(f"turn_set: {len(turns)} turns in {a.out} ({time.perf_counter() - t0:.1f} s): "
           + ", ".join(f"{lab}/{fam} {c}" for (lab, fam), c in sorted(mix.items())),

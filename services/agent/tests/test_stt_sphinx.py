@@ -62,7 +62,7 @@ async def test_moonshine_hears_speech_and_invents_nothing_in_its_silence(
         assert heard[:3] == ["tell", "me", "something"], said
         # with how sure the decoder was of its end: a whole sentence, sure
         assert said.p_end is not None and said.p_last is not None, said
-        assert said.sure(AgentSettings().turn_ear_min_end, 0.0), said
+        assert said.sure(0.95, 0.0), said
         async with pool.utterance() as utt:  # silence alone: nothing
             utt.feed(np.concatenate([quiet, quiet]).tobytes())
             assert (await utt.finish()).text == ""

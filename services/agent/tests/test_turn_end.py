@@ -217,10 +217,10 @@ class Ear:
 
 
 async def test_words_the_ear_doubts_are_in_doubt_and_only_this_turns() -> None:
-    """The ear wrote words that could end a turn, but was unsure they ended there (its
-    end token unlikely): the long wait, as for unfinished words. Sure, or another
-    utterance's doubt: the short one."""
-    s = AgentSettings()
+    """With AGENT_TURN_EAR_MIN_END set, the ear wrote words that could end a turn but
+    was unsure they ended there (its end token unlikely): the long wait, as for
+    unfinished words. Sure, or another utterance's doubt, or the default: the short one."""
+    s = AgentSettings(turn_ear_min_end=0.95)
     turn = TurnEnd(s, make_detector(s))  # type: ignore[arg-type]
     lo, hi = s.min_endpointing_delay_s, s.max_endpointing_delay_s
     turn.ear = Ear(Heard("I need to come to turn.", p_end=0.0, p_last=0.44))
@@ -237,11 +237,11 @@ async def test_words_the_ear_doubts_are_in_doubt_and_only_this_turns() -> None:
     # "... something, eyes." at 0.35); AGENT_TURN_EAR_MIN_LAST makes it one
     turn.ear = Ear(Heard("Tell me something, eyes.", p_end=0.9998, p_last=0.35))
     assert await wait_after(turn, "Tell me something, eyes.") == lo
-    last = AgentSettings(turn_ear_min_last=0.4)
+    last = AgentSettings(turn_ear_min_end=0.95, turn_ear_min_last=0.4)
     turn = TurnEnd(last, make_detector(last))  # type: ignore[arg-type]
     turn.ear = Ear(Heard("Tell me something, eyes.", p_end=0.9998, p_last=0.35))
     assert await wait_after(turn, "Tell me something, eyes.") == hi
-    off = AgentSettings(turn_ear_min_end=0.0)
+    off = AgentSettings()  # the default: the words alone
     turn = TurnEnd(off, make_detector(off))  # type: ignore[arg-type]
     turn.ear = Ear(Heard("I need to come to turn.", p_end=0.0, p_last=0.44))
     assert await wait_after(turn, "I need to come to turn.") == lo
@@ -265,7 +265,7 @@ async def test_the_ear_doubts_a_sentence_cut_at_its_pause(tmp_path) -> None:  # 
     loud = np.flatnonzero(10 * np.log10((x ** 2).mean(axis=1) + 1e-12) > -45)
     stop = (loud[np.flatnonzero(np.diff(loud) >= 30)[0]] + 1) * 160  # the 600 ms pause
     hear = _moonshine(1)
-    s = AgentSettings()
+    s = AgentSettings(turn_ear_min_end=0.95)
     for audio, done in ((pcm[:stop + 3200], False), (pcm, True)):  # + the 200 ms hangover
         heard = hear(audio.tobytes())
         view = TurnView(heard.text, ear=heard)

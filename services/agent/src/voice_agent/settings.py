@@ -228,13 +228,14 @@ class AgentSettings(BaseSettings):
     # The ear's own doubt (Moonshine, the offline ear): words it wrote with less than this
     # probability of ending there (its end token's) are in doubt like unfinished words
     # (the long wait). An utterance cut at "how to get to" is often written "how to get"
-    # or "how to get it", which the words alone take for a finished turn. On the synthetic
-    # set (espeak-ng, flite; bench/README.md "The ear's own doubt") 0.95 held 58 of 63
-    # such pauses (45 without) and 19 more of 97 other unfinished ones, and kept 17 more
-    # of 160 complete turns waiting max_endpointing_delay_s, most of them turns the ear
-    # misheard ("Set an alarm for six thirty." as "It's a long-focused party."). 0: the
-    # words alone.
-    turn_ear_min_end: float = Field(0.95, ge=0.0, le=1.0)
+    # or "how to get it", which the words alone take for a finished turn. Off by default:
+    # on synthetic speech (bench/README.md "The ear's own doubt") 0.95 held every
+    # espeak-ng pause after "to"/"the" (13 of 30 cut without), none more of flite's, and
+    # kept 17 more of 160 complete turns waiting max_endpointing_delay_s; on the GPU
+    # sweep's callers it would hold 79 of 259 complete phrases (the ear writes espeak-ng's
+    # "For two people tonight" right, at 0.69-0.86). Measure on your callers' voices
+    # (bench/turn_eval.py --ear-min-end) before turning it on. 0: the words alone.
+    turn_ear_min_end: float = Field(0.0, ge=0.0, le=1.0)
     # Also in doubt: a last word the ear wrote with less than this probability (0: off).
     # 0.4 held 2 more of those 63 pauses, and 9 more complete turns; and an unsure last
     # word is no reason to make a finished turn wait ("Tell me something nice." heard as
