@@ -150,3 +150,25 @@ def test_the_harness_waits_as_the_agent_does_for_a_short_turn() -> None:
     assert wait_s(0.05, 0.2, 1.0, 0.2, "Hello,", short) == 1.0
     assert wait_s(0.9, 0.5, 1.0, 0.2, "Hello.", short) == 0.5  # the min delay is longer
     assert wait_s(0.9, 0.2, 1.0, 0.2, "Hello.") == 0.2  # off
+
+
+def test_the_sweeps_callers_make_a_folder_the_harness_reads(tmp_path: Path) -> None:
+    """`--from-dialogs`: each paused turn's pause an unfinished turn (resumed where its
+    second phrase starts), every question and each paused turn's end a complete one; the
+    ear's end probability is in the result, and the doubt setting is applied."""
+    from bench.turn_set import from_dialogs
+
+    folder = tmp_path / "dialogs"
+    made = from_dialogs(folder, 2, 0, tmp_path / "speech")
+    turns = read_folder(folder)
+    assert len(turns) == len(made) and {t.label for t in turns} == {"complete", "unfinished"}
+    for t in turns:
+        if t.label == "unfinished":
+            assert t.resume_s is not None and 0.4 <= t.resume_s - t.stop_s <= 0.71, t
+    out = tmp_path / "eval.json"
+    evaluate(folder, out, ["text"], [0.2], jobs=1, ear=(1.0, 0.0))  # every word doubted
+    r = json.loads(out.read_text())
+    assert r["conditions"]["ear_doubt"] == {"min_end": 1.0, "min_last": 0.0}
+    assert all(t["ear"]["p_end"] is not None for t in r["turns"] if t["transcript"])
+    doubted = [t for t in r["turns"] if t["transcript"] and t["ear"]["p_end"] < 1.0]
+    assert doubted and all(t["p_end"]["text"] < 0.5 for t in doubted)
