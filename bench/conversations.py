@@ -37,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.conversation_metrics import Judge, Thresholds, summarize, turn_rows
-from bench.dialogs import SpeechCache, Utterance, make_dialog, needed, render
+from bench.dialogs import (
+    SpeechCache,
+    Utterance,
+    folder_turns,
+    make_dialog,
+    needed,
+    render,
+)
 
 SPEECH_DIR = Path(__file__).resolve().parent / "out" / "conversation_speech"
 
@@ -69,6 +76,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="callers of a level start at random offsets over this many s")
     p.add_argument("--seed", type=int, default=0, help="dialogs and offsets")
     p.add_argument("--speech-dir", default=str(SPEECH_DIR), help="espeak-ng speech cache")
+    p.add_argument("--turn-folder", default=None,
+                   help="take the callers' turns from this turn folder (bench/turn_set.py's "
+                   "synthetic set: pauses inside one utterance, espeak-ng and flite) in "
+                   "place of the espeak-ng phrases; the interruptions stay espeak-ng")
     p.add_argument("--make-speech", action="store_true", help="make the speech and exit")
     p.add_argument("--answer-timeout", type=float, default=8.0,
                    help="a turn with no reply audio this long after its end is unanswered")
@@ -206,8 +217,12 @@ def main(argv: list[str] | None = None) -> None:
              f"({len(needed(dialogs))} in use, cache {a.speech_dir})")
     if a.make_speech:
         return
-    speech = [([render(tu, d.voice, d.wpm, cache) for tu in d.turns],
-               render(d.interrupt, d.voice, d.wpm, cache)) for d in dialogs]
+    if a.turn_folder:
+        dialogs, turns = folder_turns(dialogs, Path(a.turn_folder))
+    else:
+        turns = [[render(tu, d.voice, d.wpm, cache) for tu in d.turns] for d in dialogs]
+    speech = [(mine, render(d.interrupt, d.voice, d.wpm, cache))
+              for mine, d in zip(turns, dialogs, strict=True)]
     judge = Judge(audible_rms=32768 * 10 ** (a.audible_dbfs / 20),
                   answer_timeout_s=a.answer_timeout)
     th = thresholds(a)

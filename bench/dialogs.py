@@ -74,6 +74,7 @@ class TurnScript:
     phrases: tuple[str, ...]  # one, or two joined by the pause
     pause_ms: int = 0
     think_s: float = 0.0  # the caller waits this long before speaking (after the reply)
+    ref: str = ""  # a turn folder's turn it was taken from (`folder_turns`)
 
     @property
     def text(self) -> str:
@@ -257,3 +258,46 @@ def needed(dialogs: list[DialogScript]) -> set[tuple[str, str, int]]:
 
 def render(turn: TurnScript, voice: str, wpm: int, cache: SpeechCache) -> Utterance:
     return join([cache.phrase(p, voice, wpm) for p in turn.phrases], turn.pause_ms)
+
+
+def folder_turns(dialogs: list[DialogScript], folder: Path
+                 ) -> tuple[list[DialogScript], list[list[Utterance]]]:
+    """The dialogs with their turns taken from a turn folder (bench/turn_folder.py), say
+    bench/turn_set.py's synthetic set, whose pauses are made inside one utterance (the
+    words before them carry continuation prosody) in two synthesizer families: each paused
+    turn is the folder's next unfinished turn (its pause where the folder says the speaker
+    stopped and went on), each plain turn its next complete one, dealt in the folder's
+    order. The interruption stays the dialog's (espeak-ng). `TurnScript.ref` names the
+    folder's turn (its family and kind are in the folder)."""
+    from bench.turn_folder import load_16k, read_folder
+
+    turns = read_folder(folder)
+    pools = {"plain": [t for t in turns if t.label == "complete"],
+             "paused": [t for t in turns if t.label == "unfinished" and t.resume_s is not None]}
+    if not pools["plain"] or not pools["paused"]:
+        raise ValueError(f"{folder}: needs complete turns and unfinished ones with resume_s")
+    dealt = {"plain": 0, "paused": 0}
+    out_d: list[DialogScript] = []
+    out_u: list[list[Utterance]] = []
+    for d in dialogs:
+        scripts, utts = [], []
+        for tu in d.turns:
+            pool = pools[tu.kind]
+            t = pool[dealt[tu.kind] % len(pool)]
+            dealt[tu.kind] += 1
+            x = load_16k(folder / t.audio)
+            first, end = speech_span(x)
+            x = x[:end] / max(float(np.max(np.abs(x[:end]))), 1e-9) * PEAK
+            pause = None
+            if tu.kind == "paused":
+                assert t.resume_s is not None
+                pause = (round(t.stop_s * RATE), round(t.resume_s * RATE))
+            utts.append(Utterance(pcm=to_pcm16(x), speech_start=first, speech_end=end,
+                                  pause=pause))
+            scripts.append(TurnScript(tu.kind, (t.text,), 0 if pause is None else
+                                      round((pause[1] - pause[0]) * 1000 / RATE),
+                                      tu.think_s, ref=t.id))
+        out_d.append(DialogScript(d.index, d.voice, d.wpm, tuple(scripts), d.interrupt,
+                                  d.barge_turn, d.barge_in_after_s))
+        out_u.append(utts)
+    return out_d, out_u

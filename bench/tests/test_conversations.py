@@ -66,6 +66,38 @@ def test_dialogs_are_seeded_with_pauses_and_one_barge_in() -> None:
         assert x.interrupt.kind == "interrupt"
 
 
+def test_callers_take_their_turns_from_a_turn_folder(tmp_path: Path) -> None:
+    """--turn-folder: a paused turn is the folder's unfinished turn, its pause where the
+    folder says the speaker stopped and went on; a plain turn a complete one; the
+    interruption and the rest of the dialog stay."""
+    from bench.dialogs import folder_turns
+    from bench.turn_folder import Turn, write_turn
+
+    def burst(s: float) -> np.ndarray:
+        t = np.arange(int(s * RATE)) / RATE
+        return (8000 * np.sin(2 * np.pi * 220 * t)).astype(np.int16)
+
+    quiet = np.zeros(RATE // 4, np.int16)
+    write_turn(tmp_path, Turn("c", "c.wav", "complete", 0.5, None, "Done.", "statement",
+                              "flite"), np.concatenate([burst(0.5), quiet]))
+    write_turn(tmp_path, Turn("u", "u.wav", "unfinished", 0.4, 1.0, "Get to | there.",
+                              "after-to", "espeak-ng"),
+               np.concatenate([burst(0.4), np.zeros(int(0.6 * RATE), np.int16), burst(0.3),
+                               quiet]))
+    dialogs = [make_dialog(i, 3) for i in range(2)]
+    got, utts = folder_turns(dialogs, tmp_path)
+    for d, g, us in zip(dialogs, got, utts, strict=True):
+        assert [t.kind for t in g.turns] == [t.kind for t in d.turns]
+        assert g.interrupt == d.interrupt and g.voice == d.voice
+        for t, u in zip(g.turns, us, strict=True):
+            assert t.ref == ("u" if t.kind == "paused" else "c")
+            if t.kind == "paused":
+                assert u.pause == (int(0.4 * RATE), RATE) and t.pause_ms == 600
+                assert u.speech_end == int(1.3 * RATE)
+            else:
+                assert u.pause is None and u.speech_end == RATE // 2
+
+
 def test_talk_url() -> None:
     assert talk_url("127.0.0.1:8003") == "ws://127.0.0.1:8003/v1/talk"
     assert talk_url("https://agent.example") == "wss://agent.example/v1/talk"
