@@ -232,9 +232,10 @@ class AgentSettings(BaseSettings):
     # on synthetic speech (bench/README.md "The ear's own doubt") 0.95 held every
     # espeak-ng pause after "to"/"the" (13 of 30 cut without), none more of flite's, and
     # kept 17 more of 160 complete turns waiting max_endpointing_delay_s; on the GPU
-    # sweep's callers it would hold 79 of 259 complete phrases (the ear writes espeak-ng's
-    # "For two people tonight" right, at 0.69-0.86). Measure on your callers' voices
-    # (bench/turn_eval.py --ear-min-end) before turning it on. 0: the words alone.
+    # sweep's callers it would keep 112 of 435 complete turns waiting (27 without: the ear
+    # writes espeak-ng's "For two people tonight" right, at 0.69-0.86). Measure on your
+    # callers' voices (bench/turn_eval.py --ear-min-end) before turning it on. 0: the
+    # words alone.
     turn_ear_min_end: float = Field(0.0, ge=0.0, le=1.0)
     # Also in doubt: a last word the ear wrote with less than this probability (0: off).
     # 0.4 held 2 more of those 63 pauses, and 9 more complete turns; and an unsure last
