@@ -110,10 +110,11 @@ async def test_a_user_turn_gets_a_spoken_reply(tts_server: Server, thinker: Serv
     # the tracker's EoT is the real-time slot of the frame holding the last speech sample
     # (speech_end.py places it in the audio): within a frame of it (this clock puts a
     # sample at its frame's delivery + its offset), read here on the speaker's 20 ms
-    # ticks: up to a frame plus a tick apart (30.3 ms was seen on a loaded CI host); it
-    # was the VAD's decision - its hangover, 200-500 ms off
+    # ticks: a frame plus a tick apart, more when the loaded 2-core CI host delays the
+    # loop between them (30 and 69 ms were seen there). It was the VAD's decision - its
+    # hangover, 200-500 ms off - which this bound still catches.
     lag = eot_to_first_audio - turn["eot_to_first_audio_ms"] / 1000  # type: ignore[operator]
-    assert -0.05 < lag < 0.045, lag
+    assert -0.1 < lag < 0.15, lag
     states = [s for _, s in res.transitions]
     i = states.index(DuplexState.THINKING)
     assert states[i:i + 3] == [DuplexState.THINKING, DuplexState.SPEAKING,
