@@ -158,6 +158,7 @@ class Link:
         self.imp = impairment or Impairment()
         self.sent: list[Packet] = []
         self.dropped: list[int] = []  # seqs lost on the link
+        self._stalled: list[Packet] = []  # held by the stall, released together in order
         self._rng = random.Random(self.imp.seed)
         self._armed_at: float | None = None
         self._first_after_arm: float | None = None
@@ -177,6 +178,15 @@ class Link:
             self.dropped.append(pkt.seq)
             return
         loop = asyncio.get_running_loop()
+        end = self._stall_end(pkt) if self._armed_at is not None else None
+        if end is not None and delay <= end - pkt.sent_at:
+            # One release for the whole stall, in the order sent: timers due at the same
+            # moment may fire in any order, and the receiver took a reordered pair for a
+            # lost packet (a stalled link delays, it does not reorder).
+            if not self._stalled:
+                loop.call_later(delay, self._release)
+            self._stalled.append(pkt)
+            return
         if delay <= 0:
             loop.call_soon(self.rx.deliver, pkt)
         else:
@@ -198,9 +208,21 @@ class Link:
                 self._burst_left -= 1
                 return None
         delay = self._rng.uniform(0.0, imp.jitter_ms / 1000.0) if imp.jitter_ms > 0 else 0.0
-        if imp.stall_ms > 0:
-            s0 = self._first_after_arm + imp.stall_at_ms / 1000.0
-            s1 = s0 + imp.stall_ms / 1000.0
-            if s0 <= pkt.sent_at < s1:
-                delay = max(delay, s1 - pkt.sent_at)
+        end = self._stall_end(pkt)
+        if end is not None:
+            delay = max(delay, end - pkt.sent_at)
         return delay
+
+    def _stall_end(self, pkt: Packet) -> float | None:
+        """When the stall that holds `pkt` ends (None: none holds it)."""
+        imp = self.imp
+        if imp.stall_ms <= 0 or self._first_after_arm is None:
+            return None
+        s0 = self._first_after_arm + imp.stall_at_ms / 1000.0
+        s1 = s0 + imp.stall_ms / 1000.0
+        return s1 if s0 <= pkt.sent_at < s1 else None
+
+    def _release(self) -> None:
+        held, self._stalled = self._stalled, []
+        for pkt in held:
+            self.rx.deliver(pkt)
