@@ -136,10 +136,12 @@ class Moonshine:
 
     def tokens(self, audio: np.ndarray) -> list[int]:
         """The decoded token ids, from the start token to the end token or the cap."""
-        return self.decode(audio)[0]
+        return self._decode(audio)[0]
 
-    def decode(self, audio: np.ndarray) -> tuple[list[int], list[float]]:
-        """The decoded token ids (as `tokens`), and each chosen token's probability."""
+    def _decode(self, audio: np.ndarray) -> tuple[list[int], np.ndarray | None, np.ndarray]:
+        """The decoded token ids (as `tokens`), the logits the last word piece was chosen
+        from (None: no word), and the last step's: only those two are turned into
+        probabilities (`hear`), not the whole vocabulary at every step."""
         x = np.ascontiguousarray(audio, np.float32).reshape(1, -1)
         feeds: dict[str, np.ndarray] = {self._enc_in[0]: x}
         mask = np.ones(x.shape, np.int64)
@@ -148,7 +150,8 @@ class Moonshine:
         hidden = self.encoder.run(None, feeds)[0]
         # the first step takes no cache (use_cache_branch false): any values of this shape
         past = {n: np.zeros(self._kv_shape, np.float32) for n in self._past}
-        tokens, probs = [START_TOKEN], []
+        tokens: list[int] = [START_TOKEN]
+        word_logits: np.ndarray | None = None
         for step in range(max_tokens(x.shape[1])):
             feeds = {"input_ids": np.array([[tokens[-1]]], np.int64),
                      "encoder_hidden_states": hidden,
@@ -162,11 +165,11 @@ class Moonshine:
             logits = out[0].reshape(-1)
             token = int(np.argmax(logits))
             tokens.append(token)
-            # the softmax of the chosen token: 1 / sum(exp(l - max))
-            probs.append(float(1.0 / np.exp(logits.astype(np.float64) - logits[token]).sum()))
+            if self._is_word(token):
+                word_logits = logits
             if token == EOS_TOKEN:
                 break
-        return tokens, probs
+        return tokens, word_logits, logits
 
     def transcribe(self, audio: np.ndarray) -> str:
         if len(audio) == 0:
@@ -189,7 +192,13 @@ class Moonshine:
         sentences get (bench/README.md "The ear's own doubt")."""
         if len(audio) == 0:
             return "", 1.0, 1.0
-        tokens, probs = self.decode(audio)
-        p_end = probs[-1] if tokens[-1] == EOS_TOKEN else 0.0
-        words = [p for t, p in zip(tokens[1:], probs, strict=True) if self._is_word(t)]
-        return detokenize(tokens, self.vocab), p_end, words[-1] if words else 1.0
+        tokens, word_logits, end_logits = self._decode(audio)
+        p_end = _chosen_p(end_logits) if tokens[-1] == EOS_TOKEN else 0.0
+        p_last = _chosen_p(word_logits) if word_logits is not None else 1.0
+        return detokenize(tokens, self.vocab), p_end, p_last
+
+
+def _chosen_p(logits: np.ndarray) -> float:
+    """The softmax probability of the greedy (largest) logit: 1 / sum(exp(l - max))."""
+    x = logits.astype(np.float64)
+    return float(1.0 / np.exp(x - x.max()).sum())
