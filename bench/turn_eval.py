@@ -21,7 +21,10 @@ For every turn, at the VAD's decision point (stop_s + the VAD's hangover, `--vad
 3. per min delay, the wait after stop_s and what it costs (bench/turn_report.py):
    unfinished turns cut off, complete turns' latency and long holds, backchannels and
    noise taken as a turn; split by family, kind and source. Every number carries its
-   source ("synthetic" for the synthetic set) in the table and the JSON.
+   source ("synthetic" for the synthetic set) in the table and the JSON;
+4. the silences inside a turn's speech before stop_s (a comma's pause, a stop's closure)
+   at least the hangover long, judged the same way on the ear's words up to each: a turn
+   is "cut inside" when one of them outlasts its wait (what a shorter hangover costs).
 
 Runs in the agent's venv (it imports voice_agent):
 
@@ -52,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.turn_folder import RATE, FolderError, Turn, load_16k, read_folder
+from bench.turn_folder import RATE, FolderError, Turn, load_16k, quiet_runs, read_folder
 from bench.turn_report import plot, source_of, summarize, table
 
 DETECTORS = ("vad", "text", "audio", "fused")
@@ -85,11 +88,27 @@ def cut(audio: np.ndarray, turn: Turn, hangover_s: float) -> np.ndarray:
     return np.pad(audio[:n], (0, max(0, n - len(audio))))
 
 
-def _key(turn: Turn, audio: np.ndarray) -> str:
-    return f"{turn.id}@{hashlib.sha1(audio.tobytes()).hexdigest()[:16]}"
+def inner_gaps(audio: np.ndarray, turn: Turn, hangover_s: float) -> list[tuple[float, float]]:
+    """(start, length) s of the silences inside the speech before `stop_s` at least the
+    hangover long: the VAD ends speech there too, and the detector decides. Silence as
+    the agent reads it (voice_agent.speech_end: 10 ms windows under -45 dBFS)."""
+    from voice_agent.speech_end import SPEECH_DBFS, WINDOW_S
+
+    n = int(RATE * WINDOW_S)
+    k = min(len(audio), round(turn.stop_s * RATE)) // n
+    db = 10 * np.log10(np.maximum((audio[:k * n].astype(np.float64).reshape(k, n) ** 2)
+                                  .mean(axis=1), 1e-12))
+    labelled = turn.extra.get("pause_s")  # a pause the folder judges as its own turn
+    return [(a * WINDOW_S, (b - a) * WINDOW_S) for a, b in quiet_runs(db >= SPEECH_DBFS)
+            if (b - a) * WINDOW_S >= hangover_s - 1e-9 and not (
+                labelled and a * WINDOW_S < labelled[1] and b * WINDOW_S > labelled[0])]
 
 
-def transcripts(turns: list[Turn], clips: list[np.ndarray], cache: Path,
+def _key(turn_id: str, audio: np.ndarray) -> str:
+    return f"{turn_id}@{hashlib.sha1(audio.tobytes()).hexdigest()[:16]}"
+
+
+def transcripts(ids: list[str], clips: list[np.ndarray], cache: Path,
                 jobs: int) -> list[Any]:
     """The ear's words of each clip (voice_agent.sphinx.Heard), from `cache` where it
     has them (an older cache's bare text is heard again)."""
@@ -99,7 +118,7 @@ def transcripts(turns: list[Turn], clips: list[np.ndarray], cache: Path,
         known = json.loads(cache.read_text())["items"] if cache.is_file() else {}
     except (json.JSONDecodeError, KeyError):
         known = {}
-    keys = [_key(t, c) for t, c in zip(turns, clips, strict=True)]
+    keys = [_key(i, c) for i, c in zip(ids, clips, strict=True)]
     todo = [i for i, k in enumerate(keys) if not isinstance(known.get(k), list)]
     if todo:
         pcm = [(np.clip(clips[i], -1, 1) * 32767).astype(np.int16).tobytes() for i in todo]
@@ -213,10 +232,16 @@ def evaluate(folder: Path, out: Path, detectors: list[str] | None = None,
                                 {"turn_ear_min_end": ear[0], "turn_ear_min_last": ear[1]}))
     dets, skipped = load_detectors(list(detectors or DETECTORS), detectors is not None,
                                    settings)
-    clips = [cut(load_16k(folder / t.audio), t, hangover_s) for t in turns]
+    audios = [load_16k(folder / t.audio) for t in turns]
+    clips = [cut(a, t, hangover_s) for a, t in zip(audios, turns, strict=True)]
+    # the silences inside the speech the VAD also ends: (turn index, start, length)
+    gaps = [(i, *g) for i, (a, t) in enumerate(zip(audios, turns, strict=True))
+            if t.label in ("complete", "unfinished") for g in inner_gaps(a, t, hangover_s)]
+    ids = [t.id for t in turns] + [f"{turns[i].id}#{at:.2f}" for i, at, _ in gaps]
+    clips += [audios[i][:round((at + hangover_s) * RATE)] for i, at, _ in gaps]
     out.parent.mkdir(parents=True, exist_ok=True)
     t1 = time.perf_counter()
-    heards = transcripts(turns, clips, out.with_suffix(".transcripts.json"),
+    heards = transcripts(ids, clips, out.with_suffix(".transcripts.json"),
                          jobs or min(2, os.cpu_count() or 1))
     t2 = time.perf_counter()
     ps = asyncio.run(p_ends(dets, heards, clips))
@@ -225,8 +250,12 @@ def evaluate(folder: Path, out: Path, detectors: list[str] | None = None,
              "voice": t.voice, "source": t.source, "text": t.text, "stop_s": t.stop_s,
              "resume_s": t.resume_s, "transcript": heards[i].text,
              "ear": {"p_end": heards[i].p_end, "p_last": heards[i].p_last},
-             "p_end": {d: round(ps[d][i], 4) for d in dets}}
+             "p_end": {d: round(ps[d][i], 4) for d in dets}, "inner": []}
             for i, t in enumerate(turns)]
+    for j, (i, at, length) in enumerate(gaps, start=len(turns)):
+        rows[i]["inner"].append({"at_s": round(at, 3), "gap_s": round(length, 3),
+                                 "transcript": heards[j].text,
+                                 "p_end": {d: round(ps[d][j], 4) for d in dets}})
     source = source_of(rows)
     result = {
         "source": source,
@@ -239,6 +268,9 @@ def evaluate(folder: Path, out: Path, detectors: list[str] | None = None,
                           "min_last": settings.turn_ear_min_last},
             "wait": "max(vad_silence_s, min_delay if p_end >= 0.5 else max_delay) after "
                     "stop_s; a complete turn of <= short_turn.words words: >= its delay_s",
+            "inner": "each silence inside a turn's speech (10 ms windows under -45 dBFS) "
+                     ">= vad_silence_s is judged too, on the ear's words up to it + "
+                     "vad_silence_s; the turn is cut inside when a wait is shorter",
             "host": f"{platform.machine()} {os.cpu_count()} cores, {platform.python_version()}",
             "commit": _commit(), "date": time.strftime("%Y-%m-%d"),
         },
@@ -271,8 +303,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"the min endpointing delays to try, s (default {MIN_DELAYS})")
     ap.add_argument("--max-delay", type=float, default=1.0,
                     help="the wait of a held turn, s (default 1.0, the agent's)")
-    ap.add_argument("--vad-silence-ms", type=int, default=200,
-                    help="the VAD's hangover: no decision before it (default 200, the agent's)")
+    ap.add_argument("--vad-silence-ms", type=int, default=None,
+                    help="the VAD's hangover: no decision before it (default "
+                    "AGENT_VAD_SILENCE_MS's)")
     ap.add_argument("--short-turn-words", type=int, default=2,
                     help="a complete turn of at most this many words waits --short-turn-delay"
                     " (default 2, the agent's; 0: off)")
@@ -290,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="ear processes (default <= 2)")
     a = ap.parse_args(argv)
     names = a.detectors.split(",") if a.detectors else None
+    if a.vad_silence_ms is None:
+        from voice_agent.settings import AgentSettings
+
+        a.vad_silence_ms = AgentSettings().vad_silence_ms
     ear = None
     if a.ear_min_end is not None or a.ear_min_last is not None:
         from voice_agent.settings import AgentSettings

@@ -13,6 +13,9 @@ complete whose transcript has at most `short_words` words waits at least `short_
 - held: a complete turn held open (p_end < 0.5): it waits the whole max delay;
 - long hold: a complete turn that waits >= 1 s (LONG_HOLD_S; with the agent's max delay of
   1 s, the held ones, and every turn at a min delay of 1 s);
+- cut inside: a complete or unfinished turn with a silence inside its speech before
+  stop_s (each row's `inner`, judged on the words up to it) longer than that silence's
+  wait: the turn ended before the speaker stopped;
 - backchannel / noise: `taken` when the ear wrote words (the framework drops a turn with
   an empty transcript, whatever the detector says), `fast` when taken and ended at the
   min delay (p_end >= 0.5): the detector can delay such a turn, never refuse it.
@@ -102,6 +105,12 @@ def summarize_one(rows: list[Row], detector: str, min_delay: float, max_delay: f
         k = sum(wait(r) >= LONG_HOLD_S - 1e-9 for r in rs)
         return {"count": k, "n": len(rs), "rate": _rate(k, len(rs))}
 
+    def inside(rs: list[Row]) -> dict[str, Any]:
+        k = sum(any(wait_s(g["p_end"][detector], min_delay, max_delay, hangover,
+                           g["transcript"], short) < g["gap_s"] for g in r.get("inner", ()))
+                for r in rs)
+        return {"rate": _rate(k, len(rs)), "cut": k, "n": len(rs)}
+
     def taken(rs: list[Row]) -> dict[str, Any]:
         words = [r for r in rs if r["transcript"].strip()]
         fast = sum(r["p_end"][detector] >= THRESHOLD for r in words)
@@ -118,6 +127,7 @@ def summarize_one(rows: list[Row], detector: str, min_delay: float, max_delay: f
                         if wait(r) >= LONG_HOLD_S - 1e-9)
     return {"source": source_of(rows),
             "cutoff": _split(by_label["unfinished"], cutoffs),
+            "cut_inside": _split(complete + by_label["unfinished"], inside),
             "latency": _split(complete, latency),
             "held": {**_split(complete, held), "texts": held_texts},
             "long_holds": {**_split(complete, long_holds), "texts": long_texts},
@@ -152,9 +162,11 @@ def table(summary: dict[str, Any], source: str) -> str:
     p50 latency by family and by kind (a column per min delay), then the long holds."""
     tag = source.upper()
     lines = [f"[{tag}] turn-taking per detector and min delay ({tag} speech); cut-offs: "
-             "unfinished turns; ms, held and >=1 s: complete turns (long holds); taken "
+             "unfinished turns; cut inside: turns ended at a silence inside their speech; "
+             "ms, held and >=1 s: complete turns (long holds); taken "
              "(fast): the ear wrote words (and the detector ended the turn at the min delay)",
-             f"{'detector':<8} {'min s':>5} {'cut-offs':>14} {'p50 ms':>7} {'p95 ms':>7} "
+             f"{'detector':<8} {'min s':>5} {'cut-offs':>14} {'cut inside':>10} "
+             f"{'p50 ms':>7} {'p95 ms':>7} "
              f"{'max ms':>7} {'held':>7} {'>=1 s':>7} {'backch. taken':>14} "
              f"{'noise taken':>14}  source"]
     for det, by_min in summary.items():
@@ -162,7 +174,9 @@ def table(summary: dict[str, Any], source: str) -> str:
             c, lat, h = s["cutoff"], s["latency"], s["held"]
             b, nz = s["backchannel"], s["noise"]
             cut = f"{c['rate'] * 100:.1f}% {_frac(c['cut'], c['n'])}" if c["n"] else "-"
-            lines.append(f"{det:<8} {m:>5} {cut:>14} {_ms(lat['p50_ms']):>7} "
+            ins = s.get("cut_inside") or {"cut": 0, "n": 0}
+            lines.append(f"{det:<8} {m:>5} {cut:>14} {_frac(ins['cut'], ins['n']):>10} "
+                         f"{_ms(lat['p50_ms']):>7} "
                          f"{_ms(lat['p95_ms']):>7} {_ms(lat['max_ms']):>7} "
                          f"{_frac(h['count'], h['n']):>7} "
                          f"{_frac(s['long_holds']['count'], h['n']):>7} "
@@ -171,6 +185,7 @@ def table(summary: dict[str, Any], source: str) -> str:
     mins = list(next(iter(summary.values())))
     for title, metric, field, fmt in (
             ("cut-off rate %", "cutoff", "rate", lambda v: f"{v * 100:.0f}"),
+            ("cut-inside rate %", "cut_inside", "rate", lambda v: f"{v * 100:.1f}"),
             ("complete turns' p50 latency ms", "latency", "p50_ms", lambda v: f"{v:.0f}")):
         lines += ["", f"[{tag}] {title} by family, kind, and family and kind; columns: "
                   "min delay s",

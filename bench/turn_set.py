@@ -36,6 +36,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -263,15 +264,18 @@ def from_dialogs(out: Path, callers: int, seed: int, speech_dir: Path) -> list[T
             u = render(script, d.voice, d.wpm, cache)
             pcm = np.concatenate([u.pcm, np.zeros(int(TAIL_S * RATE), np.int16)])
             marks = [("complete", u.speech_end / RATE, None)]
+            extra: dict[str, Any] = {"rate": d.wpm}
             if u.pause is not None:
                 marks.append(("unfinished", u.pause[0] / RATE, u.pause[1] / RATE))
+                # the complete turn holds the labelled pause: not one of its inner silences
+                extra["pause_s"] = [round(u.pause[0] / RATE, 3), round(u.pause[1] / RATE, 3)]
             for label, stop_s, resume_s in marks:
                 tid = f"{len(turns):04d}-dialog-{label}"
                 turn = Turn(id=tid, audio=f"{tid}.wav", label=label, stop_s=round(stop_s, 3),
                             resume_s=None if resume_s is None else round(resume_s, 3),
                             text=script.text, kind=f"dialog-{script.kind}",
                             family="espeak-ng", voice=d.voice, source="synthetic",
-                            extra={"rate": d.wpm})
+                            extra=extra if label == "complete" else {"rate": d.wpm})
                 write_turn(out, turn, pcm)
                 turns.append(turn)
     return turns

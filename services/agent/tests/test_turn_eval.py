@@ -16,7 +16,7 @@ if importlib.util.find_spec("bench") is None:  # plain `pytest`; CI's `python -m
     sys.path.insert(0, str(REPO))             # runs from the root, which has it
 
 from bench.turn_eval import evaluate, main  # noqa: E402
-from bench.turn_folder import FolderError, read_folder, write_turn  # noqa: E402
+from bench.turn_folder import FolderError, Turn, read_folder, speech_end_s, write_turn  # noqa: E402
 from bench.turn_set import Plan, make, plan  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
@@ -67,8 +67,8 @@ def test_json_shape(result: dict) -> None:
     assert set(result["summary"]) == {"vad", "text"}
     s = result["summary"]["text"]["0.1"]
     assert s["source"] == "synthetic"
-    assert set(s) == {"source", "cutoff", "latency", "held", "long_holds", "backchannel",
-                      "noise"}
+    assert set(s) == {"source", "cutoff", "cut_inside", "latency", "held", "long_holds",
+                      "backchannel", "noise"}
     assert s["cutoff"]["n"] == 2 and set(s["cutoff"]["by_kind"]) == {"after-to", "after-the"}
     assert set(s["latency"]) >= {"p50_ms", "p95_ms", "max_ms", "n", "by_family", "by_kind"}
     assert s["backchannel"]["n"] == 1 and s["noise"]["n"] == 1
@@ -172,3 +172,39 @@ def test_the_sweeps_callers_make_a_folder_the_harness_reads(tmp_path: Path) -> N
     assert all(t["ear"]["p_end"] is not None for t in r["turns"] if t["transcript"])
     doubted = [t for t in r["turns"] if t["transcript"] and t["ear"]["p_end"] < 1.0]
     assert doubted and all(t["p_end"]["text"] < 0.5 for t in doubted)
+
+
+def test_a_pause_inside_a_turns_speech_is_judged_too(tmp_path: Path) -> None:
+    """A complete turn whose speech holds a silence longer than the hangover: the VAD ends
+    speech there too, and the harness judges the words up to it. Silence alone cuts both
+    turns inside; the word rule holds the pause after "to", not the one after a clause
+    that could end. A pause the folder labels as its own turn (`pause_s`) is not judged
+    again inside the complete one."""
+    folder = tmp_path / "inner"
+    folder.mkdir()
+    for i, (tid, text) in enumerate((
+            ("to", "Can you tell me how to get to | the nearest pharmacy?"),
+            ("room", "I need a hotel room | with a view of the sea."))):
+        turn, pcm = make(Plan(tid, "unfinished", "x", "espeak-ng", "en-us", 175.0, text, 0.5, i))
+        pause = [turn.stop_s, turn.resume_s]
+        whole = Turn(id=f"{tid}-whole", audio=f"{tid}-whole.wav", label="complete",
+                     stop_s=speech_end_s(pcm), resume_s=None, text=turn.text, kind="x",
+                     family="espeak-ng", source="synthetic")
+        write_turn(folder, whole, pcm)
+        labelled = Turn(**{**whole.__dict__, "id": f"{tid}-labelled",
+                           "audio": f"{tid}-labelled.wav", "extra": {"pause_s": pause}})
+        write_turn(folder, labelled, pcm)
+    out = tmp_path / "eval.json"
+    evaluate(folder, out, ["vad", "text"], [0.2], hangover_s=HANGOVER, jobs=1)
+    r = json.loads(out.read_text())
+    rows = {t["id"]: t for t in r["turns"]}
+    for tid in ("to", "room"):
+        (gap,) = rows[f"{tid}-whole"]["inner"]
+        assert gap["gap_s"] == pytest.approx(0.5, abs=0.03) and gap["p_end"]["vad"] == 1.0
+        assert rows[f"{tid}-labelled"]["inner"] == []
+    assert rows["to-whole"]["inner"][0]["p_end"]["text"] < 0.5
+    assert rows["room-whole"]["inner"][0]["p_end"]["text"] >= 0.5, rows["room-whole"]
+    inside = r["summary"]
+    assert inside["vad"]["0.2"]["cut_inside"]["cut"] == 2
+    assert inside["text"]["0.2"]["cut_inside"]["cut"] == 1
+    assert inside["text"]["0.2"]["cut_inside"]["n"] == 4

@@ -29,8 +29,14 @@ from .test_settings import load_settings
     ("Where are you from", LIKELY), ("What is this for?", LIKELY),
     ("Can you tell me how to get to", UNLIKELY), ("How do I get to", UNLIKELY),
     ("What is the best way to get to", UNLIKELY), ("What I want is the", UNLIKELY),
-    ("What is the best way to", UNLIKELY), ("Who did you talk to", UNLIKELY),
-    ("Who is", UNLIKELY),
+    ("What is the best way to", UNLIKELY), ("Who did you talk to", LIKELY),
+    ("Who is", UNLIKELY), ("What is the weather like", LIKELY),
+    # ... a clause's too, and a question's fronted object of "want" or "like"
+    ("Let me know what you are looking for.", LIKELY), ("It is nothing to be afraid of.", LIKELY),
+    ("That is the one I was thinking of.", LIKELY), ("Who should I send the invoice to?", LIKELY),
+    ("Which one do you want?", LIKELY), ("What would you like", LIKELY),
+    ("What I want", UNLIKELY), ("I need something for", UNLIKELY), ("Give me one of", UNLIKELY),
+    ("I am looking for", UNLIKELY), ("Where do I go to", UNLIKELY),
 ])
 def test_the_last_word_says_whether_more_is_coming(text: str, p: float) -> None:
     assert end_of_turn_probability(text) == p

@@ -38,15 +38,24 @@ TWO_OBJECT_VERBS = frozenset({"tell", "remind", "show", "give", "let", "ask", "t
                               "send", "bring", "lend", "offer"})
 OBJECT_PRONOUNS = frozenset({"me", "us", "him", "her", "them"})
 # A question that moved a preposition's object to its front ends on the preposition:
-# "Which platform does the train leave from?", "What are you looking at?", "Who did you
-# go with?". Held, such a complete question waited 2.7 s every time (11 of 11 on the
-# H200 sweep). Its opening word can be that object; "how", "can", "is" cannot ("How do I
-# get to", "Can you tell me how to get to" are unfinished). "to" is left out: "What is
-# the best way to", "Where do I go to" end unfinished far more often than "Who did you
-# talk to?" ends a question (bench/turn_eval.py's synthetic set cut 5 of them).
+# "Which platform does the next train leave from?", "What are you looking at?", "Who did you
+# go with?"; so does a clause inside a sentence ("Let me know what you are looking for.",
+# "That is the one I was thinking of.", "It is nothing to be afraid of."). Held, such a
+# complete turn waited 1-2.7 s (11 of 11 on the H200 sweep; 7 of 171 turns of the synthetic
+# set spoken in the GPU sweep). The fronted word opens the question or the clause, at least
+# two words before the preposition; "how", "can", "is" cannot front it ("How do I get to",
+# "Can you tell me how to get to" are unfinished). "to" only after "who"/"whom" ("Who
+# should I send it to?"): "What is the best way to", "Where do I go to" end unfinished far
+# more often (bench/turn_eval.py's synthetic set cut 5 of them).
 STRANDING_OPENERS = frozenset({"which", "what", "who", "whom", "whose", "where"})
+CLAUSE_HEADS = STRANDING_OPENERS | frozenset({"nothing", "something", "anything",
+                                              "everything", "one"})
 STRANDED = frozenset({"of", "at", "for", "with", "from", "by", "into", "onto", "about",
                       "like", "through", "between"})
+# "Which one do you want?", "What would you like?": a question's object fronted from "want"
+# or "like" after "you" and an auxiliary ("What I want" is unfinished: no auxiliary).
+ASKED_VERBS = frozenset({"want", "like", "need"})
+AUXILIARIES = frozenset({"do", "does", "did", "would", "will", "could", "should", "can"})
 LIKELY, UNLIKELY = 0.9, 0.05
 _WORD = re.compile(r"[a-z']+")
 
@@ -59,14 +68,22 @@ def end_of_turn_probability(text: str) -> float:
     if text.endswith((",", "-", "...", "…")):
         return UNLIKELY
     words = _WORD.findall(text)
-    if words and words[-1] in HOLD_WORDS and not stranded_question(words):
+    if words and words[-1] in HOLD_WORDS and not stranded(words):
         return UNLIKELY
     if len(words) >= 2 and words[-1] in OBJECT_PRONOUNS and words[-2] in TWO_OBJECT_VERBS:
         return UNLIKELY
     return LIKELY
 
 
-def stranded_question(words: list[str]) -> bool:
-    """A wh-question ending on the preposition its fronted object left behind."""
-    return (len(words) >= 4 and words[0] in STRANDING_OPENERS and words[-1] in STRANDED
-            and words[-3] != "to")  # "what is the way to get to": the infinitive's own
+def stranded(words: list[str]) -> bool:
+    """A question or clause ending on the word its fronted object left behind."""
+    if len(words) < 4:
+        return False
+    last, heads = words[-1], words[:-3]
+    if last in ASKED_VERBS and words[-2] == "you" and words[-3] in AUXILIARIES \
+            and any(w in STRANDING_OPENERS for w in heads):
+        return True
+    if last == "to":
+        return words[0] in ("who", "whom")
+    return last in STRANDED and words[-3] != "to" and (  # "what is the way to get to"
+        words[0] in STRANDING_OPENERS or any(w in CLAUSE_HEADS for w in heads))
