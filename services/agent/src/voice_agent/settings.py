@@ -182,6 +182,9 @@ class AgentSettings(BaseSettings):
     # sample, so the endpointing delays below count from when the caller stopped. A
     # hangover shorter than a comma's pause ends the turn there ("Hello," answered before
     # "can you hear me?": espeak-ng's comma pauses are 110-270 ms, flite's up to 340).
+    # 150 ms decided no sooner on the H200 sweep (the word rule waits for the ear's pass,
+    # done by 200 ms, not by 150) and lost the reply's head start (bench/README.md "A
+    # decision at 150 ms, tried").
     vad_silence_ms: int = Field(200, ge=32, le=5000)
     vad_end: Literal["speech", "vad"] = "speech"
     # Speech needed before the VAD starts an utterance.
