@@ -19,9 +19,12 @@ for n in (1, 16, 64):
     for t in c["levels"][0]["per_turn"]:
         if t["kind"] != "interrupt":
             rows[t["caller"]].append(t)
-    fam, kind = collections.defaultdict(collections.Counter), collections.defaultdict(collections.Counter)
+    fam = collections.defaultdict(collections.Counter)
+    kind = collections.defaultdict(collections.Counter)
     for caller, ts in rows.items():
-        for t, script in zip(sorted(ts, key=lambda t: t["turn"]), dialogs[caller]["turns"]):
+        # a caller that ended early spoke only its first turns
+        for t, script in zip(sorted(ts, key=lambda t: t["turn"]), dialogs[caller]["turns"],
+                             strict=False):
             assert t["kind"] == script["kind"], (t, script)
             m = meta[script["ref"]]
             for k in (fam[m["family"]], kind[f"{m['family']}/{m['kind']}"]):
