@@ -57,7 +57,7 @@ STRANDED = frozenset({"of", "at", "for", "with", "from", "by", "into", "onto", "
 ASKED_VERBS = frozenset({"want", "like", "need"})
 AUXILIARIES = frozenset({"do", "does", "did", "would", "will", "could", "should", "can"})
 LIKELY, UNLIKELY = 0.9, 0.05
-_WORD = re.compile(r"[a-z']+")
+_WORD = re.compile(r"[a-z0-9']+")  # "at 6", "74211": a number ends a turn as its words do
 
 
 def end_of_turn_probability(text: str) -> float:
