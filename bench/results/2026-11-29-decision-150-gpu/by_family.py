@@ -13,6 +13,8 @@ from pathlib import Path
 run, folder = Path(sys.argv[1]), Path(sys.argv[2])
 meta = {f.stem: json.loads(f.read_text()) for f in folder.glob("*.json")}
 for n in (1, 16, 64):
+    if not (run / f"conv_{n}.json").is_file():
+        continue  # a level not run
     c = json.loads((run / f"conv_{n}.json").read_text())
     dialogs = {d["caller"]: d for d in c["dialogs"]}
     rows = collections.defaultdict(list)
