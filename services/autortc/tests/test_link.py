@@ -67,7 +67,10 @@ def test_stall_holds_then_bursts_and_the_listener_underruns() -> None:
     assert [s for s in played if s is not None] == list(range(40))  # late, not lost
     silent = max(len(r) for r in "".join("s" if s is None else "p"
                                          for s in played[:45]).split("p"))
-    assert silent * 20 >= 140  # the listener played silence through the stall
+    # the listener played silence through most of the 180 ms stall (its 20 ms ticks are
+    # asyncio sleeps: on a busy CI host they run late and a late tick may already find
+    # the burst; 120 ms was seen there, 140-160 on a quiet host; a clean link plays none)
+    assert silent * 20 >= 100
     # released together, in the order sent (timers due at one moment may fire in any
     # order: a reordered pair was once counted lost by the end-to-end test)
     seqs = [p.seq for _, p in rx.arrivals]
