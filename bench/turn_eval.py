@@ -323,15 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="ear processes (default <= 2)")
     a = ap.parse_args(argv)
     names = a.detectors.split(",") if a.detectors else None
-    if a.vad_silence_ms is None:
-        from voice_agent.settings import AgentSettings
+    from voice_agent.settings import AgentSettings
 
-        a.vad_silence_ms = AgentSettings().vad_silence_ms
+    d = AgentSettings()  # the agent's defaults, for what the command line leaves unset
+    if a.vad_silence_ms is None:
+        a.vad_silence_ms = d.vad_silence_ms
     ear = None
     if a.ear_min_end is not None or a.ear_min_last is not None:
-        from voice_agent.settings import AgentSettings
-
-        d = AgentSettings()
         ear = (d.turn_ear_min_end if a.ear_min_end is None else a.ear_min_end,
                d.turn_ear_min_last if a.ear_min_last is None else a.ear_min_last)
     try:

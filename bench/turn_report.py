@@ -174,7 +174,7 @@ def table(summary: dict[str, Any], source: str) -> str:
             c, lat, h = s["cutoff"], s["latency"], s["held"]
             b, nz = s["backchannel"], s["noise"]
             cut = f"{c['rate'] * 100:.1f}% {_frac(c['cut'], c['n'])}" if c["n"] else "-"
-            ins = s.get("cut_inside") or {"cut": 0, "n": 0}
+            ins = s["cut_inside"]
             lines.append(f"{det:<8} {m:>5} {cut:>14} {_frac(ins['cut'], ins['n']):>10} "
                          f"{_ms(lat['p50_ms']):>7} "
                          f"{_ms(lat['p95_ms']):>7} {_ms(lat['max_ms']):>7} "

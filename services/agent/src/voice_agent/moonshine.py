@@ -114,7 +114,7 @@ class Moonshine:
         path = path or model_dir()
         opts = session_options(threads)
         # as the library loads them, but for its weights' prepacking (it turns it off):
-        # packed once at load, a pass over a 2.4 s turn takes 55 ms, not 78, on one core
+        # packed once at load, a pass over a 2.0 s turn takes 58 ms, not 79, on one core
         # here, with the same words and probabilities, for 19 MB more a worker
         # (bench/README.md "The ear's pass")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
