@@ -35,6 +35,7 @@ from .test_settings import load_settings
     ("Let me know what you are looking for.", LIKELY), ("It is nothing to be afraid of.", LIKELY),
     ("That is the one I was thinking of.", LIKELY), ("Who should I send the invoice to?", LIKELY),
     ("Which one do you want?", LIKELY), ("What would you like", LIKELY),
+    ("Which one do we want?", LIKELY), ("What do they need", LIKELY),
     ("What I want", UNLIKELY), ("I need something for", UNLIKELY), ("Give me one of", UNLIKELY),
     ("I am looking for", UNLIKELY), ("Where do I go to", UNLIKELY),
     # a number is a word: the ear writes "six" as "6" (16 of the GPU sweep callers' 27

@@ -52,9 +52,11 @@ CLAUSE_HEADS = STRANDING_OPENERS | frozenset({"nothing", "something", "anything"
                                               "everything", "one"})
 STRANDED = frozenset({"of", "at", "for", "with", "from", "by", "into", "onto", "about",
                       "like", "through", "between"})
-# "Which one do you want?", "What would you like?": a question's object fronted from "want"
-# or "like" after "you" and an auxiliary ("What I want" is unfinished: no auxiliary).
+# "Which one do you want?", "What would you like?", "Which one do we need?": a question's
+# object fronted from "want" or "like" after its subject and an auxiliary ("What I want"
+# is unfinished: no auxiliary). The ear writes "we" for "you" (1 of 160 synthetic turns).
 ASKED_VERBS = frozenset({"want", "like", "need"})
+SUBJECTS = frozenset({"you", "we", "they", "i", "he", "she"})
 AUXILIARIES = frozenset({"do", "does", "did", "would", "will", "could", "should", "can"})
 LIKELY, UNLIKELY = 0.9, 0.05
 _WORD = re.compile(r"[a-z0-9']+")  # "at 6", "74211": a number ends a turn as its words do
@@ -80,7 +82,7 @@ def stranded(words: list[str]) -> bool:
     if len(words) < 4:
         return False
     last, heads = words[-1], words[:-3]
-    if last in ASKED_VERBS and words[-2] == "you" and words[-3] in AUXILIARIES \
+    if last in ASKED_VERBS and words[-2] in SUBJECTS and words[-3] in AUXILIARIES \
             and any(w in STRANDING_OPENERS for w in heads):
         return True
     if last == "to":
