@@ -2,6 +2,7 @@
 
     python3 bench/results/2026-11-29-conv128-gpu/summarize.py   # -> summary.md, summary.json
     python3 bench/results/2026-11-29-conv128-gpu/summarize.py DIR RUN ...  # another folder's
+    GPU=H100 python3 bench/results/2026-11-29-conv128-gpu/summarize.py DIR RUN ...  # its card
 
 (a folder of the same runs' archives, one_gpu_<RUN>.tgz, gets its table the same way).
 
@@ -14,6 +15,7 @@ level's turns, matched by trace id.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tarfile
@@ -23,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 RUNS = {"text": "text thinker (random:qwen3-1.7b), Moonshine ear on the CPU",
         "omni": "hearing thinker (random:qwen2.5-omni-7b), AGENT_STT_MODE=audio"}
 LEVELS = (1, 16, 64, 128)
+GPU = os.environ.get("GPU", "H200")  # the card the runs had (the archives do not say)
 TURN = re.compile(r"voice_agent\.turns turn (\{.*\})$")
 
 
@@ -101,7 +104,7 @@ def main(folder: Path = HERE, runs: tuple[str, ...] = tuple(RUNS)) -> None:
                 f"({r['agents_cores_per_conversation']}) | {t['p50']:.0f} / {t['p95']:.0f} | "
                 f"{f['p50']:.0f} / {f['p95']:.0f} | {w['p50']:.0f} / {w['p95']:.0f} | "
                 f"{r['unanswered']}/{r['turns']} | {r['false_cutoffs']} | {r['hole_pct']} % | "
-                "H200, synthetic speech (espeak-ng) |")
+                f"{GPU}, synthetic speech (espeak-ng) |")
     (folder / "summary.json").write_text(json.dumps(out, indent=1) + "\n")
     (folder / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
