@@ -41,6 +41,18 @@ def load(folder: Path, run: str) -> dict[str, bytes]:
         return {Path(m.name).name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
 
 
+def turn_records(files: dict[str, bytes]) -> dict[str, dict]:
+    """The agents' per-turn records in a run's logs, by trace id."""
+    records = {}
+    for name, data in files.items():
+        if name.startswith("agent_") and name.endswith(".log"):
+            for line in data.decode(errors="replace").splitlines():
+                if m := TURN.search(line):
+                    r = json.loads(m.group(1))
+                    records[r["trace_id"]] = r
+    return records
+
+
 def level_row(files: dict[str, bytes], n: int, records: dict[str, dict]) -> dict:
     c = json.loads(files[f"conv_{n}.json"])["levels"][0]
     h = json.loads(files[f"host_load_{n}.json"])["summary"]
@@ -84,14 +96,7 @@ def main(folder: Path = HERE, runs: tuple[str, ...] = tuple(RUNS)) -> None:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         files = load(folder, run)
-        records = {}
-        for name, data in files.items():
-            if name.startswith("agent_") and name.endswith(".log"):
-                for line in data.decode(errors="replace").splitlines():
-                    m = TURN.search(line)
-                    if m:
-                        r = json.loads(m.group(1))
-                        records[r["trace_id"]] = r
+        records = turn_records(files)
         out[run] = [level_row(files, n, records) for n in LEVELS
                     if f"conv_{n}.json" in files]  # the levels the run had
         for r in out[run]:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "2026-11-29-conv128-gpu"))
-from summarize import LEVELS, TURN, load, pct
+from summarize import LEVELS, load, pct, turn_records
 
 STAGES = ("llm_ttft_ms", "llm_to_tts_ms", "tts_ttfa_ms", "tts_first_to_publish_ms")
 
@@ -31,13 +31,7 @@ def main(folder: Path, runs: tuple[str, ...]) -> None:
     print("|---|---|---|---|---|---|---|")
     for run in runs:
         files = load(folder, run)
-        records = {}
-        for name, data in files.items():
-            if name.startswith("agent_") and name.endswith(".log"):
-                for line in data.decode(errors="replace").splitlines():
-                    if m := TURN.search(line):
-                        r = json.loads(m.group(1))
-                        records[r["trace_id"]] = r
+        records = turn_records(files)
         for n in LEVELS:
             if f"conv_{n}.json" not in files:
                 continue
