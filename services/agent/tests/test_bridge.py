@@ -2,9 +2,9 @@
 
 Token streams are cut the way LLM tokenizers cut text: 1–4 characters a piece, pieces
 that split words, punctuation glued to either side. Whatever the cut, the segments
-must concatenate back to the text (the TTS concatenates pieces itself), the first
-segment must be a 2–6 character starter, punctuation must flush, and no segment may
-run past the length rule.
+must concatenate back to the text (the TTS concatenates pieces itself), the first 6
+characters go out piece by piece as they come (the starter), then punctuation must
+flush and no segment may run past the length rule.
 """
 
 from __future__ import annotations
@@ -37,15 +37,27 @@ def run(text: str, seed: int, cfg: BridgeConfig | None = None) -> list[Segment]:
     return out + seg.finish()
 
 
+def after_starter(segs: list[Segment], starter_max: int = 6) -> list[Segment]:
+    """The segments after the starter: its pieces, each whole, until starter_max chars."""
+    sent = 0
+    for i, s in enumerate(segs):
+        if sent >= starter_max:
+            assert all(t.reason != "starter" for t in segs[i:]), segs
+            return segs[i:]
+        assert s.reason == "starter", (i, segs)
+        sent += len(s.text)
+    return []
+
+
 @pytest.mark.parametrize("text", [ZH, EN], ids=["zh", "en"])
 @pytest.mark.parametrize("seed", range(20))
 def test_segments_rebuild_the_stream_and_follow_the_rules(text: str, seed: int) -> None:
     segs = run(text, seed)
     assert "".join(s.text for s in segs) == text
-    first = segs[0]
-    assert first.reason == "starter"
-    assert 2 <= len(first.text.rstrip()) <= 7  # 2–6 chars (+ the space kept after a word)
-    for s in segs[1:-1]:
+    pieces = llm_pieces(text, seed)
+    starter = segs[:len(segs) - len(after_starter(segs))]
+    assert [s.text for s in starter] == pieces[:len(starter)]  # each piece as it came
+    for s in after_starter(segs)[:-1]:
         if s.reason == "length":
             # 8–12 at a word boundary, or a shorter run to the last boundary (never a cut word)
             assert len(s.text) <= 12, s
@@ -53,9 +65,20 @@ def test_segments_rebuild_the_stream_and_follow_the_rules(text: str, seed: int) 
             assert s.text.rstrip()[-1] in "，。！？,.!?;:；：、…", s
 
 
+def test_the_starter_goes_out_piece_by_piece() -> None:
+    """The TTS engine commits a word once what follows shows it ended, and starts there:
+    "I" is spoken once " can" has arrived, not after " help"."""
+    seg = TextSegmenter()
+    assert [s.text for s in seg.push("I")] == ["I"]
+    assert [s.text for s in seg.push(" can")] == [" can"]
+    assert [s.text for s in seg.push(" help")] == [" help"]  # 10 chars sent: grouped after
+    assert seg.push(" you") == [] and seg.pending == " you"
+
+
 def test_chinese_punctuation_flushes_at_once() -> None:
     seg = TextSegmenter()
-    assert [s.text for s in seg.push("你好，")] == ["你好，"]  # starter cut at the comma
+    assert [s.text for s in seg.push("您好，很高兴")] == ["您好，很高兴"]  # the starter
+    assert [s.text for s in seg.push("你好，")] == ["你好，"]  # cut at the comma
     assert seg.push("我是") == []
     assert [s.text for s in seg.push("助手。今")] == ["我是助手。"]
     assert seg.pending == "今"
@@ -63,6 +86,7 @@ def test_chinese_punctuation_flushes_at_once() -> None:
 
 def test_english_punctuation_waits_for_the_space() -> None:
     seg = TextSegmenter()
+    assert [s.text for s in seg.push("Well, well")] == ["Well, well"]  # the starter
     assert [s.text for s in seg.push("Hi")] == []
     assert seg.push("!") == []  # "Hi!" could still become "Hi!?" or "Hi!x"
     assert [s.text for s in seg.push(" there")] == ["Hi! "]
@@ -72,15 +96,14 @@ def test_english_punctuation_waits_for_the_space() -> None:
 def test_unpunctuated_chinese_is_cut_every_8_to_12_chars() -> None:
     text = "我们一起去公园散步然后回家吃饭再看一部电影"
     segs = run(text, 0)
-    assert segs[0].reason == "starter" and len(segs[0].text) <= 6
-    for s in segs[1:-1]:
+    for s in after_starter(segs)[:-1]:
         assert s.reason == "length" and 8 <= len(s.text) <= 12
 
 
 def test_english_is_cut_at_word_boundaries() -> None:
     segs = run(EN, 3)
     words = set(EN.split())
-    for s in segs[:-1]:
+    for s in after_starter(segs)[:-1]:
         last = s.text.split()[-1] if s.text.split() else ""
         assert s.text.endswith(" ") or last in words or s.reason == "punct", s
 
@@ -88,8 +111,7 @@ def test_english_is_cut_at_word_boundaries() -> None:
 def test_config_is_honoured() -> None:
     cfg = BridgeConfig(starter_min_chars=1, starter_max_chars=3, min_chars=20, max_chars=30)
     segs = run(ZH.replace("，", "").replace("。", "").replace("！", ""), 1, cfg)
-    assert len(segs[0].text) <= 3
-    assert all(20 <= len(s.text) <= 30 for s in segs[1:-1])
+    assert all(20 <= len(s.text) <= 30 for s in after_starter(segs, 3)[:-1])
 
 
 def test_bad_config_fails_fast() -> None:

@@ -35,11 +35,11 @@ async def test_text_goes_out_as_it_arrives_and_20ms_frames_come_back(tts_server:
     task = asyncio.create_task(consume())
     for piece in ["Hel", "lo", " there", ", how", " are", " you"]:
         stream.push_text(piece)
-    # no flush yet: the starter segment is already on the wire and audio flows back
+    # no flush yet: the starter's pieces are already on the wire and audio flows back
     async with asyncio.timeout(30):
         while not first_at:
             await asyncio.sleep(0.01)
-    assert stream.segments[0] in ("Hello ", "Hello there, ")
+    assert stream.segments and "Hello there, how are you".startswith("".join(stream.segments))
     stream.end_input()
     async with asyncio.timeout(60):
         await task

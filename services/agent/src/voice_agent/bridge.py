@@ -3,10 +3,13 @@
 Seed 001's rules, made exact:
 - Punctuation flushes at once (seed: "标点立即 flush"), as long as the segment holds
   `starter_min` characters (no 1-character segments).
-- The **starter** segment: at punctuation, else at the last word boundary in
-  [starter_min, starter_max] once it holds `starter_max` characters (a hard cut there
-  when there is no boundary). 2–6 chars by default: the TTS starts speaking after one
-  short word instead of a whole clause.
+- The **starter**: the reply's first `starter_max` characters go out as they come, each
+  piece at once. Our TTS engine reads a stream: it commits a text token only once it is
+  stable (a word followed by a space or punctuation) and starts speaking at the first
+  (voice_tts/engine/text.py, scheduler.py), and each talker step waits for its next
+  token, so a half word sent early is never spoken early. Waiting here for a word's end
+  as well cost one more LLM token before the first audio ("I can " went out with
+  " help"; now "I" is spoken once " can" arrives). 6 chars by default.
 - Every later segment: at punctuation, else at the last word boundary in
   [min_chars, max_chars] once it reaches `max_chars` (8–12 by default).
 - `finish()` sends whatever is left (the end of the reply).
@@ -72,6 +75,7 @@ class TextSegmenter:
     config: BridgeConfig = field(default_factory=BridgeConfig)
     _buf: str = ""
     _emitted: int = 0
+    _sent: int = 0  # characters sent so far
     stats: dict[str, int] = field(default_factory=dict)
 
     def push(self, piece: str) -> list[Segment]:
@@ -100,6 +104,8 @@ class TextSegmenter:
 
     def _next(self) -> Segment | None:
         buf = self._buf
+        if buf and self._sent < self.config.starter_max_chars:  # the starter: as it comes
+            return self._cut(len(buf), "starter", False)
         lo, hi = self._bounds()
         # 1) punctuation, once the segment holds starter_min characters.
         for i, ch in enumerate(buf):
@@ -144,5 +150,6 @@ class TextSegmenter:
 
     def _emit(self, text: str, reason: str, ends_sentence: bool = True) -> Segment:
         self._emitted += 1
+        self._sent += len(text)
         self.stats[reason] = self.stats.get(reason, 0) + 1
         return Segment(text=text, reason=reason, ends_sentence=ends_sentence)

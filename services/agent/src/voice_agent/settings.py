@@ -154,8 +154,9 @@ class AgentSettings(BaseSettings):
     stt_max_tokens: int = Field(96, ge=1, le=1024)
 
     # --- bridge: LLM text -> TTS (seed 001) --------------------------------------------
-    # The first segment goes out once it holds this many characters (starter segment),
-    # or earlier at punctuation; it is cut at the latest after starter_max_chars.
+    # The reply's first starter_max_chars go to the TTS piece by piece as the LLM writes
+    # them (the engine starts at its first stable word: bridge.py); no segment after
+    # them is shorter than starter_min_chars.
     bridge_starter_min_chars: int = Field(2, ge=1, le=64)
     bridge_starter_max_chars: int = Field(6, ge=1, le=64)
     # After the starter: flush at punctuation once a segment holds min_chars, else cut
