@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 from livekit.agents import APIConnectOptions
@@ -37,13 +38,13 @@ REPLIES = ["Sure, I can help with that.", "I think the train leaves at nine.",
 ONCE = APIConnectOptions(max_retry=0, timeout=30)
 
 
-def old_segmenter() -> type:
+def old_segmenter() -> Callable[..., object]:
     src = subprocess.run(["git", "show", f"{BEFORE}:services/agent/src/voice_agent/bridge.py"],
                          cwd=REPO, capture_output=True, text=True, check=True).stdout
     mod = types.ModuleType("old_bridge")
     sys.modules["old_bridge"] = mod  # its dataclasses look their module up
     exec(compile(src, "old_bridge.py", "exec"), mod.__dict__)
-    return mod.TextSegmenter
+    return lambda config, flushes=False: mod.TextSegmenter(config)  # it knew no flushes
 
 
 def pieces(text: str) -> list[str]:
@@ -84,7 +85,8 @@ async def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    configs = {f"before ({BEFORE})": old_segmenter(), "after": bridge.TextSegmenter}
+    configs: dict[str, Callable[..., object]] = {f"before ({BEFORE})": old_segmenter(),
+                                                 "after": bridge.TextSegmenter}
     tts = TTS(addr=args.tts, voice=args.voice, max_frames=8)
     got: dict[str, list[float]] = {k: [] for k in configs}
     await first_audio_ms(tts, REPLIES[0], args.gap_ms / 1000)  # warm

@@ -4,7 +4,8 @@ Seed 001's rules, made exact:
 - Punctuation flushes at once (seed: "标点立即 flush"), as long as the segment holds
   `starter_min` characters (no 1-character segments).
 - The **starter**: the reply's first `starter_max` characters go out as they come, each
-  piece at once. Our TTS engine reads a stream: it commits a text token only once it is
+  piece at once (where sentences are FLUSHed, a trailing ".", "!" or "?" waits for what
+  follows). Our TTS engine reads a stream: it commits a text token only once it is
   stable (a word followed by a space or punctuation) and starts speaking at the first
   (voice_tts/engine/text.py, scheduler.py), and each talker step waits for its next
   token, so a half word sent early is never spoken early. Waiting here for a word's end
@@ -73,8 +74,10 @@ class TextSegmenter:
     """Cuts a stream of LLM text pieces into TTS segments (see the module docstring)."""
 
     config: BridgeConfig = field(default_factory=BridgeConfig)
+    # the TTS is FLUSHed at each sentence's end (an in-context clone, plugins/tts.py): a
+    # starter's ".", "!" or "?" then waits for what follows, which shows it ended one
+    flushes: bool = False
     _buf: str = ""
-    _emitted: int = 0
     _sent: int = 0  # characters sent so far
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -96,30 +99,27 @@ class TextSegmenter:
     def pending(self) -> str:
         return self._buf
 
-    def _bounds(self) -> tuple[int, int]:
-        c = self.config
-        if self._emitted == 0:
-            return c.starter_min_chars, c.starter_max_chars
-        return c.min_chars, c.max_chars
-
     def _next(self) -> Segment | None:
         buf = self._buf
-        if buf and self._sent < self.config.starter_max_chars:  # the starter: as it comes
-            return self._cut(len(buf), "starter", False)
-        lo, hi = self._bounds()
-        # 1) punctuation, once the segment holds starter_min characters.
+        starting = self._sent < self.config.starter_max_chars
+        lo, hi = self.config.min_chars, self.config.max_chars
+        # 1) punctuation, once the segment holds starter_min characters (any, while the
+        # starter streams: its pieces are as short as they come).
         for i, ch in enumerate(buf):
             end = i + 1
             ascii_stop = ch in _ASCII_PUNCT and end < len(buf) and buf[end].isspace()
             if ch not in _CJK_PUNCT and not ascii_stop:
                 continue
-            if end < self.config.starter_min_chars:
+            if end < self.config.starter_min_chars and not starting:
                 continue
             # keep the whitespace after the punctuation with this segment
             while end < len(buf) and buf[end].isspace() and buf[end] != "\n":
                 end += 1
-            reason = "starter" if self._emitted == 0 else "punct"
+            reason = "starter" if starting else "punct"
             return self._cut(end, reason, ch in _SENTENCE_END)
+        if starting:
+            end = len(buf.rstrip(".!?")) if self.flushes else len(buf)
+            return self._cut(end, "starter", False) if end else None
         # 2) long enough: the last boundary in [lo, hi] (else in [starter_min, lo), a
         # shorter segment beats a cut word); a single word longer than 2*hi is cut at hi.
         if len(buf) < hi:
@@ -127,10 +127,10 @@ class TextSegmenter:
         floor = self.config.starter_min_chars
         for end in [*range(hi, lo - 1, -1), *range(lo - 1, floor - 1, -1)]:
             if self._is_boundary(buf, end):
-                return self._cut(end, "starter" if self._emitted == 0 else "length", False)
+                return self._cut(end, "length", False)
         if len(buf) < 2 * hi:
             return None
-        return self._cut(hi, "starter" if self._emitted == 0 else "length", False)
+        return self._cut(hi, "length", False)
 
     @staticmethod
     def _is_boundary(buf: str, end: int) -> bool:
@@ -149,7 +149,6 @@ class TextSegmenter:
         return self._emit(text, reason, ends_sentence)
 
     def _emit(self, text: str, reason: str, ends_sentence: bool = True) -> Segment:
-        self._emitted += 1
         self._sent += len(text)
         self.stats[reason] = self.stats.get(reason, 0) + 1
         return Segment(text=text, reason=reason, ends_sentence=ends_sentence)

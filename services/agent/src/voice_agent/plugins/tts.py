@@ -324,7 +324,7 @@ class SynthesizeStream(tts.SynthesizeStream):
         if not call.started.is_set():
             return
         call.flush_on_sentence = await self._tts.flushes_sentences(opts.voice)
-        segmenter = TextSegmenter(opts.bridge)
+        segmenter = TextSegmenter(opts.bridge, flushes=call.flush_on_sentence)
         async for data in self._input_ch:
             if isinstance(data, self._FlushSentinel):
                 for seg in segmenter.finish():
