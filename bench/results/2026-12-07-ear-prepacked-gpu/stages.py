@@ -24,6 +24,15 @@ def fmt(xs: list[float]) -> str:
     return f"{pct(xs, 0.5):.0f} / {pct(xs, 0.95):.0f}" if xs else "-"
 
 
+def col(rs: list[dict], k: str) -> list[float]:
+    return [r[k] for r in rs if r.get(k) is not None]
+
+
+def rest(rs: list[dict]) -> list[float]:
+    """Decision -> first audio: what the thinker, the bridge and the TTS took after it."""
+    return [r["eot_to_first_audio_ms"] - r["eot_wait_ms"] for r in rs]
+
+
 def main(folder: Path, runs: tuple[str, ...]) -> None:
     print("| run | conversations | turns (on the early pass) | end-of-turn wait p50 / p95 ms,"
           " early / not | decision -> first audio, early / not | thinker TTFT / text -> TTS /"
@@ -42,13 +51,6 @@ def main(folder: Path, runs: tuple[str, ...]) -> None:
                     and r.get("eot_to_first_audio_ms") is not None]
             early = [r for r in mine if r.get("llm_ttft_ms") is None]
             late = [r for r in mine if r.get("llm_ttft_ms") is not None]
-
-            def col(rs: list[dict], k: str) -> list[float]:
-                return [r[k] for r in rs if r.get(k) is not None]
-
-            def rest(rs: list[dict]) -> list[float]:
-                return [r["eot_to_first_audio_ms"] - r["eot_wait_ms"] for r in rs]
-
             stages = " / ".join(fmt(col(late, k)) for k in STAGES)
             long = sum(r["eot_wait_ms"] > 1000 for r in mine)
             print(f"| {run} | {n} | {len(mine)} ({len(early)}) | {fmt(col(early, 'eot_wait_ms'))}"

@@ -38,7 +38,8 @@ def run(text: str, seed: int, cfg: BridgeConfig | None = None) -> list[Segment]:
 
 
 def after_starter(segs: list[Segment], starter_max: int = 6) -> list[Segment]:
-    """The segments after the starter: its pieces, each whole, until starter_max chars."""
+    """The segments after the starter (all of reason "starter", until starter_max chars
+    have gone), checking that none after it is one."""
     sent = 0
     for i, s in enumerate(segs):
         if sent >= starter_max:

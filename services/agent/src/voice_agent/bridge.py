@@ -35,6 +35,7 @@ _CJK_PUNCT = frozenset("。！？；，、：…\n")
 _ASCII_PUNCT = frozenset(".,!?;:")
 # The punctuation that ends a sentence (for the optional FLUSH per sentence).
 _SENTENCE_END = frozenset("。！？.!?…\n")
+_ASCII_STOPS = "".join(_SENTENCE_END & _ASCII_PUNCT)  # ".!?": whitespace shows they ended
 
 
 def _is_cjk(ch: str) -> bool:
@@ -118,7 +119,7 @@ class TextSegmenter:
             reason = "starter" if starting else "punct"
             return self._cut(end, reason, ch in _SENTENCE_END)
         if starting:
-            end = len(buf.rstrip(".!?")) if self.flushes else len(buf)
+            end = len(buf.rstrip(_ASCII_STOPS)) if self.flushes else len(buf)
             return self._cut(end, "starter", False) if end else None
         # 2) long enough: the last boundary in [lo, hi] (else in [starter_min, lo), a
         # shorter segment beats a cut word); a single word longer than 2*hi is cut at hi.
