@@ -67,6 +67,25 @@ def not_found_message(name: str, voices: list[Voice], addr: str) -> str:
             "voice_tts.client voices create`) or pick one of those")
 
 
+class UnknownVoice(ValueError):
+    """A voice the TTS does not list; the message names those it does."""
+
+
+async def resolve(settings: AgentSettings, name: str, door: str) -> str:
+    """The TTS's name for voice `name` (its case), for one conversation of `door`. A voice
+    it does not list raises UnknownVoice; when the TTS does not answer, the name goes
+    through as asked (its replies fail as any reply does while the TTS is down)."""
+    try:
+        voices = await list_voices(settings)
+    except VoicesUnavailable as e:
+        log.warning("%s: voice %r not checked: %s", door, name, e)
+        return name
+    voice = find(voices, name)
+    if voice is None:
+        raise UnknownVoice(not_found_message(name, voices, settings.tts_addr))
+    return voice.name
+
+
 async def check_configured_voice(settings: AgentSettings, *,
                                  quiet_unavailable: bool = False) -> bool | None:
     """At start-up: is AGENT_TTS_VOICE a voice of the TTS? Logs an error naming the fix

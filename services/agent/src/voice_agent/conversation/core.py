@@ -33,7 +33,9 @@ from ..duplex import DuplexController
 from ..metrics import TurnTracker
 from ..settings import AgentSettings
 from .mic import MicInput
+from .options import Options, TurnDetection, client_tool
 from .speaker import SocketSpeaker
+from .turn_end import TurnEnd, eagerness_scale, endpointing
 
 log = logging.getLogger("voice_agent.conversation")
 
@@ -67,6 +69,57 @@ class Conversation:
             self.pipeline, silent_from=speaker.silent_from if speaker is not None else None,
             reports_first_audio=reports_first_audio)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.own_tools = list(self.pipeline.agent.tools)  # AGENT_TOOLS: run here
+        s = settings
+        self.options = Options(instructions=s.system_prompt, voice=s.tts_voice,
+                               temperature=s.llm_temperature,
+                               turn_detection=self.agent_turn())
+
+    def agent_turn(self) -> TurnDetection:
+        """The agent's own turn detection (AGENT_VAD_*): a door's unset values."""
+        s = self.settings
+        return TurnDetection(threshold=s.vad_activation_threshold,
+                             silence_duration_ms=s.vad_silence_ms)
+
+    async def configure(self, options: Options) -> None:
+        """A door's options, on the conversation's parts and end-of-turn policy."""
+        self.options = o = options
+        p, s = self.pipeline, self.settings
+        p.tts.update_options(voice=o.voice)
+        p.llm.update_options(temperature=o.temperature)
+        self.restore(tools=False)
+        await p.agent.update_instructions(o.instructions)
+        await self.set_tools(o.tools)
+        td = o.turn_detection
+        if td is None:  # the client commits its turns (the mic then feeds no session)
+            p.session.update_options(turn_detection="manual")
+            return
+        lo, hi = endpointing(s, td.eagerness)
+        if isinstance(p.turn, TurnEnd):  # its own waits (a word or two's) scale alike
+            p.turn.scale = eagerness_scale(td.eagerness)
+        p.session.update_options(turn_detection=p.turn,  # type: ignore[arg-type]
+                                 endpointing_opts={"min_delay": lo, "max_delay": hi})
+        p.vad.update_options(
+            min_silence_duration=(td.silence_duration_ms or s.vad_silence_ms) / 1000,
+            activation_threshold=td.threshold or s.vad_activation_threshold)
+        self.duplex.allow_interruptions = td.interrupt_response and s.allow_interruptions
+
+    def set_reply(self, modalities: tuple[str, ...], max_tokens: int | None) -> None:
+        """One reply's modalities and token limit (`restore` brings the options back)."""
+        self.set_audio_enabled("audio" in modalities)
+        self.pipeline.llm.update_options(max_tokens=max_tokens or self.settings.llm_max_tokens)
+
+    def restore(self, tools: bool) -> None:
+        """After a reply that had its own: the options' modalities, token limit and
+        (`tools`) tools again."""
+        self.set_reply(self.options.modalities, self.options.max_output_tokens)
+        if tools:
+            self.spawn(self.set_tools(self.options.tools))
+
+    async def set_tools(self, client_tools: list[dict[str, Any]]) -> None:
+        """The agent's own tools and a client's (its calls end the reply)."""
+        await self.pipeline.agent.update_tools([*self.own_tools,
+                                                *map(client_tool, client_tools)])
 
     async def start(self, room: rtc.Room | None = None) -> None:
         """The session starts listening (and greets, if the settings say so)."""

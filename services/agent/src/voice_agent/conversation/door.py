@@ -2,7 +2,8 @@
 page's origin, the API key), how many sockets may be open, the conversation slots
 (AGENT_WS_MAX_SESSIONS, shared by `/v1/talk` and `/v1/realtime`) and none while the
 process runs late (AGENT_ADMIT_MAX_LAG_MS). A refusal is a `Refused` with its reason;
-each route says it in its own wire's words.
+each route says it in its own wire's words. Then the conversation runs on its socket
+until either side ends it (`converse`).
 
 Not here: authentication beyond the API key (bind AGENT_HTTP_HOST to loopback or put an
 authenticating proxy in front).
@@ -10,8 +11,12 @@ authenticating proxy in front).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -22,6 +27,7 @@ from voice_keys.origins import own_host
 from ..load import MONITOR
 from ..metrics import REGISTRY
 from ..settings import AgentSettings
+from .outbox import Outbox
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")  # one host, whichever name a page uses
 TRY_AGAIN_LATER = 1013  # RFC 6455's close code for a server at capacity
@@ -88,6 +94,31 @@ class Door:
         own = own_host(host, {urlsplit(o).hostname for o in allowed} - {None})
         return (host == ours and own) or (host in LOOPBACK and ours in LOOPBACK)
 
+    async def upgrade(self, request: web.Request, path: str, max_msg_size: int,
+                      refusal: Callable[[Refused], dict[str, Any]],
+                      converse: Callable[[web.WebSocketResponse], Awaitable[None]],
+                      ) -> web.StreamResponse:
+        """A route's socket: checked before the upgrade (a refusal is `refusal`'s JSON
+        with its HTTP status), then held among the open ones while `converse` runs; a
+        refusal after the upgrade (busy) is that JSON, then the close."""
+        try:
+            self.check(request, path)
+        except Refused as e:  # before the upgrade: no socket, no slot
+            REFUSED.labels(reason=e.reason).inc()
+            return web.json_response(refusal(e), status=e.status, headers=(
+                {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}))
+        ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=max_msg_size)
+        await ws.prepare(request)
+        try:
+            with self.opened(ws):
+                await converse(ws)
+        except Refused as e:
+            REFUSED.labels(reason=e.reason).inc()
+            with contextlib.suppress(Exception):
+                await ws.send_str(json.dumps(refusal(e), ensure_ascii=False))
+                await ws.close(code=e.close_code, message=e.code.encode())
+        return ws
+
     @contextmanager
     def opened(self, ws: web.WebSocketResponse) -> Iterator[None]:
         """An upgraded socket holds its place among the open ones until it closes."""
@@ -128,3 +159,36 @@ class Door:
                 SESSIONS.dec()
 
         return release
+
+
+async def converse(outbox: Outbox, receive: Coroutine[Any, Any, None],
+                   start: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]],
+                   release: Callable[[], None], name: str,
+                   ended: Callable[[asyncio.Task[None]], Awaitable[None]] | None = None,
+                   ) -> asyncio.Task[None]:
+    """One conversation on its socket until either side ends it: the client going (or
+    `receive` raising: the door's protocol error), or the client no longer reading (its
+    outbox stalls). `ended(receiver)` may answer at once (a protocol error heard before
+    the teardown). Then the slot is `release`d first (the teardown awaits a client that
+    may have stopped reading, and a close that raised once kept the slot until a
+    restart), the conversation `close`s (shielded: a client's reset still stops its
+    thinker and TTS work), and what was queued goes out for up to 2 s. Returns the
+    receiver, done."""
+    sender = asyncio.create_task(outbox.run(), name=f"{name}-send")
+    receiver = asyncio.create_task(receive, name=f"{name}-recv")
+    try:
+        await start()
+        await asyncio.wait([sender, receiver], return_when=asyncio.FIRST_COMPLETED)
+        if ended is not None:
+            await ended(receiver)
+    finally:
+        release()
+        receiver.cancel()
+        try:
+            await asyncio.shield(close())
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(sender, 2.0)  # what was queued goes out, if it can
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, receiver, return_exceptions=True)
+    return receiver

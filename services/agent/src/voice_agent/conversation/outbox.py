@@ -110,3 +110,4 @@ class Outbox:
                     on_sent(time.perf_counter())
             if self.stalled or self.closed:
                 return
+

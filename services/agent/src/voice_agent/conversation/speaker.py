@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from livekit.agents.voice import io
+
 from ..audio_io import PacedOutput
 
 # (pcm of one tick, whether it is the reply's first): the door's wire takes it from here
@@ -50,3 +52,19 @@ class SocketSpeaker(PacedOutput):
         if self._last_audible < t - self._frame_s:
             return t
         return max(t, self._last_audible + self._frame_s)
+
+
+class Captions(io.TextOutput):
+    """A reply's words to the door's `on_text` as the session releases them (in step with
+    its audio); the door's own events end them."""
+
+    def __init__(self, on_text: Callable[[str], None]) -> None:
+        super().__init__(label="captions", next_in_chain=None)
+        self._on_text = on_text
+
+    async def capture_text(self, text: str) -> None:
+        if text:
+            self._on_text(text)
+
+    def flush(self) -> None:
+        pass

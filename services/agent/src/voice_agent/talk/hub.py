@@ -22,11 +22,12 @@ from ..feedback import FeedbackRecorder
 from ..plugins import TTS
 from ..settings import AgentSettings
 from ..voices import (
+    UnknownVoice,
     VoicesUnavailable,
     check_configured_voice,
     find,
     list_voices,
-    not_found_message,
+    resolve,
 )
 from .protocol import (
     HELLO_TIMEOUT_S,
@@ -148,16 +149,9 @@ class TalkHub:
         if requested is None or requested.lower() == s.tts_voice.lower():
             return s, self.cache
         try:
-            voices = await list_voices(s)
-        except VoicesUnavailable as e:
-            log.warning("talk: voice %r not checked: %s", requested, e)
-            name = requested
-        else:
-            voice = find(voices, requested)
-            if voice is None:
-                raise ProtocolError("unknown_voice", not_found_message(requested, voices,
-                                                                       s.tts_addr))
-            name = voice.name
+            name = await resolve(s, requested, "talk")
+        except UnknownVoice as e:
+            raise ProtocolError("unknown_voice", str(e)) from None
         return s.model_copy(update={"tts_voice": name}), self._cache_for(name)
 
     def _cache_for(self, voice: str) -> PhraseCache:
@@ -185,21 +179,9 @@ class TalkHub:
             await tts.aclose()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        try:
-            self.door.check(request, "/v1/talk")
-        except Refused as e:  # before the upgrade: no socket, no slot
-            REFUSED.labels(reason=e.reason).inc()
-            return web.json_response(error_event(e.code, e.message), status=e.status, headers=(
-                {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}))
-        ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=4 * 48000 * MAX_MESSAGE_MS // 1000)
-        await ws.prepare(request)
-        try:
-            with self.door.opened(ws):
-                await self._converse(ws, request)
-        except Refused as e:
-            REFUSED.labels(reason=e.reason).inc()
-            await refuse(ws, protocol_error(e))
-        return ws
+        return await self.door.upgrade(request, "/v1/talk", 4 * 48000 * MAX_MESSAGE_MS // 1000,
+                                       lambda e: error_event(e.code, e.message),
+                                       lambda ws: self._converse(ws, request))
 
     async def _converse(self, ws: web.WebSocketResponse, request: web.Request) -> None:
         """One socket: its hello, a slot, the conversation until either side ends it."""

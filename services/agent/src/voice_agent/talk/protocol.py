@@ -14,6 +14,7 @@ from enum import IntEnum, StrEnum
 from importlib import resources
 from typing import Any
 
+from ..conversation.frames import read_json
 from ..voices import NAME
 
 SPEC: dict[str, Any] = json.loads(
@@ -99,15 +100,10 @@ def error_event(code: str, message: str) -> dict[str, object]:
 
 def parse_json(text: str) -> dict[str, object]:
     try:
-        msg = json.loads(text)
-    except RecursionError:  # nested thousands deep: no message of ours nests past 1
-        raise ProtocolError("bad_json", "JSON nested too deep", Close.INVALID_JSON) from None
-    except ValueError:
-        raise ProtocolError("bad_json", "text messages must be JSON objects",
+        return read_json(text)
+    except ValueError as e:
+        raise ProtocolError("bad_json", f"text messages must be JSON objects: {e}",
                             Close.INVALID_JSON) from None
-    if not isinstance(msg, dict):
-        raise ProtocolError("bad_json", "text messages must be JSON objects", Close.INVALID_JSON)
-    return msg
 
 
 def parse_start(text: str) -> tuple[int, str | None]:

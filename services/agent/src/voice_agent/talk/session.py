@@ -19,6 +19,7 @@ from aiohttp import WSMsgType, web
 
 from ..agent import PhraseCache
 from ..conversation.core import Conversation
+from ..conversation.door import converse
 from ..conversation.turn_end import Decision, TurnEnd
 from ..duplex import DuplexState
 from ..feedback import FeedbackRecorder
@@ -92,25 +93,18 @@ class TalkSession:
     async def run(self, on_end: Callable[[], None] = lambda: None) -> None:
         """Until the client stops or goes, or a protocol error (raised after teardown).
         `on_end` runs as soon as either side has ended it, before the teardown."""
-        sender = asyncio.create_task(self.outbox.run(), name=f"talk-{self.id}-send")
-        receiver = asyncio.create_task(self._receive(), name=f"talk-{self.id}-recv")
-        try:  # listening at once: the starter phrases are the hub's (`TalkHub.prepare`)
-            await self.conv.start()
-            # either side ending ends the conversation
-            await asyncio.wait([sender, receiver], return_when=asyncio.FIRST_COMPLETED)
+        async def say_why(receiver: asyncio.Task[None]) -> None:
             if (receiver.done() and not receiver.cancelled()
                     and isinstance(err := receiver.exception(), ProtocolError)):
                 await refuse(self.ws, err)  # the client hears why now, not after teardown
-        finally:
-            on_end()  # the slot is free now; the teardown takes a moment more
-            receiver.cancel()
+
+        async def close() -> None:
             await self.conv.aclose()
-            # what the teardown said (a cut reply's transcript) goes out, if it can
-            self.outbox.close()
-            with contextlib.suppress(asyncio.TimeoutError, Exception):
-                await asyncio.wait_for(sender, 2.0)
-            sender.cancel()
-            await asyncio.gather(sender, receiver, return_exceptions=True)
+            self.outbox.close()  # what the teardown said (a cut reply's words) goes out
+
+        # listening at once: the starter phrases are the hub's (`TalkHub.prepare`)
+        receiver = await converse(self.outbox, self._receive(), self.conv.start, close,
+                                  on_end, f"talk-{self.id}", say_why)
         if not receiver.cancelled() and (err := receiver.exception()) is not None:
             raise err
 

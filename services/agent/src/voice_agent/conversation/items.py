@@ -1,0 +1,149 @@
+"""A conversation's items, as a door that owns them keeps them (`Items`): messages (the
+user's, the replies', a system note), function calls and their outputs, in the OpenAI
+item shape (`type`, `role`, `content` parts with `text` or `transcript`); bounded by the
+door's limits; and as the thinker reads them (`chat_ctx`: the agent's chat context is
+made from these). Keys starting with "_" are the conversation's own (a reply's text as
+made, its audio's length), never shown to a client.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from livekit.agents import llm
+
+from .options import ConversationError
+
+SPEECH_CHARS_PER_S = 14.0  # a reply's pace when nothing says how much of it was heard
+
+Item = dict[str, Any]
+# (items, one item's characters, all items' characters) at most, read when checked
+Bounds = Callable[[], tuple[int, int, int]]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+class Items:
+    """The items, in order (see the module). `on_deleted(item_id)`: one made room for."""
+
+    def __init__(self, bounds: Bounds, on_deleted: Callable[[str], None]) -> None:
+        self.all: list[Item] = []
+        self._bounds = bounds
+        self._on_deleted = on_deleted
+
+    def __iter__(self) -> Any:
+        return iter(self.all)
+
+    def __len__(self) -> int:
+        return len(self.all)
+
+    def append(self, item: Item) -> str | None:
+        """The item at the end; returns the id of the one before it."""
+        return self.insert(item, None)
+
+    def insert(self, item: Item, previous: Any) -> str | None:
+        """The item after `previous` (None: at the end; "root": first); returns the id of
+        the one before it."""
+        at = (len(self.all) if previous is None else 0 if previous == "root"
+              else self._index(previous) + 1)
+        self.all.insert(at, item)
+        return self.all[at - 1]["id"] if at > 0 else None
+
+    def find(self, item_id: Any) -> Item:
+        return self.all[self._index(item_id)]
+
+    def _index(self, item_id: Any) -> int:
+        for i, it in enumerate(self.all):
+            if it["id"] == item_id:
+                return i
+        raise ConversationError("item_not_found", f"no item {str(item_id)[:80]!r} in the "
+                                "conversation", "item_id")
+
+    def delete(self, item_id: Any) -> None:
+        del self.all[self._index(item_id)]
+
+    def check_room(self, item: Item) -> None:
+        """A client's item is new and fits the bounds, or it is refused and nothing
+        changes."""
+        if any(it["id"] == item["id"] for it in self.all):
+            raise ConversationError("duplicate_item_id", f"item {item['id']!r} already "
+                                    "exists", "item.id")
+        max_items, max_item, max_all = self._bounds()
+        chars = item_chars(item)
+        if chars > max_item:
+            raise ConversationError("invalid_value", f"the item holds {chars:,} characters "
+                                    f"of text; an item takes at most {max_item:,}", "item")
+        held = sum(map(item_chars, self.all))
+        if len(self.all) >= max_items or held + chars > max_all:
+            raise ConversationError(
+                "conversation_too_large", f"the conversation holds {len(self.all)} items "
+                f"and {held:,} characters (at most {max_items} and {max_all:,}): delete "
+                "items with conversation.item.delete first", "item")
+
+    def make_room(self) -> None:
+        """After a reply: the oldest items go while the conversation holds more than its
+        bounds, so a long call stays bounded."""
+        max_items, _, max_all = self._bounds()
+        held = sum(map(item_chars, self.all))
+        while len(self.all) > 1 and (len(self.all) > max_items or held > max_all):
+            old = self.all.pop(0)
+            held -= item_chars(old)
+            self._on_deleted(old["id"])
+
+    def chat_ctx(self, instructions: str | None, greeting: bool = False) -> llm.ChatContext:
+        """The items as the thinker reads them, `instructions` first. `greeting`: a reply
+        asked for before anyone spoke gets its instructions as the first turn too (the
+        thinker answers a conversation)."""
+        ctx = llm.ChatContext.empty()
+        if instructions:
+            ctx.add_message(role="system", content=instructions)
+        names = {it["call_id"]: it["name"] for it in self.all if it["type"] == "function_call"}
+        for it in self.all:
+            if it["type"] == "function_call":
+                ctx.items.append(llm.FunctionCall(id=it["id"], call_id=it["call_id"],
+                                                  name=it["name"], arguments=it["arguments"]))
+            elif it["type"] == "function_call_output":
+                ctx.items.append(llm.FunctionCallOutput(
+                    id=it["id"], call_id=it["call_id"], name=names.get(it["call_id"], ""),
+                    output=it["output"], is_error=False))
+            else:
+                said = " ".join(p.get("text") or p.get("transcript") or ""
+                                for p in it["content"]).strip()
+                if said:
+                    ctx.add_message(role=it["role"], content=said, id=it["id"])
+        if greeting and instructions and not any(getattr(i, "role", "system") != "system"
+                                                 for i in ctx.items):
+            ctx.add_message(role="user", content=instructions)
+        return ctx
+
+
+def item_chars(item: Item) -> int:
+    """The text an item holds: its parts' text and transcripts, a call's arguments and
+    output (what the thinker is sent, and what the conversation keeps)."""
+    n = sum(len(p.get("text") or p.get("transcript") or "") for p in item.get("content", ()))
+    # a reply's message: its text as made (`_text`), which its transcript repeats
+    return max(n, len(item.get("_text", ""))) + len(item.get("arguments", "")) \
+        + len(item.get("output", ""))
+
+
+def heard_text(text: str, heard_ms: float, audio_ms: float, all_audio: bool,
+               read: int | None = None) -> str:
+    """The part of a reply's `text` that `heard_ms` of its audio spoke, to the last whole
+    word: `read`, the characters the TTS had read by then, when known; else by the reply's
+    characters per second of audio once it is all made, by SPEECH_CHARS_PER_S before."""
+    if heard_ms >= audio_ms and all_audio:
+        return text
+    if read is not None:
+        chars = float(read)
+    elif all_audio and audio_ms > 0:
+        chars = len(text) * heard_ms / audio_ms
+    else:
+        chars = heard_ms / 1000 * SPEECH_CHARS_PER_S
+    n = min(len(text), int(chars))
+    if n < len(text) and not text[n].isspace():
+        n = text.rfind(" ", 0, n) + 1  # back to the word's start: only whole words heard
+    return text[:n].rstrip()
