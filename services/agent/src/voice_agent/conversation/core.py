@@ -141,6 +141,22 @@ class Conversation:
         if self._sync is not None:
             self._sync.set_enabled(on)
 
+    def start_soon(self, options: Options,
+                   failed: Callable[[], None]) -> asyncio.Task[None]:
+        """`start`, then `configure(options)`, in the background: a door answers its client
+        at once and its verbs await the task. A conversation that cannot start serves
+        nothing: logged, `failed()` (the door says so and ends), and the task raises."""
+        async def run() -> None:
+            try:
+                await self.start()
+                await self.configure(options)
+            except Exception:
+                log.exception("the conversation did not start")
+                failed()
+                raise
+
+        return asyncio.create_task(run(), name="conversation-start")
+
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str = "conversation"
               ) -> asyncio.Task[Any]:
         """A door's background work for this conversation: cancelled when it closes."""

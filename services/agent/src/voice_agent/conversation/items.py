@@ -41,6 +41,11 @@ class Items:
     def __len__(self) -> int:
         return len(self.all)
 
+    def add(self, item: Item, previous: Any) -> str | None:
+        """A client's item, checked (`check_room`), after `previous` (see `insert`)."""
+        self.check_room(item)
+        return self.insert(item, previous)
+
     def append(self, item: Item) -> str | None:
         """The item at the end; returns the id of the one before it."""
         return self.insert(item, None)

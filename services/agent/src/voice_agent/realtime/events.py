@@ -119,19 +119,13 @@ def update_session(cfg: SessionConfig, s: Any, agent_turn: TurnDetection) -> Ses
     return replace(cfg, **u)
 
 
-class Dialect:
-    """Server event names and content-part types for a GA or a beta client."""
+def event_name(ga_name: str, beta: bool) -> str | None:
+    """A server event's name for a GA or a beta client; None: beta has no such event."""
+    if beta:
+        return None if ga_name in _GA_ONLY else _BETA_NAMES.get(ga_name, ga_name)
+    return ga_name
 
-    def __init__(self, beta: bool) -> None:
-        self.beta = beta
 
-    def name(self, ga_name: str) -> str | None:
-        """The event's name for this client; None: this client has no such event."""
-        if self.beta:
-            return None if ga_name in _GA_ONLY else _BETA_NAMES.get(ga_name, ga_name)
-        return ga_name
-
-    def part(self, kind: str) -> str:
-        """A reply's content part type: "audio" / "text" (beta), "output_audio" (GA)."""
-        return kind if self.beta else f"output_{kind}"
-
+def beta_part(part: dict[str, Any]) -> dict[str, Any]:
+    """A reply's content part for a beta client: "audio" / "text" (GA: "output_audio")."""
+    return {**part, "type": part["type"].removeprefix("output_")}

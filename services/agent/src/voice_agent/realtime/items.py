@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from livekit import rtc
 
-from ..conversation.items import Item, new_id
+from ..conversation.items import Item, Items, new_id
 from ..conversation.mic import MicFramer
 from ..conversation.options import invalid
 
@@ -28,9 +28,9 @@ def bounds() -> tuple[int, int, int]:
 
 
 def client_item(raw: Any, decode: Callable[[Any, str], np.ndarray], input_rate: int,
-                calls: set[str]) -> tuple[Item, list[rtc.AudioFrame] | None]:
+                held: Items) -> tuple[Item, list[rtc.AudioFrame] | None]:
     """A client's item, and its audio to transcribe (an input_audio part without a
-    transcript). `calls`: the call ids of the conversation's function calls."""
+    transcript); `held`: the conversation's items (a call's output answers one of them)."""
     if not isinstance(raw, dict):
         raise invalid("item must be an object", "item")
     kind = raw.get("type", "message")
@@ -40,7 +40,8 @@ def client_item(raw: Any, decode: Callable[[Any, str], np.ndarray], input_rate: 
         call_id, output = raw.get("call_id"), raw.get("output")
         if not isinstance(call_id, str) or not isinstance(output, str):
             raise invalid("a function_call_output needs call_id and output (strings)", "item")
-        if call_id not in calls:
+        if not any(it.get("call_id") == call_id and it["type"] == "function_call"
+                   for it in held):
             raise invalid(f"no function_call with call_id {call_id[:80]!r} in the "
                           "conversation", "item.call_id")
         return {**base, "type": kind, "call_id": call_id, "output": output}, None

@@ -32,16 +32,8 @@ from ..conversation.replies import Replies, Reply
 from ..conversation.speaker import Captions, SocketSpeaker
 from ..conversation.user_turns import UserTurns
 from ..settings import AgentSettings
-from . import items
-from .events import (
-    CLIENT_EVENTS,
-    MAX_APPEND_BYTES,
-    Dialect,
-    RealtimeError,
-    SessionConfig,
-    error_event,
-    update_session,
-)
+from . import events, items
+from .events import RealtimeError, SessionConfig
 
 __all__ = ["RealtimeSession", "heard_text", "wire_json"]
 
@@ -59,7 +51,7 @@ class RealtimeSession:
         # The client asks for every reply: no greeting; a failed reply is said in its
         # response.done, not by the fallback phrase.
         self.settings = s = settings.model_copy(update={"greeting": "", "fallback_reply": ""})
-        self.dialect = Dialect(beta)
+        self.beta = beta  # the beta dialect (OpenAI-Beta: realtime=v1)
         self.outbox = Outbox(send, max_items=MAX_OUTBOX, name=f"realtime {self.id}")
         self._check_voice = check_voice  # async: the TTS's name for a voice, or raises
         self.items = Items(items.bounds, lambda item_id: self.emit(
@@ -74,31 +66,28 @@ class RealtimeSession:
         self.tts = self.pipeline.tts
         self.turns = UserTurns(self.conv, self.items, self, self._sync_context)
         self.replies = Replies(self.conv, self.items, self, RATE)
-        self.cfg = SessionConfig(instructions=s.system_prompt, voice=s.tts_voice,
-                                 temperature=s.llm_temperature,
-                                 turn_detection=self.conv.agent_turn())
+        self.cfg = SessionConfig(**vars(self.conv.options))  # the agent's settings
         self._starting: asyncio.Task[None] | None = None
 
     # -- the wire --------------------------------------------------------------------
 
     def emit(self, ga_name: str, **fields: Any) -> None:
-        name = self.dialect.name(ga_name)
+        name = events.event_name(ga_name, self.beta)
         if name is not None:
             self.outbox.text(wire_json({"type": name, "event_id": new_id("event"), **fields}))
 
     def error(self, e: RealtimeError, event_id: str | None = None) -> None:
-        self.outbox.text(wire_json(error_event(e, event_id)))
+        self.outbox.text(wire_json(events.error_event(e, event_id)))
 
     def _item_json(self, item: Item) -> dict[str, Any]:
         out = {"id": item["id"], "object": "realtime.item",
                **{k: v for k, v in item.items() if not k.startswith("_")}}
-        if self.dialect.beta and out.get("type") == "message":
-            out["content"] = [{**p, "type": p["type"].removeprefix("output_")}
-                              for p in out["content"]]
+        if self.beta and out.get("type") == "message":
+            out["content"] = [events.beta_part(p) for p in out["content"]]
         return out
 
     def _part(self, part: dict[str, Any]) -> dict[str, Any]:
-        return {**part, "type": self.dialect.part(part["type"].removeprefix("output_"))}
+        return events.beta_part(part) if self.beta else part
 
     @property
     def response(self) -> Reply | None:
@@ -113,21 +102,15 @@ class RealtimeSession:
     def start(self) -> None:
         """session.created at once; the conversation starts meanwhile (handlers wait)."""
         self.emit("session.created", session=self.session_json())
-        self._starting = asyncio.create_task(self._start(), name=f"rt-{self.id}-start")
+        self._starting = self.conv.start_soon(self.cfg, self._not_started)
 
-    async def _start(self) -> None:
-        try:
-            await self.conv.start()
-            await self.conv.configure(self.cfg)
-        except Exception:  # a session that cannot start serves nothing: it ends, said
-            log.exception("realtime %s: the conversation did not start", self.id)
-            self.error(RealtimeError("internal", "the server could not start this session",
-                                     type_="server_error"))
-            self.outbox.close()  # the route ends the session when its sender returns
-            raise
+    def _not_started(self) -> None:
+        self.error(RealtimeError("internal", "the server could not start this session",
+                                 type_="server_error"))
+        self.outbox.close()  # the route ends the session when its sender returns
 
     def session_json(self) -> dict[str, Any]:
-        return self.cfg.as_json(self.id, self.dialect.beta)
+        return self.cfg.as_json(self.id, self.beta)
 
     async def handle(self, raw: str) -> None:
         """One client event; a bad one is answered with an `error` event, nothing more."""
@@ -139,9 +122,9 @@ class RealtimeSession:
                 raise RealtimeError("invalid_json", f"not an event: {e}") from None
             event_id = ev.get("event_id") if isinstance(ev.get("event_id"), str) else None
             kind = ev.get("type")
-            if kind not in CLIENT_EVENTS:
+            if kind not in events.CLIENT_EVENTS:
                 raise RealtimeError("invalid_event", f"unknown event type {str(kind)[:80]!r}; "
-                                    f"this server takes {', '.join(CLIENT_EVENTS)}", "type")
+                                    f"this server takes {', '.join(events.CLIENT_EVENTS)}", "type")
             assert self._starting is not None, "start() first"
             await asyncio.shield(self._starting)
             await getattr(self, "on_" + kind.replace(".", "_"))(ev)
@@ -155,7 +138,7 @@ class RealtimeSession:
     # -- the client's events -----------------------------------------------------------
 
     async def on_session_update(self, ev: dict[str, Any]) -> None:
-        cfg = update_session(self.cfg, ev.get("session"), self.conv.agent_turn())
+        cfg = events.update_session(self.cfg, ev.get("session"), self.conv.agent_turn())
         own = {t.id for t in self.conv.own_tools}
         if clash := {t["name"] for t in cfg.tools} & own:
             raise RealtimeError("invalid_value", f"tools {sorted(clash)} are the agent's own "
@@ -169,7 +152,7 @@ class RealtimeSession:
         self.emit("session.updated", session=self.session_json())
 
     def _decode(self, b64: Any, param: str) -> Any:
-        return audio_formats.decode(b64, self.cfg.input_format, param, MAX_APPEND_BYTES)
+        return audio_formats.decode(b64, self.cfg.input_format, param, events.MAX_APPEND_BYTES)
 
     async def on_input_audio_buffer_append(self, ev: dict[str, Any]) -> None:
         pcm = self._decode(ev.get("audio"), "audio")
@@ -183,11 +166,9 @@ class RealtimeSession:
         self.emit("input_audio_buffer.cleared")
 
     async def on_conversation_item_create(self, ev: dict[str, Any]) -> None:
-        calls = {it["call_id"] for it in self.items if it["type"] == "function_call"}
         item, audio = items.client_item(ev.get("item"), self._decode,
-                                        audio_formats.rate(self.cfg.input_format), calls)
-        self.items.check_room(item)
-        prev = self.items.insert(item, ev.get("previous_item_id"))
+                                        audio_formats.rate(self.cfg.input_format), self.items)
+        prev = self.items.add(item, ev.get("previous_item_id"))
         self.emit("conversation.item.added", previous_item_id=prev, item=self._item_json(item))
         if audio is not None:  # an input_audio part: transcribed first
             self.turns.transcribe(item, audio)
@@ -366,16 +347,14 @@ class RealtimeSession:
             "id": r.id, "object": "realtime.response", "status": r.status,
             "status_details": details, "output": [self._item_json(o) for o in r.output],
             "usage": usage if r.status != "in_progress" else None,
-            "conversation_id": self.id, "metadata": r.metadata}
-        if self.dialect.beta:
+            "conversation_id": self.id, "metadata": r.metadata,
+            "max_output_tokens": r.max_tokens or "inf"}
+        if self.beta:
             out.update(modalities=["text", "audio"] if r.audio else ["text"],
-                       voice=r.voice, output_audio_format=self.cfg.output_format,
-                       max_output_tokens=r.max_tokens or "inf")
+                       voice=r.voice, output_audio_format=self.cfg.output_format)
         else:
-            out.update(output_modalities=list(r.modalities),
-                       max_output_tokens=r.max_tokens or "inf",
-                       audio={"output": {"format": self.cfg.as_json(self.id, False)["audio"]
-                                         ["output"]["format"], "voice": r.voice}})
+            out.update(output_modalities=list(r.modalities), audio={"output": {
+                "format": audio_formats.MIME[self.cfg.output_format], "voice": r.voice}})
         return out
 
     async def close(self) -> None:
