@@ -1,9 +1,10 @@
 """A conversation's items, as a door that owns them keeps them (`Items`): messages (the
 user's, the replies', a system note), function calls and their outputs, in the OpenAI
-item shape (`type`, `role`, `content` parts with `text` or `transcript`); bounded by the
-door's limits; and as the thinker reads them (`chat_ctx`: the agent's chat context is
-made from these). Keys starting with "_" are the conversation's own (a reply's text as
-made, its audio's length), never shown to a client.
+item shape (`type`, `role`, `content` parts with `text` or `transcript`); a client's
+checked (`client_item`); bounded by the door's limits; and as the thinker reads them
+(`chat_ctx`: the agent's chat context is made from these). Keys starting with "_" are
+the conversation's own (a reply's text as made, its audio's length), never shown to a
+client.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+from livekit import rtc
 from livekit.agents import llm
 
-from .options import ConversationError
+from .mic import MicFramer
+from .options import ConversationError, invalid
 
 SPEECH_CHARS_PER_S = 14.0  # a reply's pace when nothing says how much of it was heard
 
 Item = dict[str, Any]
 # (items, one item's characters, all items' characters) at most, read when checked
 Bounds = Callable[[], tuple[int, int, int]]
+Decode = Callable[[Any, str], np.ndarray]  # (audio as a door's client sends it, param)
 
 
 def new_id(prefix: str) -> str:
@@ -124,6 +129,58 @@ class Items:
                                                  for i in ctx.items):
             ctx.add_message(role="user", content=instructions)
         return ctx
+
+
+def client_item(raw: Any, decode: Decode, input_rate: int,
+                held: Items) -> tuple[Item, list[rtc.AudioFrame] | None]:
+    """A client's item, checked, and its audio to transcribe (an input_audio part without
+    a transcript). `decode`: the door's audio (base64, its format) as int16 samples at
+    `input_rate`; `held`: the conversation's items (a call's output answers one)."""
+    if not isinstance(raw, dict):
+        raise invalid("item must be an object", "item")
+    kind = raw.get("type", "message")
+    base = {"id": raw.get("id") if isinstance(raw.get("id"), str) else new_id("item"),
+            "status": "completed"}
+    if kind == "function_call_output":
+        call_id, output = raw.get("call_id"), raw.get("output")
+        if not isinstance(call_id, str) or not isinstance(output, str):
+            raise invalid("a function_call_output needs call_id and output (strings)", "item")
+        if not any(it.get("call_id") == call_id and it["type"] == "function_call"
+                   for it in held):
+            raise invalid(f"no function_call with call_id {call_id[:80]!r} in the "
+                          "conversation", "item.call_id")
+        return {**base, "type": kind, "call_id": call_id, "output": output}, None
+    if kind == "function_call":
+        fields = [raw.get(k) for k in ("call_id", "name", "arguments")]
+        if not all(isinstance(v, str) for v in fields):
+            raise invalid("a function_call needs call_id, name and arguments (strings)", "item")
+        return {**base, "type": kind, "call_id": fields[0], "name": fields[1],
+                "arguments": fields[2]}, None
+    if kind != "message":
+        raise invalid("item.type must be message, function_call or function_call_output, "
+                      f"not {str(kind)[:40]!r}", "item.type")
+    role = raw.get("role")
+    if role not in ("user", "assistant", "system"):
+        raise invalid("item.role must be user, assistant or system", "item.role")
+    content: list[dict[str, Any]] = []
+    audio: list[rtc.AudioFrame] | None = None
+    parts = raw.get("content")
+    if not isinstance(parts, list) or not parts:
+        raise invalid("item.content must be a non-empty list", "item.content")
+    for i, p in enumerate(parts):
+        t = p.get("type") if isinstance(p, dict) else None
+        if t in ("input_text", "text", "output_text") and isinstance(p.get("text"), str):
+            content.append({"type": t, "text": p["text"]})
+        elif t == "input_audio" and role == "user" and audio is None:
+            pcm = decode(p.get("audio"), f"item.content[{i}].audio")
+            clip = MicFramer(input_rate)  # a clip, not the mic's clock
+            audio = clip.push(pcm.tobytes()) + clip.flush()
+            content.append({"type": "input_audio", "transcript": p.get("transcript")})
+        else:
+            raise invalid(f"item.content[{i}]: a {role} message takes input_text / text "
+                          "parts (and one input_audio for a user)", f"item.content[{i}]")
+    return ({**base, "type": "message", "role": role, "content": content},
+            audio if audio is not None and not content[0].get("transcript") else None)
 
 
 def item_chars(item: Item) -> int:

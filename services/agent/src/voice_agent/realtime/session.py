@@ -25,7 +25,7 @@ from ..audio_formats import PCM_RATE as RATE
 from ..conversation import options
 from ..conversation.core import Conversation
 from ..conversation.frames import read_json, wire_json
-from ..conversation.items import Item, Items, heard_text, new_id
+from ..conversation.items import Item, Items, client_item, heard_text, new_id
 from ..conversation.mic import MicInput
 from ..conversation.outbox import Outbox
 from ..conversation.replies import Replies, Reply
@@ -166,7 +166,7 @@ class RealtimeSession:
         self.emit("input_audio_buffer.cleared")
 
     async def on_conversation_item_create(self, ev: dict[str, Any]) -> None:
-        item, audio = items.client_item(ev.get("item"), self._decode,
+        item, audio = client_item(ev.get("item"), self._decode,
                                         audio_formats.rate(self.cfg.input_format), self.items)
         prev = self.items.add(item, ev.get("previous_item_id"))
         self.emit("conversation.item.added", previous_item_id=prev, item=self._item_json(item))
