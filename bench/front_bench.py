@@ -67,6 +67,31 @@ def serve(args: argparse.Namespace) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    engine, settings, running = await _start_front(args)
+    window = _Window(args, engine, running)
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    print("ready", flush=True)
+    while True:
+        line = (await reader.readline()).decode().strip()
+        if line == "mark":
+            window.mark()
+        elif line == "report":
+            print(json.dumps({**window.report(), "pace_lead_s": settings.pace_lead_s}),
+                  flush=True)
+        else:
+            break
+    window.monitor.cancel()
+    running.calls.draining = True
+    if running.fronts is not None:
+        await running.fronts.stop()
+    await running.server.stop(0)
+    engine.shutdown()
+
+
+async def _start_front(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The real front on the stand-in engine: (engine, settings, the running server)."""
     from voice_tts.server.server import start_server
     from voice_tts.settings import TTSSettings
 
@@ -87,85 +112,84 @@ async def _serve(args: argparse.Namespace) -> None:
         ncpu = os.cpu_count() or 2
         for i, p in enumerate(running.fronts.procs):
             os.sched_setaffinity(p.pid, {1 + i % max(1, ncpu - 1)})
-    loop = asyncio.get_running_loop()
-    lags: list[float] = []
+    return engine, settings, running
 
-    async def lag_monitor() -> None:  # how late the loop runs a 10 ms timer
+
+class _Window:
+    """One measured window of the serving process, from `mark` to `report`: the front's
+    CPU (the process's less the stand-in engine thread's), frames sent, how late the loop
+    runs a 10 ms timer, admission refusals; and, asked for, its stalls' stacks and a
+    profile."""
+
+    def __init__(self, args: argparse.Namespace, engine: Any, running: Any) -> None:
+        loop = asyncio.get_running_loop()
+        self.engine, self.running = engine, running
+        self.metrics = running.calls.metrics
+        self.lags: list[float] = []
+        self.monitor = asyncio.create_task(self._lag_monitor(loop))
+        self.stalls = None
+        if args.stall_stacks:
+            from bench.loop_stalls import LoopStalls
+
+            self.stalls = LoopStalls(loop)
+        self.profile_path = args.profile
+        self.prof = None
+        if args.profile:
+            import cProfile
+
+            self.prof = cProfile.Profile()
+        self.start: dict[str, float] = {}
+
+    async def _lag_monitor(self, loop: asyncio.AbstractEventLoop) -> None:
         while True:
             t = loop.time()
             await asyncio.sleep(0.01)
-            lags.append((loop.time() - t - 0.01) * 1e3)
+            self.lags.append((loop.time() - t - 0.01) * 1e3)
 
-    monitor = asyncio.create_task(lag_monitor())
-    stalls = None
-    if args.stall_stacks:
-        from bench.loop_stalls import LoopStalls
-
-        stalls = LoopStalls(loop)
-    metrics = running.calls.metrics
-    prof = None
-    if args.profile:
-        import cProfile
-
-        prof = cProfile.Profile()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    print("ready", flush=True)
-    mark: dict[str, float] = {}
-
-    def snapshot(start: bool) -> dict[str, float]:
+    def _snapshot(self, start: bool) -> dict[str, float]:
         # Both CPU clocks in ns, the process's read before the engine thread's at the start
         # of a window and after it at its end: the thread's window then lies inside the
         # process's, and their difference (the front's CPU) is never negative.
         wall = time.perf_counter()
         if start:
-            cpu, engine_cpu = time.process_time(), engine.thread_cpu_s()
+            cpu, engine_cpu = time.process_time(), self.engine.thread_cpu_s()
         else:
-            engine_cpu = engine.thread_cpu_s()
+            engine_cpu = self.engine.thread_cpu_s()
             cpu = time.process_time()
         return {"wall": wall, "cpu": cpu, "engine_cpu": engine_cpu,
-                "frames": metrics.frames_sent._value.get(), "steps": engine.steps}
+                "frames": self.metrics.frames_sent._value.get(), "steps": self.engine.steps}
 
-    while True:
-        line = (await reader.readline()).decode().strip()
-        if line == "mark":
-            mark = snapshot(start=True)
-            lags.clear()
-            if stalls is not None:
-                stalls.clear()
-            if prof is not None:
-                prof.enable()
-        elif line == "report":
-            if prof is not None:
-                prof.disable()
-                prof.dump_stats(args.profile)
-            now = snapshot(start=False)
-            d = {k: now[k] - mark[k] for k in now}
-            front_cpu = d["cpu"] - d["engine_cpu"]
-            rej = {s.labels["reason"]: s.value for m in metrics.admission_rejected.collect()
-                   for s in m.samples if s.name.endswith("_total")}
-            lag = sorted(lags) or [0.0]
-            print(json.dumps({
-                "window_s": d["wall"], "frames": d["frames"],
-                "frames_per_s": d["frames"] / d["wall"],
-                "front_cpu_s": front_cpu, "front_cpu_share": front_cpu / d["wall"],
-                "cpu_us_per_frame": front_cpu / max(1, d["frames"]) * 1e6,
-                "standin_cpu_s": d["engine_cpu"], "steps": d["steps"],
-                "loop_lag_ms_p50": lag[len(lag) // 2],
-                "loop_lag_ms_p99": lag[int(len(lag) * 0.99)], "loop_lag_ms_max": lag[-1],
-                "rejected": rej, "pace_lead_s": settings.pace_lead_s,
-                "model_points": [(round(b, 1), round(p, 2)) for b, p in
-                                 running.calls.admission.model.points()],
-                **({"stalls": stalls.report()} if stalls is not None else {}),
-            }), flush=True)
-        else:
-            break
-    monitor.cancel()
-    running.calls.draining = True
-    if running.fronts is not None:
-        await running.fronts.stop()
-    await running.server.stop(0)
-    engine.shutdown()
+    def mark(self) -> None:
+        self.start = self._snapshot(start=True)
+        self.lags.clear()
+        if self.stalls is not None:
+            self.stalls.clear()
+        if self.prof is not None:
+            self.prof.enable()
+
+    def report(self) -> dict[str, Any]:
+        if self.prof is not None:
+            self.prof.disable()
+            self.prof.dump_stats(self.profile_path)
+        now = self._snapshot(start=False)
+        d = {k: now[k] - self.start[k] for k in now}
+        front_cpu = d["cpu"] - d["engine_cpu"]
+        rej = {s.labels["reason"]: s.value for m in self.metrics.admission_rejected.collect()
+               for s in m.samples if s.name.endswith("_total")}
+        lag = sorted(self.lags) or [0.0]
+        return {
+            "window_s": d["wall"], "frames": d["frames"],
+            "frames_per_s": d["frames"] / d["wall"],
+            "front_cpu_s": front_cpu, "front_cpu_share": front_cpu / d["wall"],
+            "cpu_us_per_frame": front_cpu / max(1, d["frames"]) * 1e6,
+            "standin_cpu_s": d["engine_cpu"], "steps": d["steps"],
+            "loop_lag_ms_p50": lag[len(lag) // 2],
+            "loop_lag_ms_p99": lag[int(len(lag) * 0.99)], "loop_lag_ms_max": lag[-1],
+            "rejected": rej,
+            "model_points": [(round(b, 1), round(p, 2)) for b, p in
+                             self.running.calls.admission.model.points()],
+            **({"stalls": self.stalls.report()} if self.stalls is not None else {}),
+        }
 
 
 # -- client processes -----------------------------------------------------------------------
@@ -326,16 +350,34 @@ def pct(xs: list[float], q: float) -> float | None:
 
 
 def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
-    ncpu = os.cpu_count() or 2
-    server_cpus = "0"
-    client_cpus = list(range(1 + args.front_procs, ncpu)) or list(range(1, ncpu)) or [0]
+    """One level: the serving process and its clients, measured over one window."""
+    http_port = _free_port() if args.protocol == "ws" else 0
+    srv = subprocess.Popen(_serve_cmd(args, streams, port, http_port), stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout is not None and srv.stdin is not None
+        line = srv.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"server did not start: {line!r}")
+        results, client_cpu, server = _measure(args, srv, streams, port, http_port)
+        srv.stdin.write("quit\n")
+        srv.stdin.flush()
+        srv.wait(10)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    return _summary(args, streams, results, client_cpu, server)
+
+
+def _serve_cmd(args: argparse.Namespace, streams: int, port: int, http_port: int) -> list[str]:
+    """The serving process (`_serve`) on CPU 0, the level's engine stand-in."""
     max_sessions = args.max_sessions or (streams + 16 if args.mode == "closed" else 4096)
     base = args.period_ms if args.mode == "closed" else args.base_ms
     per_row = 0.0 if args.mode == "closed" else args.per_row_ms
     cmd = [sys.executable, "-m", "bench.front_bench", "_serve", "--port", str(port),
            "--max-sessions", str(max_sessions), "--margin", str(args.margin),
            "--base-ms", str(base), "--per-row-ms", str(per_row), "--frames", str(args.frames),
-           "--cpus", server_cpus]
+           "--cpus", "0"]
     if args.profile:
         cmd += ["--profile", args.profile]
     if args.stall_stacks:
@@ -343,49 +385,50 @@ def run_level(args: argparse.Namespace, streams: int, port: int) -> dict:
     cmd += ["--loop", args.loop, "--admit-packets", args.admit_packets]
     if args.pace_lead is not None:
         cmd += ["--pace-lead", str(args.pace_lead)]
-    http_port = _free_port() if args.protocol == "ws" else 0
-    cmd += ["--front-procs", str(args.front_procs), "--http-port", str(http_port)]
-    srv = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert srv.stdout is not None and srv.stdin is not None
-        line = srv.stdout.readline()
-        if line.strip() != "ready":
-            raise RuntimeError(f"server did not start: {line!r}")
-        ctx = mp.get_context("spawn")
-        out = ctx.Queue()
-        procs = []
-        start_at = time.time() + 2.0
-        n = args.client_procs
-        for j in range(n):
-            job = {"addr": f"127.0.0.1:{port}", "mode": args.mode, "frames": args.frames,
-                   "streams": streams // n + (j < streams % n), "first_id": j * 1_000_000,
-                   "rate": args.rate / n, "seconds": args.seconds, "start_at": start_at,
-                   "cpus": client_cpus, "per_channel": args.per_channel,
-                   "frames_per_message": args.frames_per_message,
-                   "protocol": args.protocol, "http": f"http://127.0.0.1:{http_port}"}
-            p = ctx.Process(target=client_proc, args=(job, out))
-            p.start()
-            procs.append(p)
-        time.sleep(max(0.0, start_at - time.time()))
-        srv.stdin.write("mark\n")
-        srv.stdin.flush()
-        results: list[dict] = []
-        client_cpu = 0.0
-        for _ in procs:
-            got = out.get()
-            results += got["calls"]
-            client_cpu += got["cpu_s"]
-        srv.stdin.write("report\n")
-        srv.stdin.flush()
-        server = json.loads(srv.stdout.readline())
-        for p in procs:
-            p.join()
-        srv.stdin.write("quit\n")
-        srv.stdin.flush()
-        srv.wait(10)
-    finally:
-        if srv.poll() is None:
-            srv.kill()
+    return [*cmd, "--front-procs", str(args.front_procs), "--http-port", str(http_port)]
+
+
+def _measure(args: argparse.Namespace, srv: subprocess.Popen, streams: int, port: int,
+             http_port: int) -> tuple[list[dict], float, dict]:
+    """The client processes' calls over one window the server measures: (the calls,
+    the clients' CPU seconds, the server's report)."""
+    assert srv.stdout is not None and srv.stdin is not None
+    ncpu = os.cpu_count() or 2
+    client_cpus = list(range(1 + args.front_procs, ncpu)) or list(range(1, ncpu)) or [0]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = []
+    start_at = time.time() + 2.0
+    n = args.client_procs
+    for j in range(n):
+        job = {"addr": f"127.0.0.1:{port}", "mode": args.mode, "frames": args.frames,
+               "streams": streams // n + (j < streams % n), "first_id": j * 1_000_000,
+               "rate": args.rate / n, "seconds": args.seconds, "start_at": start_at,
+               "cpus": client_cpus, "per_channel": args.per_channel,
+               "frames_per_message": args.frames_per_message,
+               "protocol": args.protocol, "http": f"http://127.0.0.1:{http_port}"}
+        p = ctx.Process(target=client_proc, args=(job, out))
+        p.start()
+        procs.append(p)
+    time.sleep(max(0.0, start_at - time.time()))
+    srv.stdin.write("mark\n")
+    srv.stdin.flush()
+    results: list[dict] = []
+    client_cpu = 0.0
+    for _ in procs:
+        got = out.get()
+        results += got["calls"]
+        client_cpu += got["cpu_s"]
+    srv.stdin.write("report\n")
+    srv.stdin.flush()
+    server = json.loads(srv.stdout.readline())
+    for p in procs:
+        p.join()
+    return results, client_cpu, server
+
+
+def _summary(args: argparse.Namespace, streams: int, results: list[dict], client_cpu: float,
+             server: dict) -> dict:
     ok = [r for r in results if r["status"] == "OK"]
     rej = [r for r in results if r["status"] == "RESOURCE_EXHAUSTED"]
     other = sorted({r["status"] for r in results} - {"OK", "RESOURCE_EXHAUSTED"})

@@ -199,23 +199,8 @@ def line(r: dict[str, Any]) -> str:
 
 
 async def sweep(a: argparse.Namespace) -> dict[str, Any]:
-    base = ["--addr", a.addr, "--model", a.model, "--device", a.device,
-            "--max-sessions", str(a.max_sessions)]
-    voice_dir = None
-    if (a.clone_voices and a.start_server
-            and not any(kv.startswith("TTS_VOICE_DIR=") for kv in a.server_env)):
-        voice_dir = tempfile.mkdtemp(prefix="openloop-voices-")
-        a.server_env = [*a.server_env, f"TTS_VOICE_DIR={voice_dir}"]
+    server, voice_dir = _server(a)
     tmp = Path(tempfile.mkdtemp(prefix="openloop-"))  # the calls' records, per run
-    if a.http_port is not None:
-        base += ["--http-port", str(a.http_port)]
-    if a.start_server:
-        base.append("--start-server")
-    for kv in a.server_env:
-        base += ["--server-env", kv]
-    if a.server_log:
-        base += ["--server-log", a.server_log]
-    server = Server(soak_args(base))
     rows: list[dict[str, Any]] = []
     # what was served, not what was asked for: the server's tts_server_info (model, device,
     # slots, front processes, log level ...), read with each row's metrics
@@ -233,40 +218,10 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
     try:
         await server.wait_serving(900)
         if a.clone_voices:
-            clones = ClonedVoices(server.addr, a.clone_voices, a.clone_seconds, a.clone_mode,
-                                  a.clone_audio, read_prompts(a.prompts), a.clone_prefix)
-            result["clones"] = clones.info
-            await clones.create()
-            await clones.probe()
-            i = clones.info
-            print(f"openloop: {a.clone_voices} cloned voices ({a.clone_mode}, "
-                  f"{a.clone_seconds:g} s {i['audio']} references): create median "
-                  f"{i['create_ms_median']} ms (max {i['create_ms_max']}); TTFA at idle, "
-                  f"first use {i['first_use_ttfa_ms_median']} ms, cached "
-                  f"{i['cached_use_ttfa_ms_median']} ms (medians)", file=sys.stderr, flush=True)
-            write(a.out, result)
+            clones = await _clone(a, server, result)
         names = clones.names if clones else None
         for i, rate in enumerate(a.rates):
-            stop = []
-            for protocol in a.protocols:  # the same arrivals (seed) for each protocol
-                if a.warmup > 0:
-                    warm = soak_args(soak_argv(a, server, protocol, rate, a.warmup,
-                                               a.seed + 1000 + i, names))
-                    await Soak(warm).run()
-                recs = tmp / f"rate{i}-{protocol}.jsonl"
-                s = await Soak(soak_args(soak_argv(a, server, protocol, rate, a.duration,
-                                                   a.seed + i, names, recs))).run()
-                rows.append(row(rate, protocol, s))
-                result["model"] = result["model"] or s["server"]["model"]  # the server's own
-                result["served"] = result["served"] or s["server"]["info"]
-                rows[-1]["voices_used"] = voice_counts(
-                    [json.loads(x) for x in recs.read_text().splitlines()]
-                    if recs.exists() else [])
-                write(a.out, result)  # after each row: a sweep cut short keeps its rows
-                print("openloop: " + line(rows[-1]), file=sys.stderr, flush=True)
-                p95 = rows[-1]["ttfa_ms"]["p95"]
-                if p95 is None or p95 > a.stop_above_ms or not s["pass"]:
-                    stop.append(f"{protocol} p95 {p95} ms, pass {s['pass']}")
+            stop = await _rate(a, server, i, rate, names, tmp, result)
             if stop:  # the rate's other protocols still ran: its rows compare
                 print(f"openloop: stopping after {rate:g}/s ({'; '.join(stop)})",
                       file=sys.stderr, flush=True)
@@ -284,6 +239,71 @@ async def sweep(a: argparse.Namespace) -> dict[str, Any]:
         if voice_dir:
             shutil.rmtree(voice_dir, ignore_errors=True)
     return result
+
+
+def _server(a: argparse.Namespace) -> tuple[Server, str | None]:
+    """The server the sweep loads (started by it, or one already running), and the voice
+    library folder made for it (cloned voices on a server it starts)."""
+    base = ["--addr", a.addr, "--model", a.model, "--device", a.device,
+            "--max-sessions", str(a.max_sessions)]
+    voice_dir = None
+    if (a.clone_voices and a.start_server
+            and not any(kv.startswith("TTS_VOICE_DIR=") for kv in a.server_env)):
+        voice_dir = tempfile.mkdtemp(prefix="openloop-voices-")
+        a.server_env = [*a.server_env, f"TTS_VOICE_DIR={voice_dir}"]
+    if a.http_port is not None:
+        base += ["--http-port", str(a.http_port)]
+    if a.start_server:
+        base.append("--start-server")
+    for kv in a.server_env:
+        base += ["--server-env", kv]
+    if a.server_log:
+        base += ["--server-log", a.server_log]
+    return Server(soak_args(base)), voice_dir
+
+
+async def _clone(a: argparse.Namespace, server: Server,
+                 result: dict[str, Any]) -> ClonedVoices:
+    """The cloned voices the calls use, made and probed at idle (in `result`)."""
+    clones = ClonedVoices(server.addr, a.clone_voices, a.clone_seconds, a.clone_mode,
+                          a.clone_audio, read_prompts(a.prompts), a.clone_prefix)
+    result["clones"] = clones.info
+    await clones.create()
+    await clones.probe()
+    i = clones.info
+    print(f"openloop: {a.clone_voices} cloned voices ({a.clone_mode}, "
+          f"{a.clone_seconds:g} s {i['audio']} references): create median "
+          f"{i['create_ms_median']} ms (max {i['create_ms_max']}); TTFA at idle, "
+          f"first use {i['first_use_ttfa_ms_median']} ms, cached "
+          f"{i['cached_use_ttfa_ms_median']} ms (medians)", file=sys.stderr, flush=True)
+    write(a.out, result)
+    return clones
+
+
+async def _rate(a: argparse.Namespace, server: Server, i: int, rate: float,
+                names: list[str] | None, tmp: Path, result: dict[str, Any]) -> list[str]:
+    """One rate, a row per protocol (the same arrivals, seed, for each); returns why the
+    sweep stops here (a protocol over --stop-above-ms or failing), or nothing."""
+    rows, stop = result["rows"], []
+    for protocol in a.protocols:
+        if a.warmup > 0:
+            warm = soak_args(soak_argv(a, server, protocol, rate, a.warmup,
+                                       a.seed + 1000 + i, names))
+            await Soak(warm).run()
+        recs = tmp / f"rate{i}-{protocol}.jsonl"
+        s = await Soak(soak_args(soak_argv(a, server, protocol, rate, a.duration,
+                                           a.seed + i, names, recs))).run()
+        rows.append(row(rate, protocol, s))
+        result["model"] = result["model"] or s["server"]["model"]  # the server's own
+        result["served"] = result["served"] or s["server"]["info"]
+        rows[-1]["voices_used"] = voice_counts(
+            [json.loads(x) for x in recs.read_text().splitlines()] if recs.exists() else [])
+        write(a.out, result)  # after each row: a sweep cut short keeps its rows
+        print("openloop: " + line(rows[-1]), file=sys.stderr, flush=True)
+        p95 = rows[-1]["ttfa_ms"]["p95"]
+        if p95 is None or p95 > a.stop_above_ms or not s["pass"]:
+            stop.append(f"{protocol} p95 {p95} ms, pass {s['pass']}")
+    return stop
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -51,6 +51,17 @@ from bench.soak.run import Soak
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    _server_args(p)
+    _load_args(p)
+    _client_args(p)
+    _checks_and_output_args(p)
+    a = p.parse_args(argv)
+    _refuse_clashes(p, a)
+    return a
+
+
+def _server_args(p: argparse.ArgumentParser) -> None:
+    """The server under load: a running one, or one started here."""
     g = p.add_argument_group("server")
     g.add_argument("--addr", default="127.0.0.1:50051",
                    help="gRPC address of a running server (ignored with --start-server)")
@@ -73,6 +84,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "log for engine faults")
     g.add_argument("--startup-timeout", type=float, default=600.0,
                    help="seconds for the server to report SERVING")
+
+
+def _load_args(p: argparse.ArgumentParser) -> None:
+    """The arrivals: rate, duration, texts, voices, what the calls do."""
     g = p.add_argument_group("load")
     g.add_argument("--protocol", choices=("grpc", "http", "ws"), default="grpc",
                    help="grpc: Synthesize streams; http: streamed POST /v1/audio/speech "
@@ -108,6 +123,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--frames-per-message", type=int, default=1,
                    help="SessionConfig.frames_per_message: frames an AudioFrame may hold")
     g.add_argument("--sample-rate", type=int, default=24000)
+
+
+def _client_args(p: argparse.ArgumentParser) -> None:
+    """The client processes, channels and timeouts."""
     g = p.add_argument_group("client")
     g.add_argument("--procs", type=int, default=1,
                    help="client processes (the load is split; use 2-4+ at 100+ req/s)")
@@ -124,6 +143,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a call open longer than this fails the soak")
     g.add_argument("--drain-timeout", type=float, default=120.0,
                    help="after the last arrival, seconds for open calls to end (then: hung)")
+
+
+def _checks_and_output_args(p: argparse.ArgumentParser) -> None:
+    """What fails the soak, and where its results go."""
     g = p.add_argument_group("checks and output")
     g.add_argument("--underrun-tolerance-ms", type=float, default=0.0,
                    help="a frame later than this behind the player counts as an underrun")
@@ -149,7 +172,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="write every call's record here (JSON lines)")
     g.add_argument("--no-samples", action="store_true",
                    help="leave the periodic samples out of the printed summary (kept in --out)")
-    a = p.parse_args(argv)
+
+
+def _refuse_clashes(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """What the options may not be together (argparse's error, exit 2)."""
     if a.http_port is None:
         a.http_port = 0 if a.start_server else 8001
     if a.rate <= 0 or a.duration <= 0:
@@ -166,7 +192,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error("--protocol http takes the text whole: --stream-text is gRPC's and ws's")
         if not a.http_port and not a.start_server:  # a started server gets a free one
             p.error(f"--protocol {a.protocol} needs the server's HTTP port (--http-port)")
-    return a
 
 
 def main(argv: list[str] | None = None) -> None:

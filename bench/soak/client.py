@@ -162,121 +162,35 @@ class Load:
 
     async def _call(self, stub: tts_pb2_grpc.TextToSpeechStub, p: Plan, rec: Record,
                     t_dispatch: float) -> None:
-        call = stub.Synthesize()
-        chk = StreamChecker(rec, t_dispatch, self.frame_ms, self.frame_bytes,
-                            self.o["underrun_tolerance_ms"] / 1e3)
-        wlock = asyncio.Lock()
-        state = {"cancelled": False, "half_closed": False}
-        senders: list[dict[str, bool]] = []  # one abort flag per send_text
-        rng = random.Random(p.piece_seed)
+        await _GrpcCall(self, stub, p, rec, t_dispatch).run()
 
-        async def write(req: tts_pb2.SynthesizeRequest) -> bool:
-            async with wlock:
-                if state["half_closed"] or state["cancelled"]:
-                    return False
-                try:
-                    await call.write(req)
-                    return True
-                except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
-                    return False  # the call has ended; its status is read below
 
-        async def send_text(text: str) -> None:
-            me = {"abort": False}
-            senders.append(me)
-            if self.o["stream_text"]:
-                cut = words(text) if self.o["stream_text"] == "words" else pieces(rng, text)
-                for piece in cut:
-                    if me["abort"]:
-                        return
-                    if not await write(tts_pb2.SynthesizeRequest(
-                            text=tts_pb2.TextDelta(text=piece))):
-                        return
-                    await asyncio.sleep(self.o["piece_interval_ms"] / 1e3)
-            elif not await write(tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=text))):
-                return
-            if not me["abort"]:
-                await write(tts_pb2.SynthesizeRequest(
-                    control=tts_pb2.Control(type=tts_pb2.Control.FLUSH)))
+class _GrpcCall:
+    """One gRPC call of the load: its requests written one at a time (the config, the text
+    whole or in pieces, FLUSH, the plan's action), its responses checked as they come
+    (StreamChecker), its outcome and code in its Record."""
 
-        async def half_close() -> None:
-            async with wlock:
-                if not state["half_closed"] and not state["cancelled"]:
-                    state["half_closed"] = True
-                    with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError,
-                                             grpc.aio.UsageError):
-                        await call.done_writing()
+    def __init__(self, load: Load, stub: tts_pb2_grpc.TextToSpeechStub, p: Plan, rec: Record,
+                 t_dispatch: float) -> None:
+        self.o, self.p, self.rec, self.t_dispatch = load.o, p, rec, t_dispatch
+        self.config = load._config(p)
+        self.call = stub.Synthesize()
+        self.chk = StreamChecker(rec, t_dispatch, load.frame_ms, load.frame_bytes,
+                                 self.o["underrun_tolerance_ms"] / 1e3)
+        self.wlock = asyncio.Lock()
+        self.cancelled = False  # the plan dropped the call
+        self.half_closed = False
+        self.senders: list[dict[str, bool]] = []  # one abort flag per send_text
+        self.rng = random.Random(p.piece_seed)
 
-        async def wait_any(*names: str, timeout: float | None = None) -> str | None:
-            waits = {asyncio.ensure_future(chk.ev(n).wait()): n for n in names}
-            try:
-                done, _ = await asyncio.wait(waits, timeout=timeout,
-                                             return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
-            return waits[next(iter(done))] if done else None
-
-        async def drive() -> None:
-            if not await write(self._config(p)):
-                return
-            text_task = asyncio.create_task(send_text(p.text))
-            try:
-                if p.kind != "normal":
-                    if await wait_any("first_audio", "flushed0") != "first_audio":
-                        rec.action = "skipped"
-                    else:
-                        audio_s = p.max_frames * CODEC_FRAME_S
-                        fired = await wait_any("flushed0", timeout=p.action_frac * audio_s)
-                        if fired is not None:
-                            rec.action = "skipped"  # the utterance ended first
-                        else:
-                            rec.action = p.kind
-                            for s in senders:  # no more text of this utterance
-                                s["abort"] = True
-                            await self._act(p, call, state, write, chk, rec, send_text)
-                            if p.kind == "cancel":
-                                return
-                if rec.action in ("", "skipped"):
-                    await chk.ev("flushed0").wait()
-                await text_task
-            finally:
-                text_task.cancel()
-            await half_close()
-
-        driver = asyncio.create_task(drive())
+    async def run(self) -> None:
+        driver = asyncio.create_task(self._drive())
         try:
-            while True:
-                try:
-                    resp = await call.read()
-                except asyncio.CancelledError:
-                    task = asyncio.current_task()
-                    if state["cancelled"] and task is not None and not task.cancelling():
-                        rec.outcome, rec.code = "cancelled", "CANCELLED"
-                        return
-                    raise
-                if resp is grpc.aio.EOF:
-                    break
-                now = time.perf_counter()
-                if resp.WhichOneof("response") == "audio":
-                    chk.audio(resp.audio, now)
-                else:
-                    chk.event(resp.event, now)
-            code = await call.code()
-            rec.code = code.name
-            rec.outcome = "ok" if code == grpc.StatusCode.OK else "error"
-            if 0 in chk.flushed and p.kind == "normal":
-                rec.e2e_ms = (chk.flushed[0] - t_dispatch) * 1e3
-            if rec.outcome == "ok":
-                if not driver.done():
-                    chk.bad("stream ended before the client half-closed")
-                if rec.action in ("", "skipped") and 0 not in chk.flushed:
-                    chk.bad("no FLUSHED for the utterance")
-                if rec.action == "stop" and chk.stopped_uid is None:
-                    chk.bad("no STOPPED after STOP")
-                if rec.action == "reset" and chk.reset_uid is None:
-                    chk.bad("no RESET after RESET")
+            if await self._read():
+                await self._judge(driver)
         except grpc.aio.AioRpcError as e:
-            if state["cancelled"] and e.code() == grpc.StatusCode.CANCELLED:
+            rec = self.rec
+            if self.cancelled and e.code() == grpc.StatusCode.CANCELLED:
                 rec.outcome, rec.code = "cancelled", "CANCELLED"
             else:
                 rec.code = e.code().name
@@ -284,27 +198,137 @@ class Load:
                 rec.outcome = ("rejected" if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                                else "error")
         finally:
-            await settle(chk, driver)
-            if not call.done():
-                call.cancel()
+            await settle(self.chk, driver)
+            if not self.call.done():
+                self.call.cancel()
 
-    async def _act(self, p: Plan, call: Any, state: dict, write: Any, chk: StreamChecker,
-                   rec: Record, send_text: Any) -> None:
+    async def _read(self) -> bool:
+        """The responses until the stream ends; False: the plan cancelled the call."""
+        while True:
+            try:
+                resp = await self.call.read()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self.cancelled and task is not None and not task.cancelling():
+                    self.rec.outcome, self.rec.code = "cancelled", "CANCELLED"
+                    return False
+                raise
+            if resp is grpc.aio.EOF:
+                return True
+            now = time.perf_counter()
+            if resp.WhichOneof("response") == "audio":
+                self.chk.audio(resp.audio, now)
+            else:
+                self.chk.event(resp.event, now)
+
+    async def _judge(self, driver: asyncio.Task[None]) -> None:
+        """The ended stream's outcome, and what a whole stream must have said."""
+        rec, chk = self.rec, self.chk
+        code = await self.call.code()
+        rec.code = code.name
+        rec.outcome = "ok" if code == grpc.StatusCode.OK else "error"
+        if 0 in chk.flushed and self.p.kind == "normal":
+            rec.e2e_ms = (chk.flushed[0] - self.t_dispatch) * 1e3
+        if rec.outcome == "ok":
+            if not driver.done():
+                chk.bad("stream ended before the client half-closed")
+            if rec.action in ("", "skipped") and 0 not in chk.flushed:
+                chk.bad("no FLUSHED for the utterance")
+            if rec.action == "stop" and chk.stopped_uid is None:
+                chk.bad("no STOPPED after STOP")
+            if rec.action == "reset" and chk.reset_uid is None:
+                chk.bad("no RESET after RESET")
+
+    async def _write(self, req: tts_pb2.SynthesizeRequest) -> bool:
+        async with self.wlock:
+            if self.half_closed or self.cancelled:
+                return False
+            try:
+                await self.call.write(req)
+                return True
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+                return False  # the call has ended; its status is read by `run`
+
+    async def _send_text(self, text: str) -> None:
+        me = {"abort": False}
+        self.senders.append(me)
+        if self.o["stream_text"]:
+            cut = words(text) if self.o["stream_text"] == "words" else pieces(self.rng, text)
+            for piece in cut:
+                if me["abort"]:
+                    return
+                if not await self._write(tts_pb2.SynthesizeRequest(
+                        text=tts_pb2.TextDelta(text=piece))):
+                    return
+                await asyncio.sleep(self.o["piece_interval_ms"] / 1e3)
+        elif not await self._write(tts_pb2.SynthesizeRequest(text=tts_pb2.TextDelta(text=text))):
+            return
+        if not me["abort"]:
+            await self._write(tts_pb2.SynthesizeRequest(
+                control=tts_pb2.Control(type=tts_pb2.Control.FLUSH)))
+
+    async def _half_close(self) -> None:
+        async with self.wlock:
+            if not self.half_closed and not self.cancelled:
+                self.half_closed = True
+                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError,
+                                         grpc.aio.UsageError):
+                    await self.call.done_writing()
+
+    async def _wait_any(self, *names: str, timeout: float | None = None) -> str | None:
+        waits = {asyncio.ensure_future(self.chk.ev(n).wait()): n for n in names}
+        try:
+            done, _ = await asyncio.wait(waits, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        return waits[next(iter(done))] if done else None
+
+    async def _drive(self) -> None:
+        p, rec = self.p, self.rec
+        if not await self._write(self.config):
+            return
+        text_task = asyncio.create_task(self._send_text(p.text))
+        try:
+            if p.kind != "normal":
+                if await self._wait_any("first_audio", "flushed0") != "first_audio":
+                    rec.action = "skipped"
+                else:
+                    audio_s = p.max_frames * CODEC_FRAME_S
+                    fired = await self._wait_any("flushed0", timeout=p.action_frac * audio_s)
+                    if fired is not None:
+                        rec.action = "skipped"  # the utterance ended first
+                    else:
+                        rec.action = p.kind
+                        for s in self.senders:  # no more text of this utterance
+                            s["abort"] = True
+                        await self._act()
+                        if p.kind == "cancel":
+                            return
+            if rec.action in ("", "skipped"):
+                await self.chk.ev("flushed0").wait()
+            await text_task
+        finally:
+            text_task.cancel()
+        await self._half_close()
+
+    async def _act(self) -> None:
+        p = self.p
         if p.kind == "cancel":
-            state["cancelled"] = True
-            call.cancel()
+            self.cancelled = True
+            self.call.cancel()
             return
         ctl = tts_pb2.Control.STOP if p.kind == "stop" else tts_pb2.Control.RESET
-        if not await write(tts_pb2.SynthesizeRequest(control=tts_pb2.Control(type=ctl))):
+        if not await self._write(tts_pb2.SynthesizeRequest(control=tts_pb2.Control(type=ctl))):
             return
-        name = "stopped" if p.kind == "stop" else "reset"
-        await chk.ev(name).wait()
+        await self.chk.ev("stopped" if p.kind == "stop" else "reset").wait()
         if p.kind == "reset":
             t = time.perf_counter()
-            await send_text(p.text2)
-            await chk.ev("flushed_new").wait()
-            if chk.new_first_frame is not None:
-                rec.reset_ttfa_ms = (chk.new_first_frame - t) * 1e3
+            await self._send_text(p.text2)
+            await self.chk.ev("flushed_new").wait()
+            if self.chk.new_first_frame is not None:
+                self.rec.reset_ttfa_ms = (self.chk.new_first_frame - t) * 1e3
 
 
 def _child(opts: dict[str, Any], plans: list[Plan], proc: int, q: Any) -> None:

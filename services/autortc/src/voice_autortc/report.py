@@ -116,50 +116,57 @@ def build_markdown(report: dict[str, Any], results: list[CaseResult],
                      f"{_fmt(r.metrics.get('eot_to_first_audio_ms'))} | {failed} | {v} |")
     lines += ["", "![latency](plots/latency.png)", ""]
     for r in results:
-        lines += [f"### {r.case.id} ({r.case.priority}) — {r.verdict}", ""]
-        if r.case.description:
-            lines += [r.case.description, ""]
-        lines.append(f"trace `{r.capture.trace_id}` · capture_status **{r.capture.status}** · "
-                     f"slicing {r.capture.slicing} · attempts {r.attempts}")
-        if r.case.priority == "P1":
-            lines.append(f" · fault **{r.case.fault_label()}** must fail "
-                         f"{', '.join(r.case.expect_fail)}; detected: "
-                         f"{', '.join(r.detected) or 'none'}")
-        if r.case.xfail:
-            lines.append(f" · known issue (xfail): {r.case.xfail}")
-        if r.capture.error:
-            lines.append(f"\n> error: {r.capture.error}")
-        for n in r.capture.notes:
-            lines.append(f"\n> note: {n}")
-        late = r.metrics.get("sender_late_frames")
-        if isinstance(late, float) and late > 0:
-            lines.append(f"\n> sender behind real time: {late:.0f} frame(s) reached the "
-                         f"output after their playout moment ({r.metrics.get('sender_late_ms')}"
-                         f" ms in all): gaps there are the TTS/agent's (or a busy host's), "
-                         f"not the link's.")
-        stall = r.metrics.get("sender_gap_max_ms")
-        if isinstance(stall, float) and stall > SENDER_STALL_MS:
-            lines.append(f"\n> the agent's speaker paused {stall:.0f} ms between two frames of "
-                         f"the reply (its event loop was held up): an underrun made before "
-                         f"the link.")
-        lines += ["", "| gate | value | threshold | status |", "|---|---|---|---|",
-                  *[_gate_row(g) for g in r.gates], ""]
-        for t in r.capture.transcript:
-            cut = " (interrupted)" if t.get("interrupted") else ""
-            lines.append(f"- {t.get('role')}: {str(t.get('text', ''))[:160]!r}{cut}")
-        if r.capture.transcript:
-            lines.append("")
-        figs = " · ".join(f"{k}={_fmt(r.metrics.get(k))}" for k in _KEYS_MD
-                          if r.metrics.get(k) is not None)
-        lines += [f"figures: {figs}", ""]
-        if r.post is not None:
-            lines += [f"![{r.case.id}](cases/{r.case.id}/reply.png)", ""]
+        lines += _case_md(r)
     fixes = _fixes(results, suite_gates)
     lines += ["## Suggested Fixes", ""]
     lines += fixes or ["None: every gate passed (P1 faults were detected as expected)."]
     if compare_md:
         lines += ["", compare_md]
     return "\n".join(lines) + "\n"
+
+
+def _case_md(r: CaseResult) -> list[str]:
+    """One case's section: its capture, its fault, notes on the sender, its gates, what
+    was said, its figures and its reply's plot."""
+    lines = [f"### {r.case.id} ({r.case.priority}) — {r.verdict}", ""]
+    if r.case.description:
+        lines += [r.case.description, ""]
+    lines.append(f"trace `{r.capture.trace_id}` · capture_status **{r.capture.status}** · "
+                 f"slicing {r.capture.slicing} · attempts {r.attempts}")
+    if r.case.priority == "P1":
+        lines.append(f" · fault **{r.case.fault_label()}** must fail "
+                     f"{', '.join(r.case.expect_fail)}; detected: "
+                     f"{', '.join(r.detected) or 'none'}")
+    if r.case.xfail:
+        lines.append(f" · known issue (xfail): {r.case.xfail}")
+    if r.capture.error:
+        lines.append(f"\n> error: {r.capture.error}")
+    for n in r.capture.notes:
+        lines.append(f"\n> note: {n}")
+    late = r.metrics.get("sender_late_frames")
+    if isinstance(late, float) and late > 0:
+        lines.append(f"\n> sender behind real time: {late:.0f} frame(s) reached the "
+                     f"output after their playout moment ({r.metrics.get('sender_late_ms')}"
+                     f" ms in all): gaps there are the TTS/agent's (or a busy host's), "
+                     f"not the link's.")
+    stall = r.metrics.get("sender_gap_max_ms")
+    if isinstance(stall, float) and stall > SENDER_STALL_MS:
+        lines.append(f"\n> the agent's speaker paused {stall:.0f} ms between two frames of "
+                     f"the reply (its event loop was held up): an underrun made before "
+                     f"the link.")
+    lines += ["", "| gate | value | threshold | status |", "|---|---|---|---|",
+              *[_gate_row(g) for g in r.gates], ""]
+    for t in r.capture.transcript:
+        cut = " (interrupted)" if t.get("interrupted") else ""
+        lines.append(f"- {t.get('role')}: {str(t.get('text', ''))[:160]!r}{cut}")
+    if r.capture.transcript:
+        lines.append("")
+    figs = " · ".join(f"{k}={_fmt(r.metrics.get(k))}" for k in _KEYS_MD
+                      if r.metrics.get(k) is not None)
+    lines += [f"figures: {figs}", ""]
+    if r.post is not None:
+        lines += [f"![{r.case.id}](cases/{r.case.id}/reply.png)", ""]
+    return lines
 
 
 SENDER_STALL_MS = 40.0  # a pause between two sent 20 ms frames the listener hears

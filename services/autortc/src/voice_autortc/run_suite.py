@@ -197,23 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s "
                         "%(message)s", stream=sys.stderr)
-    over: dict[str, object] = {}
-    if a.output_root:
-        over["output_root"] = a.output_root
-    if a.room_prefix:
-        over["room_prefix"] = a.room_prefix
-    if a.pre_rtc_dir:
-        over["pre_rtc_dir"] = a.pre_rtc_dir
-    s = load_settings(**over)
+    s = load_settings(**{k: v for k, v in (("output_root", a.output_root),
+                                           ("room_prefix", a.room_prefix),
+                                           ("pre_rtc_dir", a.pre_rtc_dir)) if v})
     try:
-        cf, case_path = load_cases(a.cases)
-        gate_over = {**cf.gates, **gates_mod.parse_overrides(a.gate)}
-        gates = gates_mod.configure(gate_over)
-        for c in cf.cases:
-            unknown = [n for n in c.expect_fail if n not in gates_mod.GATE_NAMES]
-            if unknown:
-                raise ValueError(f"case {c.id}: expect_fail names unknown gates: {unknown}")
-        cases, mode = select_cases(cf, a)
+        case_path, gates, cases, mode = _cases(a)
         old = load_report(a.compare) if a.compare else None
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -230,6 +218,44 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load0 = [round(x, 2) for x in os.getloadavg()]
     t0 = time.monotonic()
+    results = _run(a, s, run_dir, cases, gates, case_path)
+    if results is None:
+        return 2
+    verdict, agg, suite_gates = judge_suite(results, gates,
+                                            baseline_kpi(old) if old else None)
+    run = {"trace_id": run_id, "transport": a.transport, "mode": mode,
+           "case_file": str(case_path), "started_at": started,
+           "duration_s": round(time.monotonic() - t0, 1),
+           # Ring0 on a busy host measures the host: keep its load next to the results.
+           "host_load": {"start": load0, "end": [round(x, 2) for x in os.getloadavg()],
+                         "cpus": os.cpu_count()},
+           "gates": {g.name: g.threshold for g in gates}}
+    report = build_json(run, verdict, agg, suite_gates, results)
+    md = _write(s, run_dir, report, results, gates, suite_gates, old)
+    known = sum(r.verdict in ("XFAIL", "XPASS") for r in results)
+    print(f"AutoRTC {verdict}: {sum(r.verdict == 'PASS' for r in results)}/{len(results)} "
+          f"cases PASS{f', {known} known issue(s) (xfail)' if known else ''} · report {md}",
+          flush=True)
+    return 0 if verdict == "PASS" else 1
+
+
+def _cases(a: argparse.Namespace) -> tuple[Path, tuple[gates_mod.Gate, ...], list[Case], str]:
+    """The case file's path, its gates (with --gate's overrides), the cases this run
+    takes and their mode; a ValueError names what is wrong with them."""
+    cf, case_path = load_cases(a.cases)
+    gates = gates_mod.configure({**cf.gates, **gates_mod.parse_overrides(a.gate)})
+    for c in cf.cases:
+        unknown = [n for n in c.expect_fail if n not in gates_mod.GATE_NAMES]
+        if unknown:
+            raise ValueError(f"case {c.id}: expect_fail names unknown gates: {unknown}")
+    cases, mode = select_cases(cf, a)
+    return case_path, gates, cases, mode
+
+
+def _run(a: argparse.Namespace, s: AutoRTCSettings, run_dir: Path, cases: list[Case],
+         gates: tuple[gates_mod.Gate, ...], case_path: Path) -> list[CaseResult] | None:
+    """The cases' results, on backends started here (direct, --spawn-backends); None:
+    they did not start (said)."""
     with contextlib.ExitStack() as stack:
         backends = None
         if a.transport == "direct" and a.spawn_backends:
@@ -243,23 +269,19 @@ def main(argv: list[str] | None = None) -> int:
                     timeout_s=s.backend_start_timeout_s))
             except RuntimeError as e:
                 print(f"error: {e}", file=sys.stderr)
-                return 2
+                return None
         agent_settings = _agent_settings(a, backends) if a.transport == "direct" else None
         runner = Runner(a, s, run_dir, agent_settings)
         progress = stack.enter_context(SuiteProgress(len(cases), live=None if not a.no_progress
                                                      else False))
-        results = asyncio.run(run_cases(runner, cases, gates, case_path.parent, progress))
+        return asyncio.run(run_cases(runner, cases, gates, case_path.parent, progress))
 
-    verdict, agg, suite_gates = judge_suite(results, gates,
-                                            baseline_kpi(old) if old else None)
-    run = {"trace_id": run_id, "transport": a.transport, "mode": mode,
-           "case_file": str(case_path), "started_at": started,
-           "duration_s": round(time.monotonic() - t0, 1),
-           # Ring0 on a busy host measures the host: keep its load next to the results.
-           "host_load": {"start": load0, "end": [round(x, 2) for x in os.getloadavg()],
-                         "cpus": os.cpu_count()},
-           "gates": {g.name: g.threshold for g in gates}}
-    report = build_json(run, verdict, agg, suite_gates, results)
+
+def _write(s: AutoRTCSettings, run_dir: Path, report: dict[str, Any], results: list[CaseResult],
+           gates: tuple[gates_mod.Gate, ...], suite_gates: list[gates_mod.GateResult],
+           old: dict[str, Any] | None) -> Path:
+    """The report (JSON, markdown, the latency plot) in `run_dir`, `latest` pointing at
+    it; returns the markdown's path."""
     (run_dir / "plots").mkdir(exist_ok=True)
     rows = [{"case_id": r.case.id, **r.metrics} for r in results if r.case.priority == "P0"]
     gate_ms = next(g.threshold for g in gates if g.name == "eot_to_first_audio_p95")
@@ -269,12 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     latest = s.output_root / "latest"
     with contextlib.suppress(OSError):
         latest.unlink(missing_ok=True)
-        latest.symlink_to(run_id)
-    known = sum(r.verdict in ("XFAIL", "XPASS") for r in results)
-    print(f"AutoRTC {verdict}: {sum(r.verdict == 'PASS' for r in results)}/{len(results)} "
-          f"cases PASS{f', {known} known issue(s) (xfail)' if known else ''} · report {md}",
-          flush=True)
-    return 0 if verdict == "PASS" else 1
+        latest.symlink_to(run_dir.name)
+    return md
 
 
 if __name__ == "__main__":

@@ -11,6 +11,12 @@ conversation started outlives it.
     conv.when_heard(text, say_transcript)   # the user's words, once the ear has them
     await conv.aclose()
 
+A door that sets its conversation's options (the Realtime API's session.update:
+instructions, voice, modalities, token limit, temperature, tools, turn detection) applies
+them here (`configure`, or `start_soon` with the first), and a reply may carry its own
+(`set_reply`, `restore` at its end). Its user turns and replies, item by item, are
+user_turns.py's and replies.py's.
+
 The doors (talk/, realtime/, direct.py, worker.py) map their wire onto it: the session's
 own verbs (commit_user_turn, clear_user_turn, generate_reply, interrupt) and events
 (state, conversation items, speech created) are the conversation's.
