@@ -32,8 +32,17 @@ from ..conversation.replies import Replies, Reply
 from ..conversation.speaker import Captions, SocketSpeaker
 from ..conversation.user_turns import UserTurns
 from ..settings import AgentSettings
-from . import events, items
-from .events import RealtimeError, SessionConfig
+from .events import (
+    CLIENT_EVENTS,
+    MAX_APPEND_BYTES,
+    RealtimeError,
+    SessionConfig,
+    beta_part,
+    error_event,
+    event_name,
+    update_session,
+)
+from .items import MAX_ITEM_CHARS, bounds
 
 __all__ = ["RealtimeSession", "heard_text", "wire_json"]
 
@@ -54,7 +63,7 @@ class RealtimeSession:
         self.beta = beta  # the beta dialect (OpenAI-Beta: realtime=v1)
         self.outbox = Outbox(send, max_items=MAX_OUTBOX, name=f"realtime {self.id}")
         self._check_voice = check_voice  # async: the TTS's name for a voice, or raises
-        self.items = Items(items.bounds, lambda item_id: self.emit(
+        self.items = Items(bounds, lambda item_id: self.emit(
             "conversation.item.deleted", item_id=item_id))
         self.conv = Conversation(
             s, mic=MicInput(RATE), sample_rate=RATE,
@@ -72,22 +81,22 @@ class RealtimeSession:
     # -- the wire --------------------------------------------------------------------
 
     def emit(self, ga_name: str, **fields: Any) -> None:
-        name = events.event_name(ga_name, self.beta)
+        name = event_name(ga_name, self.beta)
         if name is not None:
             self.outbox.text(wire_json({"type": name, "event_id": new_id("event"), **fields}))
 
     def error(self, e: RealtimeError, event_id: str | None = None) -> None:
-        self.outbox.text(wire_json(events.error_event(e, event_id)))
+        self.outbox.text(wire_json(error_event(e, event_id)))
 
     def _item_json(self, item: Item) -> dict[str, Any]:
         out = {"id": item["id"], "object": "realtime.item",
                **{k: v for k, v in item.items() if not k.startswith("_")}}
         if self.beta and out.get("type") == "message":
-            out["content"] = [events.beta_part(p) for p in out["content"]]
+            out["content"] = [beta_part(p) for p in out["content"]]
         return out
 
     def _part(self, part: dict[str, Any]) -> dict[str, Any]:
-        return events.beta_part(part) if self.beta else part
+        return beta_part(part) if self.beta else part
 
     @property
     def response(self) -> Reply | None:
@@ -122,9 +131,9 @@ class RealtimeSession:
                 raise RealtimeError("invalid_json", f"not an event: {e}") from None
             event_id = ev.get("event_id") if isinstance(ev.get("event_id"), str) else None
             kind = ev.get("type")
-            if kind not in events.CLIENT_EVENTS:
+            if kind not in CLIENT_EVENTS:
                 raise RealtimeError("invalid_event", f"unknown event type {str(kind)[:80]!r}; "
-                                    f"this server takes {', '.join(events.CLIENT_EVENTS)}", "type")
+                                    f"this server takes {', '.join(CLIENT_EVENTS)}", "type")
             assert self._starting is not None, "start() first"
             await asyncio.shield(self._starting)
             await getattr(self, "on_" + kind.replace(".", "_"))(ev)
@@ -138,7 +147,7 @@ class RealtimeSession:
     # -- the client's events -----------------------------------------------------------
 
     async def on_session_update(self, ev: dict[str, Any]) -> None:
-        cfg = events.update_session(self.cfg, ev.get("session"), self.conv.agent_turn())
+        cfg = update_session(self.cfg, ev.get("session"), self.conv.agent_turn())
         own = {t.id for t in self.conv.own_tools}
         if clash := {t["name"] for t in cfg.tools} & own:
             raise RealtimeError("invalid_value", f"tools {sorted(clash)} are the agent's own "
@@ -152,7 +161,7 @@ class RealtimeSession:
         self.emit("session.updated", session=self.session_json())
 
     def _decode(self, b64: Any, param: str) -> Any:
-        return audio_formats.decode(b64, self.cfg.input_format, param, events.MAX_APPEND_BYTES)
+        return audio_formats.decode(b64, self.cfg.input_format, param, MAX_APPEND_BYTES)
 
     async def on_input_audio_buffer_append(self, ev: dict[str, Any]) -> None:
         pcm = self._decode(ev.get("audio"), "audio")
@@ -214,7 +223,7 @@ class RealtimeSession:
                                 "answers the conversation (add items with "
                                 "conversation.item.create first)", "response.input")
         cfg = self.cfg
-        u = options.overrides(opts, cfg, "response", items.MAX_ITEM_CHARS)
+        u = options.overrides(opts, cfg, "response", MAX_ITEM_CHARS)
         metadata = opts.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise RealtimeError("invalid_value", "metadata must be an object",
