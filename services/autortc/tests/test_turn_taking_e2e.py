@@ -65,9 +65,17 @@ def _gate(case: dict[str, Any], name: str) -> dict[str, Any]:
     return next(g for g in case["gates"] if g["name"] == name)
 
 
-def test_barge_in_cuts_the_reply(runs: dict[str, dict[str, Any]]) -> None:
+def test_barge_in_cuts_the_reply(runs: dict[str, dict[str, Any]],
+                                 backend_args: list[str]) -> None:
     c = runs["clean"]["barge_short"]
     g = _gate(c, "barge_in_cut")
+    if g["status"] != "PASS" and c["metrics"].get("sender_late_frames", 0) > 0:
+        # A busy host (CI's other lane) held the agent's speaker up: the reply was late or
+        # in an underrun when "Stop." began, so no cut is measured. Once more; a cut that
+        # fails on a host that keeps up still fails.
+        c = _run(e2e_output_root(), "turn-taking-again", ["barge_short"],
+                 {"AGENT_ALLOW_INTERRUPTIONS": "true"}, backend_args)["barge_short"]
+        g = _gate(c, "barge_in_cut")
     assert c["capture_status"] == "OK", (c["error"], c["notes"])
     assert g["status"] == "PASS", (g, c["metrics"])
     assert 0 < g["value"] <= g["threshold"]
