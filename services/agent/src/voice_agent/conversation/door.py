@@ -114,9 +114,7 @@ class Door:
                 await converse(ws)
         except Refused as e:
             REFUSED.labels(reason=e.reason).inc()
-            with contextlib.suppress(Exception):
-                await ws.send_str(json.dumps(refusal(e), ensure_ascii=False))
-                await ws.close(code=e.close_code, message=e.code.encode())
+            await close_with(ws, refusal(e), e.close_code, e.code)
         return ws
 
     @contextmanager
@@ -159,6 +157,16 @@ class Door:
                 SESSIONS.dec()
 
         return release
+
+
+async def close_with(ws: web.WebSocketResponse, message: dict[str, Any], code: int,
+                     reason: str) -> None:
+    """The client hears why (one JSON message), then the socket closes with `code`."""
+    if ws.closed:
+        return
+    with contextlib.suppress(Exception):
+        await ws.send_str(json.dumps(message, ensure_ascii=False))
+        await ws.close(code=code, message=reason.encode())
 
 
 async def converse(outbox: Outbox, receive: Coroutine[Any, Any, None],

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from livekit.agents import llm
 from livekit.agents.voice import SpeechHandle
@@ -28,6 +28,9 @@ from livekit.agents.voice.events import (
 
 from .items import Item, Items, heard_text, new_id
 from .options import invalid, llm_tool_choice
+
+if TYPE_CHECKING:
+    from .core import Conversation
 
 log = logging.getLogger("voice_agent.conversation")
 
@@ -81,8 +84,9 @@ class Replies:
     """The replies of one conversation (see the module). `items`: the door's items, the
     replies' own added; `sample_rate`: the reply audio's."""
 
-    def __init__(self, conv: Any, items: Items, events: ReplyEvents, sample_rate: int) -> None:
-        self.conv = conv  # core.Conversation (it builds this)
+    def __init__(self, conv: Conversation, items: Items, events: ReplyEvents,
+                 sample_rate: int) -> None:
+        self.conv = conv
         self.items = items
         self.events = events
         self.rate = sample_rate

@@ -3,7 +3,8 @@ a reply's audio go to the door's `send` as they leave (the client plays as it re
 the playback position the framework reads, and cuts a reply's words by, is what was sent.
 A clear drops what is queued and tells the door (`cleared`). A reply's first audio is when
 its first frame was written to the socket (the door calls `on_first_audio` then): a loop
-busy between the tick and the write delays what the caller hears.
+busy between the tick and the write delays what the caller hears. `Captions`: the reply's
+words to the door as the session releases them, in step with that audio.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from livekit import rtc
@@ -28,6 +28,9 @@ from ..speech_end import SpeechEnd
 from .items import Item, Items, new_id
 from .mic import MicFramer
 from .options import ConversationError
+
+if TYPE_CHECKING:
+    from .core import Conversation
 
 log = logging.getLogger("voice_agent.conversation")
 
@@ -44,10 +47,10 @@ class TurnEvents(Protocol):
 
 
 class UserTurns:
-    """See the module. `conv`: core.Conversation (its `on_user_turn` is `user_turn`);
+    """See the module. `conv`'s `on_user_turn` is `user_turn`;
     `synced`: the agent's context made from the items again."""
 
-    def __init__(self, conv: Any, items: Items, events: TurnEvents,
+    def __init__(self, conv: Conversation, items: Items, events: TurnEvents,
                  synced: Callable[[], Awaitable[None]]) -> None:
         self.conv, self.items, self.events, self._synced = conv, items, events, synced
         self._buffer: list[rtc.AudioFrame] = []  # 16 kHz for the ear, since the commit

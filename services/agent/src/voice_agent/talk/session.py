@@ -9,8 +9,6 @@ Admission and voices are the hub's (hub.py); framing and pacing the audio is aud
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -19,7 +17,7 @@ from aiohttp import WSMsgType, web
 
 from ..agent import PhraseCache
 from ..conversation.core import Conversation
-from ..conversation.door import converse
+from ..conversation.door import close_with, converse
 from ..conversation.turn_end import Decision, TurnEnd
 from ..duplex import DuplexState
 from ..feedback import FeedbackRecorder
@@ -167,8 +165,4 @@ class TalkSession:
 
 async def refuse(ws: web.WebSocketResponse, e: ProtocolError) -> None:
     """The client hears why (an error message), then the socket closes with its code."""
-    if ws.closed:
-        return
-    with contextlib.suppress(Exception):
-        await ws.send_str(json.dumps(error_event(e.code, e.message), ensure_ascii=False))
-        await ws.close(code=e.close_code, message=e.code.encode())
+    await close_with(ws, error_event(e.code, e.message), e.close_code, e.code)
