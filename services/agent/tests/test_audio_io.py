@@ -5,6 +5,7 @@ time, no session: frames are handed to the speaker as the framework would."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import numpy as np
@@ -85,3 +86,45 @@ async def test_microphone_clock_is_readable_and_matches_delivery() -> None:
     assert due - 1e-6 <= start < due + 0.05  # delivered on the clock it exposes
     assert end - start == pytest.approx(160 / 16000)
     mic.close()
+
+
+async def test_a_socket_speaker_starts_each_reply_at_its_first_frame_and_rests_between() -> None:
+    """The socket's client plays as it receives: a reply's first frame leaves when it is
+    in, not at the next 20 ms slot of a free-running grid (0-20 ms later), its next ones
+    on a grid of its own, and an idle speaker does not tick at all."""
+    from voice_agent.conversation.speaker import SocketSpeaker
+
+    ticks: list[tuple[float, bool]] = []
+
+    class Counted(SocketSpeaker):
+        def _tick(self, at: float, chunk: bytes, audible: bool) -> None:
+            ticks.append((at, audible))
+            super()._tick(at, chunk, audible)
+
+    sent: list[tuple[float, bool]] = []
+    out = Counted(lambda pcm, first: sent.append((time.perf_counter(), first)), lambda: None,
+                  sample_rate=RATE, frame_ms=FRAME_MS)
+    out.start()
+    firsts = []
+    try:
+        await asyncio.sleep(0.1)
+        assert ticks == []  # nothing to play: no ticks
+        for k in range(5):
+            await asyncio.sleep(0.007 * k)  # replies at different phases of any grid
+            firsts.append(time.perf_counter())
+            for v in (1, 2, 3):
+                await out.capture_frame(frame(v))
+            out.flush()
+            await until_quiet(out)
+            n = len(ticks)
+            await asyncio.sleep(0.06)
+            assert len(ticks) == n  # idle again
+    finally:
+        await out.aclose()
+    starts = [at for at, first in sent if first]
+    assert len(starts) == 5 and len(sent) == 15
+    late = [round((s - c) * 1e3, 1) for s, c in zip(starts, firsts, strict=True)]
+    assert max(late) < 8, f"first frames left {late} ms after they came in"
+    for r in range(5):  # each reply's frames 20 ms apart, from its first
+        at = [t for t, _ in sent[3 * r:3 * r + 3]]
+        assert all(0.015 < b - a < 0.03 for a, b in itertools.pairwise(at)), at

@@ -146,7 +146,14 @@ class PacedOutput(io.AudioOutput):
     what has left. Subclasses say where each tick goes (`_tick`) and what a clear does
     besides dropping the buffer (`_cleared`). `tap` (an `OutputTap`, set before `start()`)
     sees what was captured and played. `pause()` holds the buffer (ticks are silence from
-    the next one on) and `resume()` plays on from where it stopped."""
+    the next one on) and `resume()` plays on from where it stopped.
+
+    `on_demand` (a speaker that is a socket's clock: its client plays what it receives, as
+    it comes): no ticks while nothing plays, and a reply's first tick as soon as its first
+    frame is in, not at the next slot of a free-running grid (0-20 ms later, 10 on
+    average, on every reply's first audio). A device keeps its grid."""
+
+    on_demand = False
 
     def __init__(self, label: str, *, sample_rate: int, frame_ms: int,
                  on_first_audio: Callable[[float], None] | None = None,
@@ -165,6 +172,7 @@ class PacedOutput(io.AudioOutput):
         self._started = False
         self._on_first_audio = on_first_audio
         self._task: asyncio.Task[None] | None = None
+        self._idle: asyncio.Future[None] | None = None  # on_demand: waiting for a reply
         self.segment = 0  # counts playback segments (one per reply)
         self.tap = tap
 
@@ -192,6 +200,7 @@ class PacedOutput(io.AudioOutput):
         self._buf += pcm
         if self.tap is not None:
             self.tap.captured(at, pcm, self.segment)
+        self._wake()
 
     def flush(self) -> None:
         super().flush()
@@ -200,6 +209,14 @@ class PacedOutput(io.AudioOutput):
             return
         if self._active:
             self._flushed = True
+            self._wake()
+
+    def _wake(self) -> None:
+        """An idle on_demand playout starts once a whole frame (or a short reply) is in."""
+        idle = self._idle
+        if (idle is not None and not idle.done() and self._active
+                and (len(self._buf) >= self.frame_samples * 2 or self._flushed)):
+            idle.set_result(None)
 
     def pause(self) -> None:
         super().pause()
@@ -235,6 +252,14 @@ class PacedOutput(io.AudioOutput):
         n = 0
         nbytes = self.frame_samples * 2
         while True:
+            if self.on_demand and not self._active:
+                self._idle = asyncio.get_running_loop().create_future()
+                self._wake()
+                try:
+                    await self._idle
+                finally:
+                    self._idle = None
+                t0, n = time.perf_counter(), 0  # the reply's grid starts with it
             due = t0 + n * self._frame_s
             delay = due - time.perf_counter()
             if delay > 0:

@@ -1,7 +1,8 @@
 """A socket client's loudspeaker, seen from the agent (`SocketSpeaker`): the paced ticks of
 a reply's audio go to the door's `send` as they leave (the client plays as it receives), so
 the playback position the framework reads, and cuts a reply's words by, is what was sent.
-A clear drops what is queued and tells the door (`cleared`). A reply's first audio is when
+A clear drops what is queued and tells the door (`cleared`). Its ticks start with a
+reply's first frame (`on_demand`), and stop while nothing plays. A reply's first audio is when
 its first frame was written to the socket (the door calls `on_first_audio` then): a loop
 busy between the tick and the write delays what the caller hears. `Captions`: the reply's
 words to the door as the session releases them, in step with that audio.
@@ -21,6 +22,8 @@ SendAudio = Callable[[bytes, bool], None]
 
 class SocketSpeaker(PacedOutput):
     """See the module."""
+
+    on_demand = True  # the client plays as it receives: no grid to wait for
 
     def __init__(self, send: SendAudio, cleared: Callable[[], None], *, sample_rate: int,
                  frame_ms: int) -> None:
