@@ -270,11 +270,20 @@ def _stub_stream(lead_s: float):
     return s
 
 
-def _feed_8_s(s) -> None:
+def _write_8_s(s) -> tuple[list[tuple[float, object]], asyncio.Task[None]]:
+    """8 s of audio fed to `s` at once; its writer's output, timed, as it comes."""
     import numpy as np
     from voice_tts.engine import AudioPacket
 
+    got: list[tuple[float, object]] = []
+
+    async def writer() -> None:
+        async for r in s.write():
+            got.append((time.perf_counter(), r))
+
+    task = asyncio.create_task(writer())
     s._enqueue_engine(AudioPacket(0, np.zeros(1920 * 100, np.float32), 0, 100))
+    return got, task
 
 
 def _frames(outs: list) -> list:
@@ -286,14 +295,7 @@ def _frames(outs: list) -> list:
 async def test_a_hurried_writer_writes_what_it_holds_at_once() -> None:
     # What a drain does to each stream: 8 s held by a 0.2 s lead go out at once.
     s = _stub_stream(LEAD)
-    got: list[tuple[float, object]] = []
-
-    async def writer() -> None:
-        async for r in s.write():
-            got.append((time.perf_counter(), r))
-
-    task = asyncio.create_task(writer())
-    _feed_8_s(s)
+    got, task = _write_8_s(s)
     await asyncio.sleep(0.5)
     paced = len(_frames([r for _, r in got]))
     assert paced < (0.5 + LEAD + SLACK + TOL) / 0.02, f"{paced} frames in 0.5 s: not paced"
@@ -310,18 +312,11 @@ async def test_a_writer_sleeping_for_its_next_frame_wakes_for_stop(monkeypatch) 
     # the STOP would show: STOPPED must come at once, and nothing of utterance 0 after.
     from voice_tts.server.call import pacing
     from voice_tts.server.call import stream as stream_mod
-    from voice_tts.server.call.messages import Control, Event, EventKind, Output
+    from voice_tts.server.call.messages import Control, Event, EventKind
 
     monkeypatch.setattr(pacing, "PACE_SLACK_S", 2.0)
     s = _stub_stream(4.0)
-    got: list[tuple[float, Output]] = []
-
-    async def writer() -> None:
-        async for r in s.write():
-            got.append((time.perf_counter(), r))
-
-    task = asyncio.create_task(writer())
-    _feed_8_s(s)
+    got, task = _write_8_s(s)
     await asyncio.sleep(0.5)
     # The first 4 s (the lead) + 2 s (the slack) went out; the writer sleeps to the next.
     assert len(_frames([r for _, r in got])) == 301
