@@ -14,7 +14,7 @@ import pytest
 from voice_agent import audio_formats
 from voice_agent.conversation import options
 from voice_agent.conversation.frames import read_json, wire_json
-from voice_agent.conversation.items import Items, client_item
+from voice_agent.conversation.items import Items, Said, client_item
 from voice_agent.conversation.options import ConversationError, Options, TurnDetection
 
 BASE = TurnDetection(threshold=0.5, silence_duration_ms=200)
@@ -89,6 +89,23 @@ def test_items_are_placed_bounded_and_made_room_for() -> None:
     limits[0] = 1
     items.make_room()  # the replies' own room: the oldest go, each said
     assert deleted == ["b"] and [it["id"] for it in items] == ["c"]
+
+
+def test_what_a_reply_said_counts_and_goes_with_its_item() -> None:
+    # A reply's text as made is kept beside its message (never shown to a client), counts
+    # against the bounds before its transcript is written, and leaves with the item.
+    deleted: list[str] = []
+    items = Items(lambda: (10, 100, 60), deleted.append)
+    items.append(message("r", "", role="assistant"))
+    items.said["r"] = Said(text="x" * 50, audio_ms=1000.0)
+    with refused("item", "conversation_too_large"):  # 50 made + 20 > 60
+        items.add(message("u", "y" * 20), None)
+    items.append(message("u", "y" * 20))  # a reply's own: made room for after it
+    items.make_room()
+    assert deleted == ["r"] and items.said == {}
+    items.said["u"] = Said()
+    items.delete("u")
+    assert items.said == {}
 
 
 def test_the_items_as_the_thinkers_context() -> None:

@@ -2,15 +2,16 @@
 user's, the replies', a system note), function calls and their outputs, in the OpenAI
 item shape (`type`, `role`, `content` parts with `text` or `transcript`); a client's
 checked (`client_item`); bounded by the door's limits; and as the thinker reads them
-(`chat_ctx`: the agent's chat context is made from these). Keys starting with "_" are
-the conversation's own (a reply's text as made, its audio's length), never shown to a
-client.
+(`chat_ctx`: the agent's chat context is made from these). What a reply's message said
+beyond what a client sees (its text as made, its audio's length, the words heard when a
+turn cut it) is kept beside it (`Said`), not in it.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,11 +33,22 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
 
 
+@dataclass
+class Said:
+    """A reply's message as the conversation knows it: its text as made (its transcript
+    is what was heard), its audio's length (None: a text reply), and the words heard
+    when a turn cut it (the session's record)."""
+    text: str = ""
+    audio_ms: float | None = None
+    heard: str | None = None
+
+
 class Items:
     """The items, in order (see the module). `on_deleted(item_id)`: one made room for."""
 
     def __init__(self, bounds: Bounds, on_deleted: Callable[[str], None]) -> None:
         self.all: list[Item] = []
+        self.said: dict[str, Said] = {}  # by a reply's message id
         self._bounds = bounds
         self._on_deleted = on_deleted
 
@@ -75,6 +87,11 @@ class Items:
 
     def delete(self, item_id: Any) -> None:
         del self.all[self._index(item_id)]
+        self.said.pop(item_id, None)
+
+    def _chars(self, item: Item) -> int:
+        said = self.said.get(item["id"])
+        return item_chars(item, said.text if said is not None else "")
 
     def check_room(self, item: Item) -> None:
         """A client's item is new and fits the bounds, or it is refused and nothing
@@ -87,7 +104,7 @@ class Items:
         if chars > max_item:
             raise ConversationError("invalid_value", f"the item holds {chars:,} characters "
                                     f"of text; an item takes at most {max_item:,}", "item")
-        held = sum(map(item_chars, self.all))
+        held = sum(map(self._chars, self.all))
         if len(self.all) >= max_items or held + chars > max_all:
             raise ConversationError(
                 "conversation_too_large", f"the conversation holds {len(self.all)} items "
@@ -98,10 +115,11 @@ class Items:
         """After a reply: the oldest items go while the conversation holds more than its
         bounds, so a long call stays bounded."""
         max_items, _, max_all = self._bounds()
-        held = sum(map(item_chars, self.all))
+        held = sum(map(self._chars, self.all))
         while len(self.all) > 1 and (len(self.all) > max_items or held > max_all):
+            held -= self._chars(self.all[0])
             old = self.all.pop(0)
-            held -= item_chars(old)
+            self.said.pop(old["id"], None)
             self._on_deleted(old["id"])
 
     def chat_ctx(self, instructions: str | None, greeting: bool = False) -> llm.ChatContext:
@@ -183,13 +201,12 @@ def client_item(raw: Any, decode: Decode, input_rate: int,
             audio if audio is not None and not content[0].get("transcript") else None)
 
 
-def item_chars(item: Item) -> int:
+def item_chars(item: Item, made: str = "") -> int:
     """The text an item holds: its parts' text and transcripts, a call's arguments and
-    output (what the thinker is sent, and what the conversation keeps)."""
+    output (what the thinker is sent, and what the conversation keeps); `made`: a reply's
+    text as made (`Said.text`), which its transcript repeats."""
     n = sum(len(p.get("text") or p.get("transcript") or "") for p in item.get("content", ()))
-    # a reply's message: its text as made (`_text`), which its transcript repeats
-    return max(n, len(item.get("_text", ""))) + len(item.get("arguments", "")) \
-        + len(item.get("output", ""))
+    return max(n, len(made)) + len(item.get("arguments", "")) + len(item.get("output", ""))
 
 
 def heard_text(text: str, heard_ms: float, audio_ms: float, all_audio: bool,

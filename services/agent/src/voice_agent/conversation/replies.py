@@ -26,7 +26,7 @@ from livekit.agents.voice.events import (
     SpeechCreatedEvent,
 )
 
-from .items import Item, Items, heard_text, new_id
+from .items import Item, Items, Said, heard_text, new_id
 from .options import invalid, llm_tool_choice
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ class Reply:
     metadata: dict[str, Any] | None = None  # the door's, echoed
     output: list[Item] = field(default_factory=list)  # its items, in order
     msg: Item | None = None  # the message being said
+    said: Said | None = None  # what it said so far (`Items.said`'s)
     # speech said within it (a slow tool's filler): its messages are the reply's too
     inner: list[SpeechHandle] = field(default_factory=list)
     msg_of: SpeechHandle | None = None  # whose message `msg` is
@@ -118,18 +119,17 @@ class Replies:
     def truncate(self, item: Item, end_ms: Any) -> None:
         """The client heard `end_ms` of a reply's message: its transcript keeps what that
         spoke (the reply is cancelled if it is still saying it)."""
-        if item.get("role") != "assistant" or "_audio_ms" not in item:
+        said = self.items.said.get(item["id"])
+        if item.get("role") != "assistant" or said is None or said.audio_ms is None:
             raise invalid("only an assistant message with audio can be truncated", "item_id")
-        audio_ms = item["_audio_ms"]
+        audio_ms = said.audio_ms
         if isinstance(end_ms, bool) or not isinstance(end_ms, int) or not 0 <= end_ms <= audio_ms:
             raise invalid(f"audio_end_ms must be 0..{audio_ms:.0f} (the item's audio)",
                           "audio_end_ms")
         if self.current is not None and self.current.msg is item:
             self.cancel("client_cancelled")
-        part = item["content"][0]
-        full = item.get("_text", part.get("transcript") or "")
-        part["transcript"] = heard_text(full, end_ms, audio_ms, True)
-        item["_audio_ms"] = min(audio_ms, end_ms)
+        item["content"][0]["transcript"] = heard_text(said.text, end_ms, audio_ms, True)
+        said.audio_ms = min(audio_ms, end_ms)
 
     def cancel(self, reason: str) -> None:
         r = self.current
@@ -190,47 +190,52 @@ class Replies:
         """The reply's message, opened at its first words or audio (one a speech)."""
         speech = self.conv.pipeline.session.current_speech
         if r.msg is not None and speech is not None and r.msg_of is not speech:
-            self._close(r, r.msg, "completed")  # the filler's, said
-            r.msg = None
+            self._close(r, "completed")  # the filler's, said
+            r.msg = r.said = None
         if r.msg is None:
             r.msg_of = speech
             part = ({"type": "output_audio", "transcript": ""} if r.audio
                     else {"type": "output_text", "text": ""})
             msg: Item = {"id": new_id("item"), "type": "message", "role": "assistant",
-                         "status": "in_progress", "content": [part], "_text": ""}
-            if r.audio:
-                msg["_audio_ms"] = 0.0
+                         "status": "in_progress", "content": [part]}
+            r.said = self.items.said[msg["id"]] = Said(audio_ms=0.0 if r.audio else None)
             prev = self.items.append(msg)
             r.output.append(msg)
             r.msg = msg
             self.events.message_opened(r, msg, prev)
         return r.msg
 
+    def _said(self, r: Reply) -> Said:
+        """The reply's message (opened if need be), what it said so far."""
+        self._message(r)
+        assert r.said is not None
+        return r.said
+
     def text(self, text: str) -> None:
         """The reply's words: an audio reply's as its audio plays, a text reply's as the
         thinker writes them."""
         if (r := self._now()) is not None:
-            msg = self._message(r)
-            msg["_text"] += text
-            self.events.reply_text(r, msg, text)
+            self._said(r).text += text
+            self.events.reply_text(r, r.msg, text)  # type: ignore[arg-type]
 
     def audio(self, pcm: bytes, first: bool) -> None:
         """One paced tick of the reply's audio, as it leaves (core's speaker)."""
         if (r := self._now()) is not None:
-            msg = self._message(r)
+            said = self._said(r)
             if first:
                 self.conv.tracker.audio_published()  # the turn's first audio left
             r.audio_ms += len(pcm) / (2 * self.rate) * 1000
-            msg["_audio_ms"] = r.audio_ms
-            self.events.reply_audio(r, msg, pcm)
+            said.audio_ms = r.audio_ms
+            self.events.reply_audio(r, r.msg, pcm)  # type: ignore[arg-type]
 
     def _on_item(self, ev: ConversationItemAddedEvent) -> None:
         """The session's own record of a reply: its id becomes the message's, its text
         what was said (all of it, or what was heard before a cut)."""
         item, r = ev.item, self.current
-        if getattr(item, "role", None) == "assistant" and r is not None and r.msg is not None:
+        if (getattr(item, "role", None) == "assistant" and r is not None and r.msg is not None
+                and r.said is not None):
             item.id = r.msg["id"]
-            r.msg["_said"] = item.text_content or ""
+            r.said.heard = item.text_content or ""
 
     def _on_tools(self, ev: FunctionToolsExecutedEvent) -> None:
         """The reply's calls: each a function_call item of the reply; the agent's own
@@ -279,7 +284,7 @@ class Replies:
         else:
             r.status = "completed"
         if r.msg is not None:
-            self._close(r, r.msg, "completed" if r.status == "completed" else "incomplete")
+            self._close(r, "completed" if r.status == "completed" else "incomplete")
         r.usage = stream.usage if stream is not None else None
         self.events.reply_done(r)
         log.info("reply %s %s: %d items, %.0f ms audio", r.id, r.status, len(r.output),
@@ -287,12 +292,15 @@ class Replies:
         self.conv.restore(tools=r.own_tools)
         self.items.make_room()
 
-    def _close(self, r: Reply, msg: Item, status: str) -> None:
+    def _close(self, r: Reply, status: str) -> None:
+        """The reply's message (`r.msg`) ends with what it said."""
+        msg, said = r.msg, r.said
+        assert msg is not None and said is not None
         part = msg["content"][0]
         if r.audio:  # cut: the caller heard what was sent
-            part["transcript"] = msg.get("_said", msg["_text"]) if r.cut else msg["_text"]
+            part["transcript"] = said.heard if r.cut and said.heard is not None else said.text
         else:
-            part["text"] = msg["_text"]
+            part["text"] = said.text
         msg["status"] = status
         self.events.message_closed(r, msg)
 

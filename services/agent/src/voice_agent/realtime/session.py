@@ -89,8 +89,7 @@ class RealtimeSession:
         self.outbox.text(wire_json(error_event(e, event_id)))
 
     def _item_json(self, item: Item) -> dict[str, Any]:
-        out = {"id": item["id"], "object": "realtime.item",
-               **{k: v for k, v in item.items() if not k.startswith("_")}}
+        out = {"id": item["id"], "object": "realtime.item", **item}
         if self.beta and out.get("type") == "message":
             out["content"] = [beta_part(p) for p in out["content"]]
         return out
@@ -323,7 +322,7 @@ class RealtimeSession:
         if r.audio:
             if r.cut:  # the caller heard what was sent
                 self.emit("conversation.item.truncated", item_id=msg["id"], content_index=0,
-                          audio_end_ms=int(msg["_audio_ms"]))
+                          audio_end_ms=int(r.audio_ms))
             self.emit("response.output_audio.done", **where, content_index=0)
             self.emit("response.output_audio_transcript.done", **where, content_index=0,
                       transcript=part["transcript"])
