@@ -186,8 +186,9 @@ class Replies:
             return r
         return None
 
-    def _message(self, r: Reply) -> Item:
-        """The reply's message, opened at its first words or audio (one a speech)."""
+    def _message(self, r: Reply) -> tuple[Item, Said]:
+        """The reply's message, opened at its first words or audio (one a speech), and
+        what it said so far."""
         speech = self.conv.pipeline.session.current_speech
         if r.msg is not None and speech is not None and r.msg_of is not speech:
             self._close(r, "completed")  # the filler's, said
@@ -203,30 +204,26 @@ class Replies:
             r.output.append(msg)
             r.msg = msg
             self.events.message_opened(r, msg, prev)
-        return r.msg
-
-    def _said(self, r: Reply) -> Said:
-        """The reply's message (opened if need be), what it said so far."""
-        self._message(r)
         assert r.said is not None
-        return r.said
+        return r.msg, r.said
 
     def text(self, text: str) -> None:
         """The reply's words: an audio reply's as its audio plays, a text reply's as the
         thinker writes them."""
         if (r := self._now()) is not None:
-            self._said(r).text += text
-            self.events.reply_text(r, r.msg, text)  # type: ignore[arg-type]
+            msg, said = self._message(r)
+            said.text += text
+            self.events.reply_text(r, msg, text)
 
     def audio(self, pcm: bytes, first: bool) -> None:
         """One paced tick of the reply's audio, as it leaves (core's speaker)."""
         if (r := self._now()) is not None:
-            said = self._said(r)
+            msg, said = self._message(r)
             if first:
                 self.conv.tracker.audio_published()  # the turn's first audio left
             r.audio_ms += len(pcm) / (2 * self.rate) * 1000
             said.audio_ms = r.audio_ms
-            self.events.reply_audio(r, r.msg, pcm)  # type: ignore[arg-type]
+            self.events.reply_audio(r, msg, pcm)
 
     def _on_item(self, ev: ConversationItemAddedEvent) -> None:
         """The session's own record of a reply: its id becomes the message's, its text
